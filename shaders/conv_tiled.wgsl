@@ -1,0 +1,179 @@
+// The tiled, im2col-free implicit GEMM: C[m, n] = Σ_k A[m, k] · B[k, n] with
+//   m = (image, oy, ox) over the chunk's output positions,
+//   n = output channel within the workgroup's group,
+//   k = (ic, ky, kx) over C_in/g · KH · KW,
+// A gathered straight from the NCHW input (zero padding by bounds test), B from weights
+// packed at upload as [groups][k_pad][n_pad] (zero-padded, so B loads need no test).
+// The tile constants (BM, BN, BK, TM, TN, WG, STAGES) come from the header that
+// src/kernel.rs writes from a TileConfig; there is one source for every config.
+// CPU twin: src/reference.rs (conv2d).
+
+@group(0) @binding(1) var<storage, read> input: array<f32>;
+@group(0) @binding(2) var<storage, read> weight: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+// Gather table, one row per k (host-computed, so the inner loops never divide):
+// x = element offset ic·H·W + ky·dh·W + kx·dw, y = ky·dh, z = kx·dw.
+// Rows past K hold y = OUT_OF_RANGE, which fails the bounds test and yields 0.
+@group(0) @binding(4) var<storage, read> ktab: array<vec4<i32>>;
+@group(0) @binding(5) var<storage, read_write> output: array<f32>;
+
+const RM: u32 = BM / TM;            // invocations along M
+const RN: u32 = BN / TN;            // invocations along N
+const BM4: u32 = BM / 4u;
+const BN4: u32 = BN / 4u;
+const A_LOADS: u32 = (BM * BK + WG - 1u) / WG;       // A elements each invocation gathers per K step
+const B_LOADS: u32 = (BK * BN4 + WG - 1u) / WG;      // B vec4s each invocation loads per K step
+const OUT_OF_RANGE: i32 = -1073741824;
+
+// A stored k-major as vec4 along m, B k-major as vec4 along n. Invocation (tm, tn) reads
+// its i-th A vec4 at i·RM + tm and its j-th B vec4 at j·RN + tn, so neighbouring
+// invocations read neighbouring vec4s (no bank conflicts) and stores stay coalesced.
+var<workgroup> a_tile: array<vec4<f32>, STAGES * BK * BM4>;
+var<workgroup> b_tile: array<vec4<f32>, STAGES * BK * BN4>;
+// Per output row of the block: (element offset of its window origin, iy0, ix0, -).
+var<workgroup> row_info: array<vec4<i32>, BM>;
+
+var<private> a_next: array<f32, A_LOADS>;
+var<private> b_next: array<vec4<f32>, B_LOADS>;
+var<private> acc: array<array<vec4<f32>, TN / 4u>, TM>;
+
+// Global → registers: K step `kt` of A (gathered) and B (packed weights).
+fn fetch(kt: u32, t: u32, g: u32, n0: u32) {
+    let k0 = kt * BK;
+    for (var j = 0u; j < A_LOADS; j++) {
+        let e = t + j * WG;
+        var v = 0.0;
+        if (e < BM * BK) {
+            let row = row_info[e % BM];
+            let tab = ktab[k0 + e / BM];
+            let iy = row.y + tab.y;
+            let ix = row.z + tab.z;
+            if (u32(iy) < p.h && u32(ix) < p.w) {
+                v = input[u32(row.x + tab.x)];
+            }
+        }
+        a_next[j] = v;
+    }
+    let w_row0 = (g * p.k_tiles * BK + k0) * (p.n_pad / 4u) + n0 / 4u;
+    for (var j = 0u; j < B_LOADS; j++) {
+        let e = t + j * WG;
+        if (e < BK * BN4) {
+            b_next[j] = weight[w_row0 + (e / BN4) * (p.n_pad / 4u) + e % BN4];
+        }
+    }
+}
+
+// Registers → workgroup buffer `buf`.
+fn stash(buf: u32, t: u32) {
+    for (var j = 0u; j < A_LOADS; j++) {
+        let e = t + j * WG;
+        if (e < BM * BK) {
+            let m = e % BM;
+            let k = e / BM;
+            a_tile[(buf * BK + k) * BM4 + m / 4u][m % 4u] = a_next[j];
+        }
+    }
+    for (var j = 0u; j < B_LOADS; j++) {
+        let e = t + j * WG;
+        if (e < BK * BN4) {
+            b_tile[buf * BK * BN4 + e] = b_next[j];
+        }
+    }
+}
+
+fn multiply(buf: u32, tm: u32, tn: u32) {
+    for (var k = 0u; k < BK; k++) {
+        var a: array<vec4<f32>, TM / 4u>;
+        var b: array<vec4<f32>, TN / 4u>;
+        for (var i = 0u; i < TM / 4u; i++) {
+            a[i] = a_tile[(buf * BK + k) * BM4 + i * RM + tm];
+        }
+        for (var j = 0u; j < TN / 4u; j++) {
+            b[j] = b_tile[(buf * BK + k) * BN4 + j * RN + tn];
+        }
+        for (var i = 0u; i < TM; i++) {
+            let av = vec4<f32>(a[i / 4u][i % 4u]);
+            for (var j = 0u; j < TN / 4u; j++) {
+                acc[i][j] = fma(av, b[j], acc[i][j]);
+            }
+        }
+    }
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) t: u32) {
+    // Tiles are numbered n-tile fastest, so workgroups that run together share input rows.
+    // The grid may be folded into two dimensions (65 535 workgroups per dimension).
+    let tile = wid.x + wid.y * nwg.x;
+    if (tile >= p.total_tiles) {
+        return;
+    }
+    let nt = tile % p.n_tiles;
+    let mt = (tile / p.n_tiles) % p.m_tiles;
+    let g = tile / (p.n_tiles * p.m_tiles);
+    let m0 = mt * BM;
+    let n0 = nt * BN;
+    let ohw = p.oh * p.ow;
+    let hw = p.h * p.w;
+
+    for (var r = t; r < BM; r += WG) {
+        let m = m0 + r;
+        var info = vec4<i32>(0, OUT_OF_RANGE, OUT_OF_RANGE, 0);
+        if (m < p.m_total) {
+            let img = m / ohw;
+            let pos = m % ohw;
+            let iy0 = i32((pos / p.ow) * p.stride_h) - i32(p.pad_top);
+            let ix0 = i32((pos % p.ow) * p.stride_w) - i32(p.pad_left);
+            let base = i32(p.in_offset + (img * p.c_in + g * p.c_in_per_group) * hw);
+            info = vec4<i32>(base + iy0 * i32(p.w) + ix0, iy0, ix0, 0);
+        }
+        row_info[r] = info;
+    }
+    for (var i = 0u; i < TM; i++) {
+        for (var j = 0u; j < TN / 4u; j++) {
+            acc[i][j] = vec4<f32>(0.0);
+        }
+    }
+    workgroupBarrier();
+
+    fetch(0u, t, g, n0);
+    stash(0u, t);
+    workgroupBarrier();
+
+    let tm = t % RM;
+    let tn = t / RM;
+    for (var kt = 0u; kt < p.k_tiles; kt++) {
+        let has_next = kt + 1u < p.k_tiles;
+        if (has_next) {
+            fetch(kt + 1u, t, g, n0);     // in flight while we multiply
+        }
+        multiply(kt % STAGES, tm, tn);
+        if (has_next) {
+            if (STAGES == 1u) {
+                workgroupBarrier();       // one buffer: everyone must be done reading it
+            }
+            stash((kt + 1u) % STAGES, t);
+        }
+        workgroupBarrier();
+    }
+
+    // Epilogue: bias (zeros when the conv has none) and activation, fused in the store.
+    for (var i = 0u; i < TM; i++) {
+        let m = m0 + ((i / 4u) * RM + tm) * 4u + i % 4u;
+        if (m >= p.m_total) {
+            continue;
+        }
+        let img = m / ohw;
+        let pos = m % ohw;
+        let out_row = p.out_offset + (img * p.c_out + g * p.c_out_per_group) * ohw + pos;
+        for (var j = 0u; j < TN; j++) {
+            let n = n0 + ((j / 4u) * RN + tn) * 4u + j % 4u;
+            if (n < p.c_out_per_group) {
+                let v = acc[i][j / 4u][j % 4u] + bias[g * p.c_out_per_group + n];
+                output[out_row + n * ohw] = activate(v);
+            }
+        }
+    }
+}

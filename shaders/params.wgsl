@@ -1,0 +1,26 @@
+// Shared by every conv kernel: the per-dispatch parameters, written by src/kernel.rs
+// (`ConvParams`, same field order). One dispatch covers `batch` images of one chunk;
+// `in_offset` / `out_offset` place the chunk inside the bound buffer windows (binding
+// offsets must be aligned, chunk starts need not be).
+struct Params {
+    c_in: u32, h: u32, w: u32, c_out: u32,
+    oh: u32, ow: u32, batch: u32, m_total: u32,
+    kh: u32, kw: u32, stride_h: u32, stride_w: u32,
+    pad_top: u32, pad_left: u32, dil_h: u32, dil_w: u32,
+    c_in_per_group: u32, c_out_per_group: u32, groups: u32, k_total: u32,
+    k_tiles: u32, n_pad: u32, m_tiles: u32, n_tiles: u32,
+    total_tiles: u32, in_offset: u32, out_offset: u32, flags: u32,
+}
+
+// flags
+const FLAG_RELU: u32 = 1u;
+
+@group(0) @binding(0) var<uniform> p: Params;
+
+// ReLU as PyTorch's: NaN stays NaN (NaN < 0 is false).
+fn activate(v: f32) -> f32 {
+    if ((p.flags & FLAG_RELU) != 0u) {
+        return select(v, 0.0, v < 0.0);
+    }
+    return v;
+}

@@ -1,0 +1,333 @@
+//! `TileConfig`: the one home of the tile vocabulary, and the declared sweeps.
+//!
+//! The tiled kernel computes a `block_m × block_n` block of the implicit GEMM
+//! (rows: output positions n·OH·OW, columns: output channels of one group) per workgroup,
+//! walking K = C_in/g·KH·KW in steps of `block_k`. Each invocation owns a
+//! `thread_m × thread_n` register tile; `warps × 32` invocations cover the block, so
+//! `block_m·block_n = warps·32·thread_m·thread_n`. `stages` is the number of K-step
+//! buffers in workgroup memory; the next step's global loads are always issued into
+//! registers before the current step's arithmetic (WGSL has no async copy, so stages ≥ 3
+//! only add workgroup memory — measured, not assumed, by the tuner).
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+
+/// Invocations of one warp (NVIDIA) — the unit Triton's `num_warps` counts in.
+pub const WARP: u32 = 32;
+/// The warp counts the vocabulary allows (Triton's `num_warps`).
+pub const WARP_CHOICES: [u32; 4] = [2, 4, 8, 16];
+/// Stage counts the vocabulary allows; the seed's own configs use 1..=3 and its tuning stage 2..=4.
+pub const STAGE_RANGE: std::ops::RangeInclusive<u32> = 1..=4;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TileConfig {
+    pub block_m: u32,
+    pub block_n: u32,
+    pub block_k: u32,
+    /// Register tile rows (output positions) per invocation; a multiple of 4 (vec4 reads).
+    pub thread_m: u32,
+    /// Register tile columns (output channels) per invocation; a multiple of 4.
+    pub thread_n: u32,
+    pub warps: u32,
+    pub stages: u32,
+}
+
+/// The limits a config is checked against: the device's, taken from `wgpu::Limits`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelLimits {
+    pub workgroup_storage_bytes: u32,
+    pub invocations_per_workgroup: u32,
+    pub workgroup_size_x: u32,
+}
+
+impl From<&wgpu::Limits> for KernelLimits {
+    fn from(l: &wgpu::Limits) -> Self {
+        KernelLimits {
+            workgroup_storage_bytes: l.max_compute_workgroup_storage_size,
+            invocations_per_workgroup: l.max_compute_invocations_per_workgroup,
+            workgroup_size_x: l.max_compute_workgroup_size_x,
+        }
+    }
+}
+
+impl TileConfig {
+    /// A config whose register tile is derived from the block and the warp count
+    /// (the most square split into multiples of 4); see [`TileConfig::validate`].
+    pub fn new(block_m: u32, block_n: u32, block_k: u32, warps: u32, stages: u32) -> Result<Self> {
+        let mut cfg = TileConfig { block_m, block_n, block_k, thread_m: 0, thread_n: 0, warps, stages };
+        cfg.derive_thread_tile()?;
+        Ok(cfg)
+    }
+
+    /// An explicit register tile: the workgroup size follows from it.
+    pub const fn with_thread_tile(
+        block_m: u32,
+        block_n: u32,
+        block_k: u32,
+        thread_m: u32,
+        thread_n: u32,
+        stages: u32,
+    ) -> Self {
+        let per_warp = WARP * thread_m * thread_n;
+        let warps = if per_warp == 0 { 0 } else { block_m * block_n / per_warp };
+        TileConfig { block_m, block_n, block_k, thread_m, thread_n, warps, stages }
+    }
+
+    /// The seed Triton kernel's current config on the 4090:
+    /// BLOCK_M 32, BLOCK_N 64, BLOCK_K 32, 4 warps, 2 stages (a 4×4 register tile).
+    pub const fn seed() -> Self {
+        TileConfig::with_thread_tile(32, 64, 32, 4, 4, 2)
+    }
+
+    /// The same blocks with another warp count: the register tile is re-derived,
+    /// BLOCK sizes (and so the grid) stay. Used by the tuner.
+    pub fn with_warps(&self, warps: u32) -> Result<Self> {
+        TileConfig::new(self.block_m, self.block_n, self.block_k, warps, self.stages)
+    }
+    pub fn with_stages(&self, stages: u32) -> Self {
+        TileConfig { stages, ..*self }
+    }
+
+    fn derive_thread_tile(&mut self) -> Result<()> {
+        let threads = self.warps * WARP;
+        let cells = self.block_m * self.block_n;
+        if threads == 0 || cells % threads != 0 {
+            return Err(self.refuse(format!("{cells} block cells do not split over {threads} invocations")));
+        }
+        let per = cells / threads;
+        // Most square split with both sides multiples of 4 dividing their block side.
+        let mut best: Option<(u32, u32)> = None;
+        let mut tm = 4;
+        while tm <= per {
+            if per % tm == 0 {
+                let tn = per / tm;
+                if tn % 4 == 0 && self.block_m % tm == 0 && self.block_n % tn == 0 {
+                    let score = tm.abs_diff(tn);
+                    if best.is_none_or(|(bm, bn)| score < bm.abs_diff(bn)) {
+                        best = Some((tm, tn));
+                    }
+                }
+            }
+            tm += 4;
+        }
+        match best {
+            Some((tm, tn)) => {
+                self.thread_m = tm;
+                self.thread_n = tn;
+                Ok(())
+            }
+            None => Err(self.refuse(format!(
+                "{per} outputs per invocation cannot form a register tile of multiples of 4"
+            ))),
+        }
+    }
+
+    pub fn invocations(&self) -> u32 {
+        self.warps * WARP
+    }
+    /// Invocations along M and N: `(block_m / thread_m, block_n / thread_n)`.
+    pub fn thread_grid(&self) -> (u32, u32) {
+        (self.block_m / self.thread_m.max(1), self.block_n / self.thread_n.max(1))
+    }
+    /// Workgroup memory of the kernel: `stages` buffers of A (BK×BM) and B (BK×BN) f32,
+    /// plus the per-row gather table (BM × vec4<i32>).
+    pub fn workgroup_bytes(&self) -> u64 {
+        let tiles = self.stages as u64 * self.block_k as u64 * (self.block_m as u64 + self.block_n as u64) * 4;
+        tiles + self.block_m as u64 * 16
+    }
+    /// Accumulator registers per invocation (f32).
+    pub fn accumulators(&self) -> u32 {
+        self.thread_m * self.thread_n
+    }
+
+    fn refuse(&self, reason: impl Into<String>) -> Error {
+        Error::ConfigRefused { config: self.to_string(), reason: reason.into() }
+    }
+
+    /// Structural checks, independent of any device.
+    pub fn check_shape(&self) -> Result<()> {
+        let pow2 = |v: u32| v.is_power_of_two();
+        if !WARP_CHOICES.contains(&self.warps) {
+            return Err(self.refuse(format!("warps must be one of {WARP_CHOICES:?}, got {}", self.warps)));
+        }
+        if !STAGE_RANGE.contains(&self.stages) {
+            return Err(self.refuse(format!("stages must be in {STAGE_RANGE:?}, got {}", self.stages)));
+        }
+        if self.block_k == 0 || !pow2(self.block_k) || self.block_k > 128 {
+            return Err(self.refuse(format!("block_k must be a power of two ≤ 128, got {}", self.block_k)));
+        }
+        if self.thread_m == 0 || self.thread_n == 0 || self.thread_m % 4 != 0 || self.thread_n % 4 != 0 {
+            return Err(self.refuse(format!(
+                "register tile {}x{} must be multiples of 4 (vec4 reads from workgroup memory)",
+                self.thread_m, self.thread_n
+            )));
+        }
+        if self.thread_m * self.thread_n > 128 {
+            return Err(self.refuse(format!(
+                "register tile {}x{} = {} accumulators exceeds 128 per invocation",
+                self.thread_m,
+                self.thread_n,
+                self.thread_m * self.thread_n
+            )));
+        }
+        if self.block_m % self.thread_m != 0 || self.block_n % self.thread_n != 0 {
+            return Err(self.refuse(format!(
+                "register tile {}x{} does not divide the block {}x{}",
+                self.thread_m, self.thread_n, self.block_m, self.block_n
+            )));
+        }
+        let (rm, rn) = self.thread_grid();
+        if rm * rn != self.invocations() {
+            return Err(self.refuse(format!(
+                "block {}x{} with register tile {}x{} needs {} invocations, but {} warps give {}",
+                self.block_m,
+                self.block_n,
+                self.thread_m,
+                self.thread_n,
+                rm * rn,
+                self.warps,
+                self.invocations()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Checks the config against a device's limits, before any pipeline is built.
+    pub fn validate(&self, limits: &KernelLimits) -> Result<()> {
+        self.check_shape()?;
+        let inv = self.invocations();
+        if inv > limits.invocations_per_workgroup || inv > limits.workgroup_size_x {
+            return Err(self.refuse(format!(
+                "{inv} invocations exceed the device's {} per workgroup",
+                limits.invocations_per_workgroup.min(limits.workgroup_size_x)
+            )));
+        }
+        let bytes = self.workgroup_bytes();
+        if bytes > limits.workgroup_storage_bytes as u64 {
+            return Err(self.refuse(format!(
+                "{bytes} B of workgroup memory exceed the device's {} B",
+                limits.workgroup_storage_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// A short name, also the key of the pipeline cache: `m32n64k32-t4x4-w4-s2`.
+    pub fn name(&self) -> String {
+        format!(
+            "m{}n{}k{}-t{}x{}-w{}-s{}",
+            self.block_m, self.block_n, self.block_k, self.thread_m, self.thread_n, self.warps, self.stages
+        )
+    }
+
+    /// Parses [`TileConfig::name`]'s form back (the CLI's `--config`).
+    pub fn parse(s: &str) -> Result<Self> {
+        let bad = || Error::Unsupported(format!("cannot parse tile config {s:?}: expected e.g. m32n64k32-t4x4-w4-s2"));
+        let parts: Vec<&str> = s.split('-').collect();
+        if parts.len() != 4 {
+            return Err(bad());
+        }
+        let num = |t: &str| t.parse::<u32>().map_err(|_| bad());
+        let mnk = parts[0].strip_prefix('m').ok_or_else(bad)?;
+        let (m, rest) = mnk.split_once('n').ok_or_else(bad)?;
+        let (n, k) = rest.split_once('k').ok_or_else(bad)?;
+        let (tm, tn) = parts[1].strip_prefix('t').ok_or_else(bad)?.split_once('x').ok_or_else(bad)?;
+        let w = num(parts[2].strip_prefix('w').ok_or_else(bad)?)?;
+        let st = num(parts[3].strip_prefix('s').ok_or_else(bad)?)?;
+        let cfg = TileConfig {
+            block_m: num(m)?,
+            block_n: num(n)?,
+            block_k: num(k)?,
+            thread_m: num(tm)?,
+            thread_n: num(tn)?,
+            warps: w,
+            stages: st,
+        };
+        cfg.check_shape()?;
+        Ok(cfg)
+    }
+}
+
+impl std::fmt::Display for TileConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+impl std::str::FromStr for TileConfig {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        TileConfig::parse(s)
+    }
+}
+
+/// The declared benchmark sweep: the seed's config first (the baseline row), then
+/// variations of block, register tile, workgroup size and stages. Configs a device
+/// cannot run stay in the list and are reported as refused.
+pub fn default_sweep() -> Vec<TileConfig> {
+    use TileConfig as T;
+    vec![
+        T::seed(),
+        // The seed's other Triton blocks, with the register tile their warp count implies.
+        T::with_thread_tile(32, 32, 32, 4, 4, 2),
+        T::with_thread_tile(64, 32, 32, 4, 4, 2),
+        T::with_thread_tile(64, 64, 32, 8, 4, 2),
+        T::with_thread_tile(64, 64, 16, 8, 4, 3),
+        // 2 / 8 / 16 warps on the seed's blocks.
+        T::with_thread_tile(32, 64, 32, 4, 8, 2),
+        T::with_thread_tile(64, 128, 16, 4, 4, 2),
+        T::with_thread_tile(128, 128, 8, 4, 4, 2),
+        // Whole C_out = 96 in one block column (AlexNet), large register tiles.
+        T::with_thread_tile(128, 96, 16, 8, 12, 2),
+        T::with_thread_tile(128, 96, 8, 8, 12, 2),
+        T::with_thread_tile(128, 96, 16, 4, 12, 2),
+        T::with_thread_tile(256, 96, 8, 8, 12, 2),
+        T::with_thread_tile(64, 96, 16, 8, 12, 2),
+        T::with_thread_tile(128, 96, 16, 8, 12, 3),
+        // Square 8×8 tiles.
+        T::with_thread_tile(128, 64, 16, 8, 8, 2),
+        T::with_thread_tile(128, 128, 8, 8, 8, 2),
+        T::with_thread_tile(64, 64, 16, 8, 8, 2),
+    ]
+}
+
+/// The config a fresh `Conv2d` uses when the tuning cache has nothing for its key.
+pub fn default_config() -> TileConfig {
+    TileConfig::seed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seed_is_four_warps_four_by_four() {
+        let s = TileConfig::seed();
+        assert_eq!((s.block_m, s.block_n, s.block_k, s.warps, s.stages), (32, 64, 32, 4, 2));
+        assert_eq!((s.thread_m, s.thread_n), (4, 4));
+        s.check_shape().unwrap();
+    }
+
+    #[test]
+    fn sweep_is_well_formed() {
+        for c in default_sweep() {
+            c.check_shape().unwrap_or_else(|e| panic!("{c}: {e}"));
+            assert_eq!(TileConfig::parse(&c.name()).unwrap(), c);
+        }
+    }
+
+    #[test]
+    fn warps_rederive_register_tile() {
+        let s = TileConfig::seed();
+        assert_eq!(s.with_warps(2).unwrap().thread_m * s.with_warps(2).unwrap().thread_n, 32);
+        assert!(s.with_warps(8).is_err(), "8 outputs per invocation cannot be a 4-multiple tile");
+    }
+
+    #[test]
+    fn limits_refuse_with_reason() {
+        let lim = KernelLimits { workgroup_storage_bytes: 16384, invocations_per_workgroup: 256, workgroup_size_x: 256 };
+        let big = TileConfig::with_thread_tile(128, 128, 32, 4, 4, 4);
+        let e = big.validate(&lim).unwrap_err().to_string();
+        assert!(e.contains("invocations") || e.contains("workgroup memory"), "{e}");
+    }
+}

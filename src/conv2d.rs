@@ -1,0 +1,447 @@
+//! The `Conv2d` op: weights uploaded once, then run on host slices (`forward`) or encoded
+//! into the caller's command encoder on buffers already on the GPU (`encode` / `plan`).
+//! Large batches are split into chunks that fit the device's binding limit; large grids
+//! are folded into two dimensions.
+
+use crate::config::{default_config, default_sweep, TileConfig};
+use crate::error::{Error, Result};
+use crate::gpu::{ErrorScope, Gpu};
+use crate::kernel::{ConvParams, Kernel, KernelKind, DIRECT_WORKGROUP, FLAG_RELU};
+use crate::spec::{Conv2dSpec, ConvProblem, Shape4};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use wgpu::util::DeviceExt;
+
+/// The activation fused into the kernel's store, after the bias.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+pub enum Activation {
+    #[default]
+    None,
+    /// max(x, 0) with NaN kept, as PyTorch's.
+    Relu,
+}
+
+/// Where the kernel of a `Conv2d` came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum ConfigSource {
+    /// Named by the caller.
+    Explicit,
+    /// A decision of the tuner, read from the tuning cache.
+    TuningCache,
+    /// The library default (the seed's config).
+    Default,
+    /// The default did not fit the device; the first sweep config that does.
+    Fallback,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Conv2dOptions {
+    /// The kernel to run; `None`: the tuning cache's decision for the problem, else the default.
+    pub kernel: Option<KernelKind>,
+    pub activation: Activation,
+    /// Input shape used to look up the tuning cache (its key includes the batch and size).
+    pub tuning_key_input: Option<Shape4>,
+}
+
+/// A 2-D convolution bound to a device, with its weights resident there.
+pub struct Conv2d {
+    gpu: Arc<Gpu>,
+    spec: Conv2dSpec,
+    kind: KernelKind,
+    source: ConfigSource,
+    activation: Activation,
+    kernel: Arc<Kernel>,
+    weight: wgpu::Buffer,
+    bias: wgpu::Buffer,
+    /// Gather tables of the tiled kernel, by input (H, W).
+    gather_tables: Mutex<HashMap<(u32, u32), Arc<wgpu::Buffer>>>,
+}
+
+/// The bind groups and grids of one `(input, output)` buffer pair: build once, encode many
+/// times (the benchmark times exactly this).
+pub struct ConvPlan {
+    kernel: Arc<Kernel>,
+    dispatches: Vec<(wgpu::BindGroup, [u32; 2])>,
+    pub problem: ConvProblem,
+}
+
+impl ConvPlan {
+    /// Records the dispatches in one compute pass; `timestamps` wrap the whole pass.
+    pub fn encode(&self, encoder: &mut wgpu::CommandEncoder, timestamps: Option<wgpu::ComputePassTimestampWrites<'_>>) {
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("wgconv conv2d"),
+            timestamp_writes: timestamps,
+        });
+        pass.set_pipeline(&self.kernel.pipeline);
+        for (bind_group, [x, y]) in &self.dispatches {
+            pass.set_bind_group(0, bind_group, &[]);
+            pass.dispatch_workgroups(*x, *y, 1);
+        }
+    }
+    /// Chunks the batch was split into.
+    pub fn chunks(&self) -> usize {
+        self.dispatches.len()
+    }
+}
+
+fn round_up(v: u32, to: u32) -> u32 {
+    v.div_ceil(to) * to
+}
+
+/// Images per chunk so that each chunk's input and output windows (plus the alignment
+/// slack of their binding offsets) fit the binding limit and i32 element arithmetic.
+pub(crate) fn images_per_chunk(problem: &ConvProblem, limits: &wgpu::Limits) -> Result<u32> {
+    let slack = limits.min_storage_buffer_offset_alignment as u64;
+    // Kernels index bound windows with i32 arithmetic: keep every window under 2^31 elements.
+    let cap_elems = ((limits.max_storage_buffer_binding_size as u64).saturating_sub(slack) / 4).min(i32::MAX as u64 - slack);
+    let per_in = problem.input.per_image();
+    let per_out = problem.output.per_image();
+    let fit = cap_elems / per_in.max(per_out);
+    if fit == 0 {
+        return Err(Error::TooLarge(format!(
+            "one image needs {} B of input and {} B of output, over the device's binding limit of {} B",
+            per_in * 4,
+            per_out * 4,
+            limits.max_storage_buffer_binding_size
+        )));
+    }
+    Ok(fit.min(problem.input.n as u64) as u32)
+}
+
+/// Splits `total` workgroups over x and y, each ≤ `max_per_dim`.
+pub(crate) fn fold_grid(total: u32, max_per_dim: u32) -> Result<[u32; 2]> {
+    let x = total.clamp(1, max_per_dim);
+    let y = total.div_ceil(x);
+    if y > max_per_dim {
+        return Err(Error::TooLarge(format!(
+            "{total} workgroups exceed {max_per_dim}² even when folded"
+        )));
+    }
+    Ok([x, y])
+}
+
+impl Conv2d {
+    /// Uploads the weights (`[C_out, C_in/groups, KH, KW]`) and bias (`[C_out]`, present iff
+    /// `spec.bias`) and builds the kernel.
+    pub fn new(gpu: &Arc<Gpu>, spec: Conv2dSpec, weight: &[f32], bias: Option<&[f32]>, options: Conv2dOptions) -> Result<Self> {
+        spec.validate()?;
+        if weight.len() != spec.weight_len() {
+            return Err(Error::WrongLength { what: "weight", expected: spec.weight_len(), got: weight.len() });
+        }
+        match (spec.bias, bias) {
+            (true, None) => return Err(Error::spec("the spec has bias = true but no bias was given")),
+            (false, Some(_)) => return Err(Error::spec("a bias was given but the spec has bias = false")),
+            (_, Some(b)) if b.len() != spec.out_channels as usize => {
+                return Err(Error::WrongLength { what: "bias", expected: spec.out_channels as usize, got: b.len() })
+            }
+            _ => {}
+        }
+        let (kind, source) = choose_kernel(gpu, &spec, &options)?;
+        let kernel = gpu.pipelines.get_or_build(&gpu.device, kind, gpu.runtime_checks)?;
+        let packed = match &kind {
+            KernelKind::Tiled(cfg) => pack_weights(&spec, weight, cfg),
+            KernelKind::Direct => weight.to_vec(),
+        };
+        let zeros;
+        let bias = match bias {
+            Some(b) => b,
+            None => {
+                zeros = vec![0.0f32; spec.out_channels as usize];
+                &zeros
+            }
+        };
+        let scope = ErrorScope::push(&gpu.device);
+        let storage = wgpu::BufferUsages::STORAGE;
+        let weight = gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("wgconv weight"),
+            contents: bytemuck::cast_slice(&packed),
+            usage: storage,
+        });
+        let bias = gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("wgconv bias"),
+            contents: bytemuck::cast_slice(bias),
+            usage: storage,
+        });
+        scope.finish("weight upload")?;
+        Ok(Conv2d {
+            gpu: gpu.clone(),
+            spec,
+            kind,
+            source,
+            activation: options.activation,
+            kernel,
+            weight,
+            bias,
+            gather_tables: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn spec(&self) -> &Conv2dSpec {
+        &self.spec
+    }
+    /// The kernel this op runs, and where that choice came from.
+    pub fn kernel(&self) -> (KernelKind, ConfigSource) {
+        (self.kind, self.source)
+    }
+    pub fn activation(&self) -> Activation {
+        self.activation
+    }
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    /// Bind groups for running on `input` (NCHW f32, `shape`) into `output`
+    /// (`[N, C_out, OH, OW]` f32). Both buffers need `STORAGE` usage.
+    pub fn plan(&self, shape: Shape4, input: &wgpu::Buffer, output: &wgpu::Buffer) -> Result<ConvPlan> {
+        let problem = self.spec.problem(shape)?;
+        for (what, buf, elems) in [("input buffer", input, problem.input.len()), ("output buffer", output, problem.output.len())] {
+            if buf.size() < elems * 4 {
+                return Err(Error::WrongLength { what, expected: (elems * 4) as usize, got: buf.size() as usize });
+            }
+            if !buf.usage().contains(wgpu::BufferUsages::STORAGE) {
+                return Err(Error::Unsupported(format!("{what} lacks STORAGE usage")));
+            }
+        }
+        let limits = self.gpu.device.limits();
+        let per_chunk = images_per_chunk(&problem, &limits)?;
+        let align = limits.min_storage_buffer_offset_alignment as u64;
+        let ktab = match &self.kind {
+            KernelKind::Tiled(cfg) => Some(self.gather_table(&problem, cfg)?),
+            KernelKind::Direct => None,
+        };
+        let s = &self.spec;
+        let scope = ErrorScope::push(&self.gpu.device);
+        let mut dispatches = Vec::new();
+        let mut first = 0u32;
+        while first < problem.input.n {
+            let batch = per_chunk.min(problem.input.n - first);
+            let window = |per_image: u64| {
+                let start = first as u64 * per_image * 4;
+                let aligned = start - start % align;
+                let size = (start - aligned) + batch as u64 * per_image * 4;
+                (aligned, size, ((start - aligned) / 4) as u32)
+            };
+            let (in_at, in_size, in_offset) = window(problem.input.per_image());
+            let (out_at, out_size, out_offset) = window(problem.output.per_image());
+            let m_total = batch * problem.output.h * problem.output.w;
+            let mut params = ConvParams {
+                c_in: problem.input.c,
+                h: problem.input.h,
+                w: problem.input.w,
+                c_out: problem.output.c,
+                oh: problem.output.h,
+                ow: problem.output.w,
+                batch,
+                m_total,
+                kh: s.kernel[0],
+                kw: s.kernel[1],
+                stride_h: s.stride[0],
+                stride_w: s.stride[1],
+                pad_top: s.padding.top,
+                pad_left: s.padding.left,
+                dil_h: s.dilation[0],
+                dil_w: s.dilation[1],
+                c_in_per_group: s.in_channels_per_group(),
+                c_out_per_group: s.out_channels_per_group(),
+                groups: s.groups,
+                k_total: s.k_total(),
+                in_offset,
+                out_offset,
+                flags: if self.activation == Activation::Relu { FLAG_RELU } else { 0 },
+                ..Default::default()
+            };
+            let workgroups = match &self.kind {
+                KernelKind::Tiled(cfg) => {
+                    params.k_tiles = s.k_total().div_ceil(cfg.block_k);
+                    params.n_pad = round_up(s.out_channels_per_group(), cfg.block_n);
+                    params.m_tiles = m_total.div_ceil(cfg.block_m);
+                    params.n_tiles = params.n_pad / cfg.block_n;
+                    let total = params.m_tiles as u64 * params.n_tiles as u64 * s.groups as u64;
+                    params.total_tiles = u32::try_from(total)
+                        .map_err(|_| Error::TooLarge(format!("{total} workgroups in one chunk")))?;
+                    params.total_tiles
+                }
+                KernelKind::Direct => (batch * problem.output.per_image() as u32).div_ceil(DIRECT_WORKGROUP),
+            };
+            let grid = fold_grid(workgroups, limits.max_compute_workgroups_per_dimension)?;
+            let uniform = self.gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some("wgconv params"),
+                contents: bytemuck::bytes_of(&params),
+                usage: wgpu::BufferUsages::UNIFORM,
+            });
+            fn bind_range(buffer: &wgpu::Buffer, offset: u64, size: u64) -> wgpu::BindingResource<'_> {
+                wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset, size: wgpu::BufferSize::new(size) })
+            }
+            // The direct kernel has no gather table; bind the bias in its slot (unused).
+            let ktab_res = match &ktab {
+                Some(t) => t.as_entire_binding(),
+                None => self.bias.as_entire_binding(),
+            };
+            let bind_group = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some("wgconv conv2d"),
+                layout: &self.kernel.layout,
+                entries: &[
+                    wgpu::BindGroupEntry { binding: 0, resource: uniform.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 1, resource: bind_range(input, in_at, in_size) },
+                    wgpu::BindGroupEntry { binding: 2, resource: self.weight.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 3, resource: self.bias.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 4, resource: ktab_res },
+                    wgpu::BindGroupEntry { binding: 5, resource: bind_range(output, out_at, out_size) },
+                ],
+            });
+            dispatches.push((bind_group, grid));
+            first += batch;
+        }
+        scope.finish("bind group creation")?;
+        Ok(ConvPlan { kernel: self.kernel.clone(), dispatches, problem })
+    }
+
+    /// Encodes the convolution of `input` (shape `shape`) into `output` on the caller's encoder.
+    pub fn encode(&self, encoder: &mut wgpu::CommandEncoder, shape: Shape4, input: &wgpu::Buffer, output: &wgpu::Buffer) -> Result<()> {
+        self.plan(shape, input, output)?.encode(encoder, None);
+        Ok(())
+    }
+
+    /// Runs on host data: uploads `input` (NCHW, `shape`), returns `[N, C_out, OH, OW]`.
+    /// Batches larger than the device's binding limit run chunk by chunk.
+    pub fn forward(&self, input: &[f32], shape: Shape4) -> Result<Vec<f32>> {
+        let problem = self.spec.problem(shape)?;
+        if input.len() as u64 != problem.input.len() {
+            return Err(Error::WrongLength { what: "input", expected: problem.input.len() as usize, got: input.len() });
+        }
+        let per_chunk = images_per_chunk(&problem, &self.gpu.device.limits())?;
+        let (in_img, out_img) = (problem.input.per_image() as usize, problem.output.per_image() as usize);
+        let chunk_in = Shape4 { n: per_chunk, ..problem.input };
+        let dev = &self.gpu.device;
+        let scope = ErrorScope::push(dev);
+        let in_buf = dev.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("wgconv input"),
+            size: (per_chunk as usize * in_img * 4) as u64,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let out_buf = dev.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("wgconv output"),
+            size: (per_chunk as usize * out_img * 4) as u64,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        scope.finish("buffer creation")?;
+        let mut out = Vec::with_capacity(problem.output.len() as usize);
+        for chunk in input.chunks(per_chunk as usize * in_img) {
+            let n = (chunk.len() / in_img) as u32;
+            let scope = ErrorScope::push(dev);
+            self.gpu.queue.write_buffer(&in_buf, 0, bytemuck::cast_slice(chunk));
+            let plan = self.plan(Shape4 { n, ..chunk_in }, &in_buf, &out_buf)?;
+            let mut enc = dev.create_command_encoder(&Default::default());
+            plan.encode(&mut enc, None);
+            self.gpu.queue.submit([enc.finish()]);
+            scope.finish("dispatch")?;
+            out.extend(self.gpu.read_buffer::<f32>(&out_buf, 0, n as usize * out_img)?);
+        }
+        Ok(out)
+    }
+
+    /// The tiled kernel's gather table for an input size (cached per (H, W)).
+    fn gather_table(&self, problem: &ConvProblem, cfg: &TileConfig) -> Result<Arc<wgpu::Buffer>> {
+        let key = (problem.input.h, problem.input.w);
+        let mut tables = self.gather_tables.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = tables.get(&key) {
+            return Ok(t.clone());
+        }
+        let rows = gather_rows(&self.spec, problem.input.h, problem.input.w, cfg.block_k)?;
+        let buf = Arc::new(self.gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("wgconv gather table"),
+            contents: bytemuck::cast_slice(&rows),
+            usage: wgpu::BufferUsages::STORAGE,
+        }));
+        tables.insert(key, buf.clone());
+        Ok(buf)
+    }
+}
+
+/// The kernel for a new op: explicit, else the tuning cache, else the default, else the
+/// first sweep config the device can run, else the direct kernel.
+fn choose_kernel(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -> Result<(KernelKind, ConfigSource)> {
+    let limits = gpu.kernel_limits();
+    if let Some(kind) = options.kernel {
+        if let KernelKind::Tiled(cfg) = &kind {
+            cfg.validate(&limits)?;
+        }
+        return Ok((kind, ConfigSource::Explicit));
+    }
+    if let Some(input) = options.tuning_key_input {
+        if let Ok(problem) = spec.problem(input) {
+            if let Some(cfg) = crate::tune::cached_decision(gpu, &problem) {
+                if cfg.validate(&limits).is_ok() {
+                    return Ok((KernelKind::Tiled(cfg), ConfigSource::TuningCache));
+                }
+            }
+        }
+    }
+    let default = default_config();
+    if default.validate(&limits).is_ok() {
+        return Ok((KernelKind::Tiled(default), ConfigSource::Default));
+    }
+    match default_sweep().into_iter().find(|c| c.validate(&limits).is_ok()) {
+        Some(c) => Ok((KernelKind::Tiled(c), ConfigSource::Fallback)),
+        None => Ok((KernelKind::Direct, ConfigSource::Fallback)),
+    }
+}
+
+/// Weights as the tiled kernel reads them: `[groups][k_pad][n_pad]`, K padded to whole
+/// `block_k` steps and the group's output channels to whole `block_n` blocks, zeros beyond.
+pub(crate) fn pack_weights(spec: &Conv2dSpec, weight: &[f32], cfg: &TileConfig) -> Vec<f32> {
+    let k = spec.k_total() as usize;
+    let k_pad = round_up(spec.k_total(), cfg.block_k) as usize;
+    let cout_g = spec.out_channels_per_group() as usize;
+    let n_pad = round_up(spec.out_channels_per_group(), cfg.block_n) as usize;
+    let mut packed = vec![0.0f32; spec.groups as usize * k_pad * n_pad];
+    for g in 0..spec.groups as usize {
+        for n in 0..cout_g {
+            let src = &weight[(g * cout_g + n) * k..][..k];
+            for (kk, &v) in src.iter().enumerate() {
+                packed[(g * k_pad + kk) * n_pad + n] = v;
+            }
+        }
+    }
+    packed
+}
+
+/// One gather-table row per k (padded to whole `block_k` steps): the element offset of
+/// tap (ic, ky, kx) from a window origin, and its (dy, dx); rows past K are out of range.
+pub(crate) fn gather_rows(spec: &Conv2dSpec, h: u32, w: u32, block_k: u32) -> Result<Vec<[i32; 4]>> {
+    const OUT_OF_RANGE: i32 = -(1 << 30);
+    let (kh, kw) = (spec.kernel[0], spec.kernel[1]);
+    let span_h = spec.dilation[0] as u64 * (kh as u64 - 1);
+    let span_w = spec.dilation[1] as u64 * (kw as u64 - 1);
+    if span_h >= 1 << 29 || span_w >= 1 << 29 {
+        return Err(Error::TooLarge(format!("dilated kernel {}x{}", span_h + 1, span_w + 1)));
+    }
+    let k_pad = round_up(spec.k_total(), block_k);
+    Ok((0..k_pad)
+        .map(|k| {
+            if k >= spec.k_total() {
+                return [0, OUT_OF_RANGE, OUT_OF_RANGE, 0];
+            }
+            let ic = k / (kh * kw);
+            let dy = ((k / kw) % kh * spec.dilation[0]) as i64;
+            let dx = ((k % kw) * spec.dilation[1]) as i64;
+            let off = ic as i64 * h as i64 * w as i64 + dy * w as i64 + dx;
+            [off as i32, dy as i32, dx as i32, 0]
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fold_grid_splits_and_refuses() {
+        assert_eq!(fold_grid(10, 65535).unwrap(), [10, 1]);
+        assert_eq!(fold_grid(70000, 65535).unwrap(), [65535, 2]);
+        assert_eq!(fold_grid(16, 4).unwrap(), [4, 4]);
+        assert!(fold_grid(17, 4).is_err());
+    }
+}

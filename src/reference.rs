@@ -1,0 +1,93 @@
+//! The CPU reference every GPU result is compared with: a direct convolution with
+//! f64 accumulation and exactly the semantics of [`crate::spec`].
+
+use crate::error::{Error, Result};
+use crate::spec::{ConvProblem, Shape4};
+
+/// Direct convolution on the CPU, accumulating in f64. `bias` must be present iff the
+/// spec says so. Returns the output `[N, C_out, OH, OW]`.
+pub fn conv2d(problem: &ConvProblem, input: &[f32], weight: &[f32], bias: Option<&[f32]>) -> Result<Vec<f32>> {
+    conv2d_images(problem, input, weight, bias, 0..problem.input.n)
+}
+
+/// The reference for a range of images only (tests and the benchmark check samples).
+pub fn conv2d_images(
+    problem: &ConvProblem,
+    input: &[f32],
+    weight: &[f32],
+    bias: Option<&[f32]>,
+    images: std::ops::Range<u32>,
+) -> Result<Vec<f32>> {
+    let s = &problem.spec;
+    check_len("input", problem.input.len() as usize, input.len())?;
+    check_len("weight", s.weight_len(), weight.len())?;
+    if let Some(b) = bias {
+        check_len("bias", s.out_channels as usize, b.len())?;
+    }
+    let Shape4 { c: cin, h, w, .. } = problem.input;
+    let Shape4 { c: cout, h: oh, w: ow, .. } = problem.output;
+    let (cin_g, cout_g) = (s.in_channels_per_group() as usize, s.out_channels_per_group() as usize);
+    let (kh, kw) = (s.kernel[0] as usize, s.kernel[1] as usize);
+    let (h, w, oh, ow) = (h as usize, w as usize, oh as usize, ow as usize);
+    let mut out = Vec::with_capacity(images.len() * cout as usize * oh * ow);
+    for n in images {
+        let x = &input[n as usize * cin as usize * h * w..][..cin as usize * h * w];
+        for oc in 0..cout as usize {
+            let g = oc / cout_g;
+            let wk = &weight[oc * cin_g * kh * kw..][..cin_g * kh * kw];
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let mut acc = bias.map_or(0.0, |b| b[oc] as f64);
+                    for ic in 0..cin_g {
+                        let xc = &x[(g * cin_g + ic) * h * w..][..h * w];
+                        for ky in 0..kh {
+                            let iy = (oy * s.stride[0] as usize + ky * s.dilation[0] as usize) as i64 - s.padding.top as i64;
+                            if iy < 0 || iy >= h as i64 {
+                                continue;
+                            }
+                            for kx in 0..kw {
+                                let ix = (ox * s.stride[1] as usize + kx * s.dilation[1] as usize) as i64
+                                    - s.padding.left as i64;
+                                if ix < 0 || ix >= w as i64 {
+                                    continue;
+                                }
+                                acc += xc[iy as usize * w + ix as usize] as f64 * wk[(ic * kh + ky) * kw + kx] as f64;
+                            }
+                        }
+                    }
+                    out.push(acc as f32);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// ReLU as PyTorch applies it: negative values become 0, NaN stays NaN.
+pub fn relu(v: f32) -> f32 {
+    if v < 0.0 { 0.0 } else { v }
+}
+
+/// ‖got − want‖₂ / ‖want‖₂ in f64; NaN anywhere in `got` gives NaN (never a pass).
+pub fn relative_l2(got: &[f32], want: &[f32]) -> f64 {
+    if got.len() != want.len() {
+        return f64::NAN;
+    }
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (&g, &w) in got.iter().zip(want) {
+        if g.is_nan() {
+            return f64::NAN;
+        }
+        let d = g as f64 - w as f64;
+        num += d * d;
+        den += w as f64 * w as f64;
+    }
+    if den == 0.0 { num.sqrt() } else { (num / den).sqrt() }
+}
+
+fn check_len(what: &'static str, expected: usize, got: usize) -> Result<()> {
+    if expected != got {
+        return Err(Error::WrongLength { what, expected, got });
+    }
+    Ok(())
+}

@@ -1,0 +1,324 @@
+//! What a convolution is: shapes, attributes and their validation, with PyTorch
+//! `nn.Conv2d` / ONNX `Conv` semantics (NCHW, weight `[C_out, C_in/groups, KH, KW]`).
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+
+/// A 4-D NCHW shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Shape4 {
+    pub n: u32,
+    pub c: u32,
+    pub h: u32,
+    pub w: u32,
+}
+
+impl Shape4 {
+    pub const fn new(n: u32, c: u32, h: u32, w: u32) -> Self {
+        Shape4 { n, c, h, w }
+    }
+    /// Elements of the whole tensor (u64: large batches exceed u32).
+    pub fn len(&self) -> u64 {
+        self.n as u64 * self.per_image()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Elements of one image (C·H·W).
+    pub fn per_image(&self) -> u64 {
+        self.c as u64 * self.h as u64 * self.w as u64
+    }
+    pub fn dims(&self) -> [usize; 4] {
+        [self.n as usize, self.c as usize, self.h as usize, self.w as usize]
+    }
+}
+
+impl std::fmt::Display for Shape4 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}x{}x{}", self.n, self.c, self.h, self.w)
+    }
+}
+
+/// Zero padding on each side, ONNX `pads` order: top, left, bottom, right.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct Padding {
+    pub top: u32,
+    pub left: u32,
+    pub bottom: u32,
+    pub right: u32,
+}
+
+impl Padding {
+    pub const fn new(top: u32, left: u32, bottom: u32, right: u32) -> Self {
+        Padding { top, left, bottom, right }
+    }
+    /// PyTorch's `padding=(ph, pw)`: the same on both sides of each axis.
+    pub const fn symmetric(ph: u32, pw: u32) -> Self {
+        Padding::new(ph, pw, ph, pw)
+    }
+    /// PyTorch's `padding=p`.
+    pub const fn uniform(p: u32) -> Self {
+        Padding::new(p, p, p, p)
+    }
+}
+
+/// The attributes of a 2-D convolution: everything but the batch and spatial size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Conv2dSpec {
+    pub in_channels: u32,
+    pub out_channels: u32,
+    /// (KH, KW)
+    pub kernel: [u32; 2],
+    /// (SH, SW)
+    pub stride: [u32; 2],
+    pub padding: Padding,
+    /// (DH, DW)
+    pub dilation: [u32; 2],
+    pub groups: u32,
+    pub bias: bool,
+}
+
+impl Conv2dSpec {
+    /// A square-kernel convolution with stride 1, no padding, no dilation, one group, no bias.
+    pub fn new(in_channels: u32, out_channels: u32, kernel: u32) -> Self {
+        Conv2dSpec {
+            in_channels,
+            out_channels,
+            kernel: [kernel, kernel],
+            stride: [1, 1],
+            padding: Padding::default(),
+            dilation: [1, 1],
+            groups: 1,
+            bias: false,
+        }
+    }
+    pub fn kernel_hw(mut self, kh: u32, kw: u32) -> Self {
+        self.kernel = [kh, kw];
+        self
+    }
+    pub fn stride(mut self, sh: u32, sw: u32) -> Self {
+        self.stride = [sh, sw];
+        self
+    }
+    pub fn padding(mut self, padding: Padding) -> Self {
+        self.padding = padding;
+        self
+    }
+    pub fn dilation(mut self, dh: u32, dw: u32) -> Self {
+        self.dilation = [dh, dw];
+        self
+    }
+    pub fn groups(mut self, groups: u32) -> Self {
+        self.groups = groups;
+        self
+    }
+    pub fn with_bias(mut self, bias: bool) -> Self {
+        self.bias = bias;
+        self
+    }
+
+    /// AlexNet's first layer: 3→96, 11×11, stride 4, padding 2, bias.
+    pub fn alexnet_conv1() -> Self {
+        Conv2dSpec::new(3, 96, 11)
+            .stride(4, 4)
+            .padding(Padding::uniform(2))
+            .with_bias(true)
+    }
+
+    /// Builds a spec from signed attributes as ONNX stores them (`int64`), refusing
+    /// zero or negative strides and dilations and negative padding with the bad value named.
+    #[allow(clippy::too_many_arguments)]
+    pub fn from_signed(
+        in_channels: i64,
+        out_channels: i64,
+        kernel: [i64; 2],
+        stride: [i64; 2],
+        pads: [i64; 4],
+        dilation: [i64; 2],
+        groups: i64,
+        bias: bool,
+    ) -> Result<Self> {
+        fn positive(name: &str, v: i64) -> Result<u32> {
+            if v <= 0 {
+                return Err(Error::spec(format!("{name} must be positive, got {v}")));
+            }
+            u32::try_from(v).map_err(|_| Error::spec(format!("{name} {v} is too large")))
+        }
+        fn non_negative(name: &str, v: i64) -> Result<u32> {
+            if v < 0 {
+                return Err(Error::spec(format!("{name} must not be negative, got {v}")));
+            }
+            u32::try_from(v).map_err(|_| Error::spec(format!("{name} {v} is too large")))
+        }
+        let spec = Conv2dSpec {
+            in_channels: positive("in_channels", in_channels)?,
+            out_channels: positive("out_channels", out_channels)?,
+            kernel: [positive("kernel height", kernel[0])?, positive("kernel width", kernel[1])?],
+            stride: [positive("stride height", stride[0])?, positive("stride width", stride[1])?],
+            padding: Padding::new(
+                non_negative("padding top", pads[0])?,
+                non_negative("padding left", pads[1])?,
+                non_negative("padding bottom", pads[2])?,
+                non_negative("padding right", pads[3])?,
+            ),
+            dilation: [positive("dilation height", dilation[0])?, positive("dilation width", dilation[1])?],
+            groups: positive("groups", groups)?,
+            bias,
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// Checks the attributes on their own (shapes come later, in [`Conv2dSpec::problem`]).
+    pub fn validate(&self) -> Result<()> {
+        let checks: [(&str, u32); 8] = [
+            ("in_channels", self.in_channels),
+            ("out_channels", self.out_channels),
+            ("kernel height", self.kernel[0]),
+            ("kernel width", self.kernel[1]),
+            ("stride height", self.stride[0]),
+            ("stride width", self.stride[1]),
+            ("dilation height", self.dilation[0]),
+            ("dilation width", self.dilation[1]),
+        ];
+        for (name, v) in checks {
+            if v == 0 {
+                return Err(Error::spec(format!("{name} must be positive, got 0")));
+            }
+        }
+        if self.groups == 0 {
+            return Err(Error::spec("groups must be positive, got 0"));
+        }
+        if self.in_channels % self.groups != 0 {
+            return Err(Error::spec(format!(
+                "groups = {} does not divide in_channels = {}",
+                self.groups, self.in_channels
+            )));
+        }
+        if self.out_channels % self.groups != 0 {
+            return Err(Error::spec(format!(
+                "groups = {} does not divide out_channels = {}",
+                self.groups, self.out_channels
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn in_channels_per_group(&self) -> u32 {
+        self.in_channels / self.groups
+    }
+    pub fn out_channels_per_group(&self) -> u32 {
+        self.out_channels / self.groups
+    }
+    /// The GEMM's reduction length: C_in/groups · KH · KW.
+    pub fn k_total(&self) -> u32 {
+        self.in_channels_per_group() * self.kernel[0] * self.kernel[1]
+    }
+    /// Elements of the weight tensor `[C_out, C_in/groups, KH, KW]`.
+    pub fn weight_len(&self) -> usize {
+        self.out_channels as usize * self.k_total() as usize
+    }
+    pub fn weight_shape(&self) -> Shape4 {
+        Shape4::new(self.out_channels, self.in_channels_per_group(), self.kernel[0], self.kernel[1])
+    }
+
+    /// Validates an input shape against the spec and returns the full problem.
+    pub fn problem(&self, input: Shape4) -> Result<ConvProblem> {
+        self.validate()?;
+        if input.c != self.in_channels {
+            return Err(Error::ChannelMismatch { expected: self.in_channels, got: input.c });
+        }
+        if input.n == 0 || input.h == 0 || input.w == 0 {
+            return Err(Error::spec(format!("input shape {input} has a zero dimension")));
+        }
+        let out_dim = |axis, size: u32, pad_a: u32, pad_b: u32, k: u32, d: u32, s: u32| {
+            let padded = size as i64 + pad_a as i64 + pad_b as i64;
+            let span = d as i64 * (k as i64 - 1) + 1;
+            let o = (padded - span).div_euclid(s as i64) + 1;
+            if padded < span || o < 1 {
+                return Err(Error::EmptyOutput {
+                    axis,
+                    size: if padded < span { 0 } else { o },
+                    input: size,
+                    pad: pad_a + pad_b,
+                    kernel: span as u32,
+                });
+            }
+            u32::try_from(o).map_err(|_| Error::TooLarge(format!("{axis} = {o}")))
+        };
+        let p = self.padding;
+        let oh = out_dim("output height", input.h, p.top, p.bottom, self.kernel[0], self.dilation[0], self.stride[0])?;
+        let ow = out_dim("output width", input.w, p.left, p.right, self.kernel[1], self.dilation[1], self.stride[1])?;
+        Ok(ConvProblem { spec: *self, input, output: Shape4::new(input.n, self.out_channels, oh, ow) })
+    }
+}
+
+/// A spec applied to one input shape: everything a kernel needs to know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ConvProblem {
+    pub spec: Conv2dSpec,
+    pub input: Shape4,
+    pub output: Shape4,
+}
+
+impl ConvProblem {
+    /// Multiply-adds ×2 of the whole batch.
+    pub fn flops(&self) -> f64 {
+        2.0 * self.output.len() as f64 * self.spec.k_total() as f64
+    }
+    /// The fewest bytes a kernel must move: input, weights, bias read once, output written once.
+    pub fn min_bytes(&self) -> f64 {
+        let bias = if self.spec.bias { self.spec.out_channels as f64 } else { 0.0 };
+        4.0 * (self.input.len() as f64 + self.spec.weight_len() as f64 + bias + self.output.len() as f64)
+    }
+    pub fn with_batch(&self, n: u32) -> Self {
+        let mut p = *self;
+        p.input.n = n;
+        p.output.n = n;
+        p
+    }
+}
+
+impl std::fmt::Display for ConvProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = &self.spec;
+        write!(
+            f,
+            "{} -> {} k{}x{} s{},{} p{},{},{},{} d{},{} g{}{}",
+            self.input,
+            self.output,
+            s.kernel[0],
+            s.kernel[1],
+            s.stride[0],
+            s.stride[1],
+            s.padding.top,
+            s.padding.left,
+            s.padding.bottom,
+            s.padding.right,
+            s.dilation[0],
+            s.dilation[1],
+            s.groups,
+            if s.bias { " bias" } else { "" }
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alexnet_output_shape() {
+        let p = Conv2dSpec::alexnet_conv1().problem(Shape4::new(256, 3, 224, 224)).unwrap();
+        assert_eq!(p.output, Shape4::new(256, 96, 55, 55));
+    }
+
+    #[test]
+    fn output_formula_matches_pytorch() {
+        // floor((H + pt + pb - d(K-1) - 1)/s) + 1
+        let spec = Conv2dSpec::new(1, 1, 3).stride(2, 3).padding(Padding::new(1, 0, 2, 1)).dilation(2, 1);
+        let p = spec.problem(Shape4::new(1, 1, 10, 7)).unwrap();
+        assert_eq!(p.output.h, (10 + 1 + 2 - 2 * 2 - 1) / 2 + 1);
+        assert_eq!(p.output.w, (7 + 1 - 2 - 1) / 3 + 1);
+    }
+}

@@ -1,0 +1,113 @@
+//! GPU time of a [`ConvPlan`] from timestamp queries (host wall-clock, marked as such,
+//! where a device has none), and the statistics every report quotes.
+
+use crate::conv2d::ConvPlan;
+use crate::error::{Error, Result};
+use crate::gpu::{ErrorScope, Gpu};
+
+/// Where a time came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Clock {
+    /// Timestamp queries around the compute pass.
+    GpuTimestamps,
+    /// Host clock around submit + wait: includes submission overhead.
+    HostWallClock,
+}
+
+/// Times `runs` executions of `plan` after `warmup` untimed ones; milliseconds per run.
+pub fn time_plan(gpu: &Gpu, plan: &ConvPlan, warmup: u32, runs: u32) -> Result<(Vec<f64>, Clock)> {
+    for _ in 0..warmup {
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        plan.encode(&mut enc, None);
+        gpu.queue.submit([enc.finish()]);
+    }
+    gpu.wait()?;
+    if !gpu.has_timestamps() {
+        let mut times = Vec::with_capacity(runs as usize);
+        for _ in 0..runs {
+            let t0 = std::time::Instant::now();
+            let mut enc = gpu.device.create_command_encoder(&Default::default());
+            plan.encode(&mut enc, None);
+            gpu.queue.submit([enc.finish()]);
+            gpu.wait()?;
+            times.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        return Ok((times, Clock::HostWallClock));
+    }
+    let count = runs * 2;
+    let scope = ErrorScope::push(&gpu.device);
+    let queries = gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
+        label: Some("wgconv timestamps"),
+        ty: wgpu::QueryType::Timestamp,
+        count,
+    });
+    let resolve = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("wgconv timestamps resolve"),
+        size: count as u64 * 8,
+        usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    });
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    for i in 0..runs {
+        plan.encode(
+            &mut enc,
+            Some(wgpu::ComputePassTimestampWrites {
+                query_set: &queries,
+                beginning_of_pass_write_index: Some(2 * i),
+                end_of_pass_write_index: Some(2 * i + 1),
+            }),
+        );
+    }
+    enc.resolve_query_set(&queries, 0..count, &resolve, 0);
+    gpu.queue.submit([enc.finish()]);
+    scope.finish("timed runs")?;
+    let stamps = gpu.read_buffer::<u64>(&resolve, 0, count as usize)?;
+    let period = gpu.queue.get_timestamp_period() as f64;
+    let times: Vec<f64> = stamps
+        .chunks(2)
+        .map(|p| p[1].wrapping_sub(p[0]) as f64 * period / 1e6)
+        .collect();
+    if times.iter().any(|t| !t.is_finite() || *t <= 0.0 || *t > 1e6) {
+        return Err(Error::Wgpu { stage: "timestamps", message: format!("implausible GPU times {times:?}") });
+    }
+    Ok((times, Clock::GpuTimestamps))
+}
+
+/// Median, min, max, quartiles of a sample.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Summary {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub q1: f64,
+    pub q3: f64,
+    pub n: usize,
+}
+
+impl Summary {
+    pub fn of(sample: &[f64]) -> Option<Summary> {
+        if sample.is_empty() || sample.iter().any(|v| v.is_nan()) {
+            return None;
+        }
+        let mut v = sample.to_vec();
+        v.sort_by(|a, b| a.total_cmp(b));
+        Some(Summary {
+            median: quantile(&v, 0.5),
+            min: v[0],
+            max: v[v.len() - 1],
+            q1: quantile(&v, 0.25),
+            q3: quantile(&v, 0.75),
+            n: v.len(),
+        })
+    }
+    pub fn iqr(&self) -> f64 {
+        self.q3 - self.q1
+    }
+}
+
+/// Linear-interpolated quantile of sorted data.
+pub fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let pos = q * (sorted.len() - 1) as f64;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+}
