@@ -1,0 +1,64 @@
+//! Subcommands of `wgconv`, one module each. Errors are printed once, here, as one line
+//! on stderr; the exit code is 1 (clap's usage errors exit 2).
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+mod bench;
+mod info;
+mod run;
+mod tune;
+
+#[derive(Parser)]
+#[command(
+    name = "wgconv",
+    version,
+    about = "Fast, portable 2-D convolution (PyTorch nn.Conv2d forward) as WGSL compute shaders on wgpu",
+    long_about = "Fast, portable 2-D convolution (PyTorch nn.Conv2d / ONNX Conv forward, NCHW f32) as WGSL \
+compute shaders on wgpu.\n\nThe adapter is the best one found (discrete GPU first); choose another with \
+--adapter or WGCONV_ADAPTER (a name substring) and WGPU_BACKEND (vulkan, metal, dx12, gl).",
+    after_help = "Examples:\n  wgconv info\n  wgconv bench --json bench.json --svg bench.svg\n  wgconv tune\n  \
+wgconv run --input x.npy --weight w.npy --bias b.npy --stride 4 --padding 2 --relu --output y.npy"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    Bench(bench::Args),
+    Tune(tune::Args),
+    Run(run::Args),
+    Info(info::Args),
+}
+
+/// A CLI failure: one line for the user.
+#[derive(Debug)]
+pub struct CliError(pub String);
+
+impl<E: std::fmt::Display> From<E> for CliError {
+    fn from(e: E) -> Self {
+        CliError(e.to_string())
+    }
+}
+
+pub type CliResult<T = ()> = Result<T, CliError>;
+
+pub fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Bench(a) => bench::main(a),
+        Command::Tune(a) => tune::main(a),
+        Command::Run(a) => run::main(a),
+        Command::Info(a) => info::main(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(CliError(msg)) => {
+            eprintln!("wgconv: error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
