@@ -116,9 +116,9 @@ impl TileConfig {
                 self.thread_n = tn;
                 Ok(())
             }
-            None => Err(self.refuse(format!(
-                "{per} outputs per invocation cannot form a register tile of multiples of 4"
-            ))),
+            None => {
+                Err(self.refuse(format!("{per} outputs per invocation cannot form a register tile of multiples of 4")))
+            }
         }
     }
 
@@ -325,7 +325,8 @@ mod tests {
 
     #[test]
     fn limits_refuse_with_reason() {
-        let lim = KernelLimits { workgroup_storage_bytes: 16384, invocations_per_workgroup: 256, workgroup_size_x: 256 };
+        let lim =
+            KernelLimits { workgroup_storage_bytes: 16384, invocations_per_workgroup: 256, workgroup_size_x: 256 };
         let big = TileConfig::with_thread_tile(128, 128, 32, 4, 4, 4);
         let e = big.validate(&lim).unwrap_err().to_string();
         assert!(e.contains("invocations") || e.contains("workgroup memory"), "{e}");

@@ -93,7 +93,8 @@ fn round_up(v: u32, to: u32) -> u32 {
 pub(crate) fn images_per_chunk(problem: &ConvProblem, limits: &wgpu::Limits) -> Result<u32> {
     let slack = limits.min_storage_buffer_offset_alignment as u64;
     // Kernels index bound windows with i32 arithmetic: keep every window under 2^31 elements.
-    let cap_elems = ((limits.max_storage_buffer_binding_size as u64).saturating_sub(slack) / 4).min(i32::MAX as u64 - slack);
+    let cap_elems =
+        ((limits.max_storage_buffer_binding_size as u64).saturating_sub(slack) / 4).min(i32::MAX as u64 - slack);
     let per_in = problem.input.per_image();
     let per_out = problem.output.per_image();
     let fit = cap_elems / per_in.max(per_out);
@@ -113,9 +114,7 @@ pub(crate) fn fold_grid(total: u32, max_per_dim: u32) -> Result<[u32; 2]> {
     let x = total.clamp(1, max_per_dim);
     let y = total.div_ceil(x);
     if y > max_per_dim {
-        return Err(Error::TooLarge(format!(
-            "{total} workgroups exceed {max_per_dim}² even when folded"
-        )));
+        return Err(Error::TooLarge(format!("{total} workgroups exceed {max_per_dim}² even when folded")));
     }
     Ok([x, y])
 }
@@ -123,7 +122,13 @@ pub(crate) fn fold_grid(total: u32, max_per_dim: u32) -> Result<[u32; 2]> {
 impl Conv2d {
     /// Uploads the weights (`[C_out, C_in/groups, KH, KW]`) and bias (`[C_out]`, present iff
     /// `spec.bias`) and builds the kernel.
-    pub fn new(gpu: &Arc<Gpu>, spec: Conv2dSpec, weight: &[f32], bias: Option<&[f32]>, options: Conv2dOptions) -> Result<Self> {
+    pub fn new(
+        gpu: &Arc<Gpu>,
+        spec: Conv2dSpec,
+        weight: &[f32],
+        bias: Option<&[f32]>,
+        options: Conv2dOptions,
+    ) -> Result<Self> {
         spec.validate()?;
         if weight.len() != spec.weight_len() {
             return Err(Error::WrongLength { what: "weight", expected: spec.weight_len(), got: weight.len() });
@@ -194,7 +199,9 @@ impl Conv2d {
     /// (`[N, C_out, OH, OW]` f32). Both buffers need `STORAGE` usage.
     pub fn plan(&self, shape: Shape4, input: &wgpu::Buffer, output: &wgpu::Buffer) -> Result<ConvPlan> {
         let problem = self.spec.problem(shape)?;
-        for (what, buf, elems) in [("input buffer", input, problem.input.len()), ("output buffer", output, problem.output.len())] {
+        for (what, buf, elems) in
+            [("input buffer", input, problem.input.len()), ("output buffer", output, problem.output.len())]
+        {
             if buf.size() < elems * 4 {
                 return Err(Error::WrongLength { what, expected: (elems * 4) as usize, got: buf.size() as usize });
             }
@@ -297,7 +304,13 @@ impl Conv2d {
     }
 
     /// Encodes the convolution of `input` (shape `shape`) into `output` on the caller's encoder.
-    pub fn encode(&self, encoder: &mut wgpu::CommandEncoder, shape: Shape4, input: &wgpu::Buffer, output: &wgpu::Buffer) -> Result<()> {
+    pub fn encode(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        shape: Shape4,
+        input: &wgpu::Buffer,
+        output: &wgpu::Buffer,
+    ) -> Result<()> {
         self.plan(shape, input, output)?.encode(encoder, None);
         Ok(())
     }

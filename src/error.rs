@@ -14,20 +14,10 @@ pub enum Error {
     ChannelMismatch { expected: u32, got: u32 },
 
     #[error("{what} has {got} elements, expected {expected}")]
-    WrongLength {
-        what: &'static str,
-        expected: usize,
-        got: usize,
-    },
+    WrongLength { what: &'static str, expected: usize, got: usize },
 
     #[error("output would be empty: {axis} = {size} (input {input} + padding {pad} is smaller than the dilated kernel {kernel})")]
-    EmptyOutput {
-        axis: &'static str,
-        size: i64,
-        input: u32,
-        pad: u32,
-        kernel: u32,
-    },
+    EmptyOutput { axis: &'static str, size: i64, input: u32, pad: u32, kernel: u32 },
 
     #[error("tile config {config} is refused: {reason}")]
     ConfigRefused { config: String, reason: String },

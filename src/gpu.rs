@@ -91,7 +91,9 @@ pub fn choose_adapter(infos: &[wgpu::AdapterInfo], substring: Option<&str>) -> R
         .iter()
         .enumerate()
         .min_by_key(|(_, i)| type_rank(i.device_type))
-        .map(|(idx, i)| (idx, format!("first {:?} adapter (discrete > integrated > virtual > other > CPU)", i.device_type)))
+        .map(|(idx, i)| {
+            (idx, format!("first {:?} adapter (discrete > integrated > virtual > other > CPU)", i.device_type))
+        })
         .ok_or_else(|| Error::NoAdapter(" (is a Vulkan, Metal, DX12 or GL driver installed?)".into()))
 }
 
@@ -188,9 +190,7 @@ impl Gpu {
         rx.recv()
             .map_err(|e| Error::Wgpu { stage: "map", message: e.to_string() })?
             .map_err(|e| Error::Wgpu { stage: "map", message: e.to_string() })?;
-        let view = slice
-            .get_mapped_range()
-            .map_err(|e| Error::Wgpu { stage: "map", message: e.to_string() })?;
+        let view = slice.get_mapped_range().map_err(|e| Error::Wgpu { stage: "map", message: e.to_string() })?;
         let out = bytemuck::cast_slice::<u8, T>(&view).to_vec();
         drop(view);
         staging.unmap();

@@ -71,7 +71,8 @@ pub fn shader_hash() -> String {
 /// GLSL (compute): the proof that a variant is portable, without any device.
 pub fn check_portable(kind: &KernelKind) -> Result<()> {
     use naga::back;
-    let err = |stage: &'static str| move |e: &dyn std::fmt::Display| Error::Wgpu { stage, message: format!("{kind}: {e}") };
+    let err =
+        |stage: &'static str| move |e: &dyn std::fmt::Display| Error::Wgpu { stage, message: format!("{kind}: {e}") };
     let src = source(kind);
     let module = naga::front::wgsl::parse_str(&src).map_err(|e| err("naga parse")(&e.emit_to_string(&src)))?;
     let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())

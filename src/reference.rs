@@ -41,7 +41,8 @@ pub fn conv2d_images(
                     for ic in 0..cin_g {
                         let xc = &x[(g * cin_g + ic) * h * w..][..h * w];
                         for ky in 0..kh {
-                            let iy = (oy * s.stride[0] as usize + ky * s.dilation[0] as usize) as i64 - s.padding.top as i64;
+                            let iy =
+                                (oy * s.stride[0] as usize + ky * s.dilation[0] as usize) as i64 - s.padding.top as i64;
                             if iy < 0 || iy >= h as i64 {
                                 continue;
                             }
@@ -65,7 +66,11 @@ pub fn conv2d_images(
 
 /// ReLU as PyTorch applies it: negative values become 0, NaN stays NaN.
 pub fn relu(v: f32) -> f32 {
-    if v < 0.0 { 0.0 } else { v }
+    if v < 0.0 {
+        0.0
+    } else {
+        v
+    }
 }
 
 /// ‖got − want‖₂ / ‖want‖₂ in f64; NaN anywhere in `got` gives NaN (never a pass).
@@ -82,7 +87,11 @@ pub fn relative_l2(got: &[f32], want: &[f32]) -> f64 {
         num += d * d;
         den += w as f64 * w as f64;
     }
-    if den == 0.0 { num.sqrt() } else { (num / den).sqrt() }
+    if den == 0.0 {
+        num.sqrt()
+    } else {
+        (num / den).sqrt()
+    }
 }
 
 fn check_len(what: &'static str, expected: usize, got: usize) -> Result<()> {

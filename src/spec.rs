@@ -119,10 +119,7 @@ impl Conv2dSpec {
 
     /// AlexNet's first layer: 3→96, 11×11, stride 4, padding 2, bias.
     pub fn alexnet_conv1() -> Self {
-        Conv2dSpec::new(3, 96, 11)
-            .stride(4, 4)
-            .padding(Padding::uniform(2))
-            .with_bias(true)
+        Conv2dSpec::new(3, 96, 11).stride(4, 4).padding(Padding::uniform(2)).with_bias(true)
     }
 
     /// Builds a spec from signed attributes as ONNX stores them (`int64`), refusing

@@ -63,10 +63,7 @@ pub fn time_plan(gpu: &Gpu, plan: &ConvPlan, warmup: u32, runs: u32) -> Result<(
     scope.finish("timed runs")?;
     let stamps = gpu.read_buffer::<u64>(&resolve, 0, count as usize)?;
     let period = gpu.queue.get_timestamp_period() as f64;
-    let times: Vec<f64> = stamps
-        .chunks(2)
-        .map(|p| p[1].wrapping_sub(p[0]) as f64 * period / 1e6)
-        .collect();
+    let times: Vec<f64> = stamps.chunks(2).map(|p| p[1].wrapping_sub(p[0]) as f64 * period / 1e6).collect();
     if times.iter().any(|t| !t.is_finite() || *t <= 0.0 || *t > 1e6) {
         return Err(Error::Wgpu { stage: "timestamps", message: format!("implausible GPU times {times:?}") });
     }

@@ -13,7 +13,9 @@ fn smoke() {
     let (w, b) = params(&spec, 2);
     let want = reference_out(&p, &x, &w, b.as_deref());
     for kind in [KernelKind::Direct, KernelKind::Tiled(TileConfig::seed())] {
-        let conv = Conv2d::new(&gpu, spec, &w, b.as_deref(), Conv2dOptions { kernel: Some(kind), ..Default::default() }).unwrap();
+        let conv =
+            Conv2d::new(&gpu, spec, &w, b.as_deref(), Conv2dOptions { kernel: Some(kind), ..Default::default() })
+                .unwrap();
         let got = run_poisoned(&gpu, &conv, &x, shape);
         assert_close(&kind.to_string(), &got, &want, TOL_F32);
         let got = conv.forward(&x, shape).unwrap();
