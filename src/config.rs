@@ -276,7 +276,7 @@ pub fn default_sweep() -> Vec<TileConfig> {
         // 2 / 8 / 16 warps on the seed's blocks.
         T::with_thread_tile(32, 64, 32, 4, 8, 2),
         T::with_thread_tile(64, 128, 16, 4, 4, 2),
-        T::with_thread_tile(128, 128, 8, 4, 4, 2),
+        T::with_thread_tile(128, 128, 8, 8, 4, 2),
         // Whole C_out = 96 in one block column (AlexNet), large register tiles.
         T::with_thread_tile(128, 96, 16, 8, 12, 2),
         T::with_thread_tile(128, 96, 8, 8, 12, 2),

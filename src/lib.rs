@@ -22,6 +22,7 @@
 //! # Ok::<(), wgconv::Error>(())
 //! ```
 
+pub mod bench;
 pub mod config;
 pub mod conv2d;
 pub mod error;

@@ -1,0 +1,295 @@
+//! The tile-size benchmark: one problem, a declared list of kernels, each checked against
+//! the CPU reference on sampled images (NaN-poisoned output) and timed with GPU timestamps.
+//! `wgconv bench` prints, saves and charts what this returns.
+
+use crate::config::TileConfig;
+use crate::conv2d::{Activation, Conv2d, Conv2dOptions};
+use crate::error::{Error, Result};
+use crate::gpu::{AdapterSummary, ErrorScope, Gpu};
+use crate::kernel::KernelKind;
+use crate::reference;
+use crate::spec::{ConvProblem, Shape4};
+use crate::timing::{time_plan, Clock, Summary};
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use std::sync::Arc;
+use wgpu::util::DeviceExt;
+
+/// Relative L2 error above which a config is marked wrong (fp32 accumulation lands near 1e-7).
+pub const F32_TOLERANCE: f64 = 1e-5;
+
+/// Batch used on CPU adapters (lavapipe) when the caller gives none.
+pub const CPU_BATCH: u32 = 2;
+
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    pub problem: ConvProblem,
+    pub kernels: Vec<KernelKind>,
+    pub warmup: u32,
+    pub runs: u32,
+    pub activation: Activation,
+    /// FP32 peak for the "% of peak" column (TFLOP/s).
+    pub peak_tflops: Option<f64>,
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Outcome {
+    /// Correct and timed.
+    Ok { time_ms: Summary, tflops: f64, pct_of_peak: Option<f64>, speedup_vs_baseline: Option<f64>, rel_l2: f64 },
+    /// The device cannot run it (reason from `TileConfig::validate`).
+    Refused { reason: String },
+    /// Ran but disagreed with the reference: never ranked.
+    Wrong { rel_l2: f64, time_ms: Option<Summary> },
+    /// A wgpu error (pipeline, dispatch).
+    Failed { reason: String },
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct KernelResult {
+    pub kernel: String,
+    pub config: Option<TileConfig>,
+    pub outcome: Outcome,
+}
+
+impl KernelResult {
+    pub fn median_ms(&self) -> Option<f64> {
+        match &self.outcome {
+            Outcome::Ok { time_ms, .. } => Some(time_ms.median),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    pub adapter: AdapterSummary,
+    pub date: String,
+    pub wgconv_version: String,
+    pub problem: ConvProblem,
+    pub problem_text: String,
+    pub gflop: f64,
+    pub min_mbytes: f64,
+    pub clock: Option<Clock>,
+    pub warmup: u32,
+    pub runs: u32,
+    pub sampled_images: Vec<u32>,
+    pub baseline: String,
+    pub peak_tflops: Option<f64>,
+    pub results: Vec<KernelResult>,
+}
+
+impl BenchReport {
+    /// Correct results, fastest first.
+    pub fn ranked(&self) -> Vec<&KernelResult> {
+        let mut v: Vec<_> = self.results.iter().filter(|r| r.median_ms().is_some()).collect();
+        v.sort_by(|a, b| a.median_ms().unwrap().total_cmp(&b.median_ms().unwrap()));
+        v
+    }
+}
+
+/// A known FP32 (non-tensor) peak for an adapter name, TFLOP/s (datasheet).
+pub fn known_fp32_peak(adapter_name: &str) -> Option<f64> {
+    let n = adapter_name.to_lowercase();
+    [("h100", 67.0), ("h200", 67.0), ("4090", 82.6), ("a100", 19.5)]
+        .iter()
+        .find(|(k, _)| n.contains(k))
+        .map(|&(_, v)| v)
+}
+
+fn randn(len: usize, rng: &mut rand::rngs::StdRng) -> Vec<f32> {
+    (0..len).map(|_| rng.sample::<f32, _>(rand_distr::StandardNormal)).collect()
+}
+
+/// Runs the sweep; `progress(i, n, kernel)` is called before each kernel.
+pub fn run(gpu: &Arc<Gpu>, opts: &BenchOptions, mut progress: impl FnMut(usize, usize, &str)) -> Result<BenchReport> {
+    let problem = opts.problem;
+    let spec = problem.spec;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(opts.seed);
+    let x = randn(problem.input.len() as usize, &mut rng);
+    let w = randn(spec.weight_len(), &mut rng);
+    let b = spec.bias.then(|| randn(spec.out_channels as usize, &mut rng));
+
+    // The reference on the first and last image.
+    let last = problem.input.n - 1;
+    let sampled: Vec<u32> = if last == 0 { vec![0] } else { vec![0, last] };
+    let per_in = problem.input.per_image() as usize;
+    let per_out = problem.output.per_image() as usize;
+    let want: Vec<Vec<f32>> = sampled
+        .iter()
+        .map(|&i| {
+            let one = problem.with_batch(1);
+            let mut r = reference::conv2d(&one, &x[i as usize * per_in..][..per_in], &w, b.as_deref())?;
+            if opts.activation == Activation::Relu {
+                r.iter_mut().for_each(|v| *v = reference::relu(*v));
+            }
+            Ok(r)
+        })
+        .collect::<Result<_>>()?;
+
+    let dev = &gpu.device;
+    let scope = ErrorScope::push(dev);
+    let in_buf = dev.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: Some("bench input"),
+        contents: bytemuck::cast_slice(&x),
+        usage: wgpu::BufferUsages::STORAGE,
+    });
+    let out_buf = dev.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("bench output"),
+        size: problem.output.len() * 4,
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    scope.finish("bench buffers")?;
+    drop(x);
+    let poison = vec![f32::NAN; per_out];
+
+    let limits = gpu.kernel_limits();
+    let baseline = opts.kernels.first().map(|k| k.to_string()).unwrap_or_default();
+    let mut results = Vec::new();
+    let mut clock = None;
+    let n = opts.kernels.len();
+    for (i, kind) in opts.kernels.iter().enumerate() {
+        progress(i, n, &kind.to_string());
+        let config = match kind {
+            KernelKind::Tiled(c) => Some(*c),
+            KernelKind::Direct => None,
+        };
+        let outcome = (|| -> Result<Outcome> {
+            if let Some(c) = &config {
+                if let Err(e) = c.validate(&limits) {
+                    return Ok(Outcome::Refused {
+                        reason: match e {
+                            Error::ConfigRefused { reason, .. } => reason,
+                            e => e.to_string(),
+                        },
+                    });
+                }
+            }
+            let conv = Conv2d::new(
+                gpu,
+                spec,
+                &w,
+                b.as_deref(),
+                Conv2dOptions { kernel: Some(*kind), activation: opts.activation, ..Default::default() },
+            )?;
+            let plan = conv.plan(problem.input, &in_buf, &out_buf)?;
+            for &img in &sampled {
+                gpu.queue.write_buffer(&out_buf, img as u64 * per_out as u64 * 4, bytemuck::cast_slice(&poison));
+            }
+            let mut enc = dev.create_command_encoder(&Default::default());
+            plan.encode(&mut enc, None);
+            gpu.queue.submit([enc.finish()]);
+            let mut err: f64 = 0.0;
+            for (&img, want) in sampled.iter().zip(&want) {
+                let got = gpu.read_buffer::<f32>(&out_buf, img as u64 * per_out as u64 * 4, per_out)?;
+                err = err.max(reference::relative_l2(&got, want));
+            }
+            let (times, c) = time_plan(gpu, &plan, opts.warmup, opts.runs)?;
+            clock = Some(c);
+            let time = Summary::of(&times).ok_or_else(|| Error::Unsupported("no timings".into()))?;
+            if err.is_nan() || err > F32_TOLERANCE {
+                return Ok(Outcome::Wrong { rel_l2: err, time_ms: Some(time) });
+            }
+            let tflops = problem.flops() / (time.median * 1e-3) / 1e12;
+            Ok(Outcome::Ok {
+                time_ms: time,
+                tflops,
+                pct_of_peak: opts.peak_tflops.map(|p| 100.0 * tflops / p),
+                speedup_vs_baseline: None,
+                rel_l2: err,
+            })
+        })()
+        .unwrap_or_else(|e| Outcome::Failed { reason: e.to_string() });
+        results.push(KernelResult { kernel: kind.to_string(), config, outcome });
+    }
+    let base_ms = results.first().and_then(|r| r.median_ms());
+    for r in &mut results {
+        if let Outcome::Ok { time_ms, speedup_vs_baseline, .. } = &mut r.outcome {
+            *speedup_vs_baseline = base_ms.map(|b| b / time_ms.median);
+        }
+    }
+    Ok(BenchReport {
+        adapter: gpu.summary(),
+        date: chrono::Utc::now().to_rfc3339(),
+        wgconv_version: env!("CARGO_PKG_VERSION").into(),
+        problem,
+        problem_text: problem.to_string(),
+        gflop: problem.flops() / 1e9,
+        min_mbytes: problem.min_bytes() / 1e6,
+        clock,
+        warmup: opts.warmup,
+        runs: opts.runs,
+        sampled_images: sampled,
+        baseline,
+        peak_tflops: opts.peak_tflops,
+        results,
+    })
+}
+
+/// A plain-text table, fastest first, then the wrong, refused and failed rows.
+pub fn table(report: &BenchReport) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{} | {} {} | {} | {:.1} GFLOP | clock {:?}",
+        report.adapter.name, report.adapter.backend, report.adapter.driver_info, report.problem_text, report.gflop,
+        report.clock
+    );
+    let _ = writeln!(
+        s,
+        "{:<34} {:>9} {:>9} {:>9} {:>8} {:>7} {:>8} {:>9}",
+        "kernel", "median ms", "min ms", "max ms", "TFLOP/s", "% peak", "vs base", "rel L2"
+    );
+    for r in report.ranked() {
+        if let Outcome::Ok { time_ms, tflops, pct_of_peak, speedup_vs_baseline, rel_l2 } = &r.outcome {
+            let _ = writeln!(
+                s,
+                "{:<34} {:>9.3} {:>9.3} {:>9.3} {:>8.2} {:>7} {:>8} {:>9.1e}",
+                r.kernel,
+                time_ms.median,
+                time_ms.min,
+                time_ms.max,
+                tflops,
+                pct_of_peak.map_or("-".into(), |p| format!("{p:.1}")),
+                speedup_vs_baseline.map_or("-".into(), |x| format!("{x:.2}x")),
+                rel_l2
+            );
+        }
+    }
+    for r in &report.results {
+        match &r.outcome {
+            Outcome::Ok { .. } => {}
+            Outcome::Wrong { rel_l2, time_ms } => {
+                let _ = writeln!(
+                    s,
+                    "{:<34} WRONG rel L2 {rel_l2:.2e} (median {:.3} ms, not ranked)",
+                    r.kernel,
+                    time_ms.map_or(f64::NAN, |t| t.median)
+                );
+            }
+            Outcome::Refused { reason } => {
+                let _ = writeln!(s, "{:<34} refused: {reason}", r.kernel);
+            }
+            Outcome::Failed { reason } => {
+                let _ = writeln!(s, "{:<34} failed: {reason}", r.kernel);
+            }
+        }
+    }
+    s
+}
+
+/// The problem shape for a batch override (`None`: keep the problem's).
+pub fn with_batch(problem: ConvProblem, batch: Option<u32>) -> ConvProblem {
+    match batch {
+        Some(n) => problem.with_batch(n),
+        None => problem,
+    }
+}
+
+/// AlexNet conv1 at a batch.
+pub fn alexnet_problem(batch: u32) -> Result<ConvProblem> {
+    crate::spec::Conv2dSpec::alexnet_conv1().problem(Shape4::new(batch, 3, 224, 224))
+}
