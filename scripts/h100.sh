@@ -15,17 +15,19 @@ if [ -d .gl ] && ! ldconfig -p | grep -q libvulkan.so.1; then
 fi
 export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
-date -u +%Y-%m-%dT%H:%M:%SZ | tee "$OUT/date.txt"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$OUT/gpu.txt"
-"$BIN" info > "$OUT/info.txt" 2>&1 || true
+# Everything printed goes to one log (the device returns at most 8 files).
+exec > >(tee "$OUT/h100.log") 2>&1
+date -u +%Y-%m-%dT%H:%M:%SZ
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
+"$BIN" info || true
 run() { echo "== wgconv bench $*"; "$BIN" bench "$@"; }
-run --json "$OUT/alexnet.json" --svg "$OUT/alexnet.svg" --direct ${BENCH_ARGS:-} | tee "$OUT/alexnet.txt"
+run --json "$OUT/alexnet.json" --svg "$OUT/alexnet.svg" --direct ${BENCH_ARGS:-}
 [ "$MODE" = quick ] && exit 0
 run --batch 32 --in-channels 64 --out-channels 64 --height 56 --width 56 --kernel 3 --stride 1 --padding 1 \
-    --json "$OUT/resnet3x3.json" | tee "$OUT/resnet3x3.txt"
+    --json "$OUT/resnet3x3.json"
 run --batch 32 --in-channels 256 --out-channels 64 --height 28 --width 28 --kernel 1 --stride 1 --padding 0 \
-    --json "$OUT/pointwise1x1.json" | tee "$OUT/pointwise1x1.txt"
+    --json "$OUT/pointwise1x1.json"
 ANCHORS=${ANCHORS_DIR:-.anchors}
 [ -f "$ANCHORS/anchors.py" ] || ANCHORS=../shared/anchors
-PYTHONUNBUFFERED=1 QUICK=${ANCHORS_QUICK:-1} python3 "$ANCHORS/anchors.py" 2>&1 | tee "$OUT/anchors.txt"
-PYTHONUNBUFFERED=1 python3 scripts/cudnn_shapes.py 2>&1 | tee "$OUT/cudnn_shapes.txt"
+PYTHONUNBUFFERED=1 QUICK=${ANCHORS_QUICK:-1} python3 "$ANCHORS/anchors.py"
+PYTHONUNBUFFERED=1 python3 scripts/cudnn_shapes.py

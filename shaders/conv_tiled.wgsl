@@ -35,7 +35,25 @@ var<workgroup> row_info: array<vec4<i32>, BM>;
 
 var<private> a_next: array<f32, A_LOADS>;
 var<private> b_next: array<vec4<f32>, B_LOADS>;
-var<private> acc: array<array<vec4<f32>, TN / 4u>, TM>;
+// The register tile, in groups of 4 rows: acc0 holds rows 0-3, acc1 rows 4-7, ... (TM ≤ 16).
+// One array of TM×TN floats would be simpler, but NVIDIA's Vulkan compiler stopped keeping
+// it in registers at 8×12 (27.7 ms vs 2.36 ms for 4×12 on the H100, BENCHMARKS.md run 1);
+// groups of at most 4×16 floats stay in registers. Unused groups are dead code.
+const ACC_GROUPS: u32 = TM / 4u;
+var<private> acc0: array<array<vec4<f32>, TN / 4u>, 4>;
+var<private> acc1: array<array<vec4<f32>, TN / 4u>, 4>;
+var<private> acc2: array<array<vec4<f32>, TN / 4u>, 4>;
+var<private> acc3: array<array<vec4<f32>, TN / 4u>, 4>;
+
+fn acc_get(i: u32, j: u32) -> vec4<f32> {
+    let r = i % 4u;
+    switch (i / 4u) {
+        case 0u: { return acc0[r][j]; }
+        case 1u: { return acc1[r][j]; }
+        case 2u: { return acc2[r][j]; }
+        default: { return acc3[r][j]; }
+    }
+}
 
 // Global → registers: K step `kt` of A (gathered) and B (packed weights).
 fn fetch(kt: u32, t: u32, g: u32, n0: u32) {
@@ -91,10 +109,28 @@ fn multiply(buf: u32, tm: u32, tn: u32) {
         for (var j = 0u; j < TN / 4u; j++) {
             b[j] = b_tile[(buf * BK + k) * BN4 + j * RN + tn];
         }
-        for (var i = 0u; i < TM; i++) {
-            let av = vec4<f32>(a[i / 4u][i % 4u]);
+        for (var r = 0u; r < 4u; r++) {
+            let a0 = vec4<f32>(a[0][r]);
             for (var j = 0u; j < TN / 4u; j++) {
-                acc[i][j] = fma(av, b[j], acc[i][j]);
+                acc0[r][j] = fma(a0, b[j], acc0[r][j]);
+            }
+            if (ACC_GROUPS > 1u) {
+                let a1 = vec4<f32>(a[min(1u, ACC_GROUPS - 1u)][r]);
+                for (var j = 0u; j < TN / 4u; j++) {
+                    acc1[r][j] = fma(a1, b[j], acc1[r][j]);
+                }
+            }
+            if (ACC_GROUPS > 2u) {
+                let a2 = vec4<f32>(a[min(2u, ACC_GROUPS - 1u)][r]);
+                for (var j = 0u; j < TN / 4u; j++) {
+                    acc2[r][j] = fma(a2, b[j], acc2[r][j]);
+                }
+            }
+            if (ACC_GROUPS > 3u) {
+                let a3 = vec4<f32>(a[min(3u, ACC_GROUPS - 1u)][r]);
+                for (var j = 0u; j < TN / 4u; j++) {
+                    acc3[r][j] = fma(a3, b[j], acc3[r][j]);
+                }
             }
         }
     }
@@ -131,9 +167,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         }
         row_info[r] = info;
     }
-    for (var i = 0u; i < TM; i++) {
+    for (var r = 0u; r < 4u; r++) {
         for (var j = 0u; j < TN / 4u; j++) {
-            acc[i][j] = vec4<f32>(0.0);
+            acc0[r][j] = vec4<f32>(0.0);
+            acc1[r][j] = vec4<f32>(0.0);
+            acc2[r][j] = vec4<f32>(0.0);
+            acc3[r][j] = vec4<f32>(0.0);
         }
     }
     workgroupBarrier();
@@ -171,7 +210,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         for (var j = 0u; j < TN; j++) {
             let n = n0 + ((j / 4u) * RN + tn) * 4u + j % 4u;
             if (n < p.c_out_per_group) {
-                let v = acc[i][j / 4u][j % 4u] + bias[g * p.c_out_per_group + n];
+                let v = acc_get(i, j / 4u)[j % 4u] + bias[g * p.c_out_per_group + n];
                 output[out_row + n * ohw] = activate(v);
             }
         }

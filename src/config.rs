@@ -162,6 +162,9 @@ impl TileConfig {
                 self.thread_m, self.thread_n
             )));
         }
+        if self.thread_m > 16 {
+            return Err(self.refuse(format!("register tile rows {} exceed 16 (four groups of 4)", self.thread_m)));
+        }
         if self.thread_m * self.thread_n > 128 {
             return Err(self.refuse(format!(
                 "register tile {}x{} = {} accumulators exceeds 128 per invocation",
