@@ -21,14 +21,18 @@ const RM: u32 = BM / TM;            // invocations along M
 const RN: u32 = BN / TN;            // invocations along N
 const BM4: u32 = BM / 4u;
 const BN4: u32 = BN / 4u;
-const A_LOADS: u32 = (BM * BK + WG - 1u) / WG;       // A elements each invocation gathers per K step
+const A_LOADS: u32 = BM * BK / WG;                  // A elements each invocation gathers per K step
+const A_ROW_STEP: u32 = WG / BK;                    // rows between one invocation's A elements
+// A rows in workgroup memory are padded by one vec4: the loader writes BK different rows
+// per warp, and the pad spreads them over all banks.
+const A_STRIDE4: u32 = BM4 + 1u;
 const B_LOADS: u32 = (BK * BN4 + WG - 1u) / WG;      // B vec4s each invocation loads per K step
 const OUT_OF_RANGE: i32 = -1073741824;
 
 // A stored k-major as vec4 along m, B k-major as vec4 along n. Invocation (tm, tn) reads
 // its i-th A vec4 at i·RM + tm and its j-th B vec4 at j·RN + tn, so neighbouring
 // invocations read neighbouring vec4s (no bank conflicts) and stores stay coalesced.
-var<workgroup> a_tile: array<vec4<f32>, STAGES * BK * BM4>;
+var<workgroup> a_tile: array<vec4<f32>, STAGES * BK * A_STRIDE4>;
 var<workgroup> b_tile: array<vec4<f32>, STAGES * BK * BN4>;
 // Per output row of the block: (element offset of its window origin, iy0, ix0, -).
 var<workgroup> row_info: array<vec4<i32>, BM>;
@@ -56,22 +60,22 @@ fn acc_get(i: u32, j: u32) -> vec4<f32> {
 }
 
 // Global → registers: K step `kt` of A (gathered) and B (packed weights).
+// Invocation t gathers the tap k = t % BK for rows t / BK + j·A_ROW_STEP: neighbouring
+// invocations read neighbouring taps (kx), i.e. neighbouring input columns, so a warp's
+// loads are coalesced whatever the stride; and each invocation needs one table row per step.
 fn fetch(kt: u32, t: u32, g: u32, n0: u32) {
-    let k0 = kt * BK;
+    let tab = ktab[kt * BK + t % BK];
     for (var j = 0u; j < A_LOADS; j++) {
-        let e = t + j * WG;
+        let row = row_info[t / BK + j * A_ROW_STEP];
+        let iy = row.y + tab.y;
+        let ix = row.z + tab.z;
         var v = 0.0;
-        if (e < BM * BK) {
-            let row = row_info[e % BM];
-            let tab = ktab[k0 + e / BM];
-            let iy = row.y + tab.y;
-            let ix = row.z + tab.z;
-            if (u32(iy) < p.h && u32(ix) < p.w) {
-                v = input[u32(row.x + tab.x)];
-            }
+        if (u32(iy) < p.h && u32(ix) < p.w) {
+            v = input[u32(row.x + tab.x)];
         }
         a_next[j] = v;
     }
+    let k0 = kt * BK;
     let w_row0 = (g * p.k_tiles * BK + k0) * (p.n_pad / 4u) + n0 / 4u;
     for (var j = 0u; j < B_LOADS; j++) {
         let e = t + j * WG;
@@ -83,13 +87,10 @@ fn fetch(kt: u32, t: u32, g: u32, n0: u32) {
 
 // Registers → workgroup buffer `buf`.
 fn stash(buf: u32, t: u32) {
+    let k = t % BK;
     for (var j = 0u; j < A_LOADS; j++) {
-        let e = t + j * WG;
-        if (e < BM * BK) {
-            let m = e % BM;
-            let k = e / BM;
-            a_tile[(buf * BK + k) * BM4 + m / 4u][m % 4u] = a_next[j];
-        }
+        let m = t / BK + j * A_ROW_STEP;
+        a_tile[(buf * BK + k) * A_STRIDE4 + m / 4u][m % 4u] = a_next[j];
     }
     for (var j = 0u; j < B_LOADS; j++) {
         let e = t + j * WG;
@@ -104,7 +105,7 @@ fn multiply(buf: u32, tm: u32, tn: u32) {
         var a: array<vec4<f32>, TM / 4u>;
         var b: array<vec4<f32>, TN / 4u>;
         for (var i = 0u; i < TM / 4u; i++) {
-            a[i] = a_tile[(buf * BK + k) * BM4 + i * RM + tm];
+            a[i] = a_tile[(buf * BK + k) * A_STRIDE4 + i * RM + tm];
         }
         for (var j = 0u; j < TN / 4u; j++) {
             b[j] = b_tile[(buf * BK + k) * BN4 + j * RN + tn];

@@ -129,10 +129,10 @@ impl TileConfig {
     pub fn thread_grid(&self) -> (u32, u32) {
         (self.block_m / self.thread_m.max(1), self.block_n / self.thread_n.max(1))
     }
-    /// Workgroup memory of the kernel: `stages` buffers of A (BK×BM) and B (BK×BN) f32,
-    /// plus the per-row gather table (BM × vec4<i32>).
+    /// Workgroup memory of the kernel: `stages` buffers of A (BK×(BM+4), rows padded
+    /// against bank conflicts) and B (BK×BN) f32, plus the per-row gather info (BM × vec4<i32>).
     pub fn workgroup_bytes(&self) -> u64 {
-        let tiles = self.stages as u64 * self.block_k as u64 * (self.block_m as u64 + self.block_n as u64) * 4;
+        let tiles = self.stages as u64 * self.block_k as u64 * (self.block_m as u64 + 4 + self.block_n as u64) * 4;
         tiles + self.block_m as u64 * 16
     }
     /// Accumulator registers per invocation (f32).
@@ -179,6 +179,13 @@ impl TileConfig {
                 self.thread_m, self.thread_n, self.block_m, self.block_n
             )));
         }
+        let inv = self.invocations();
+        if inv % self.block_k != 0 || (self.block_m * self.block_k) % inv != 0 {
+            return Err(self.refuse(format!(
+                "the A loader needs block_k | invocations and invocations | block_m·block_k ({} invocations, {}x{})",
+                inv, self.block_m, self.block_k
+            )));
+        }
         let (rm, rn) = self.thread_grid();
         if rm * rn != self.invocations() {
             return Err(self.refuse(format!(
@@ -223,7 +230,9 @@ impl TileConfig {
         )
     }
 
-    /// Parses [`TileConfig::name`]'s form back (the CLI's `--config`).
+    /// Parses [`TileConfig::name`]'s form back (the CLI's `--config`). Syntax only:
+    /// [`TileConfig::check_shape`] / [`TileConfig::validate`] say whether it can run, so a
+    /// benchmark can list an impossible config as refused, with the reason.
     pub fn parse(s: &str) -> Result<Self> {
         let bad = || Error::Unsupported(format!("cannot parse tile config {s:?}: expected e.g. m32n64k32-t4x4-w4-s2"));
         let parts: Vec<&str> = s.split('-').collect();
@@ -246,7 +255,6 @@ impl TileConfig {
             warps: w,
             stages: st,
         };
-        cfg.check_shape()?;
         Ok(cfg)
     }
 }
