@@ -1,9 +1,262 @@
-//! `wgconv info` (placeholder).
+//! `wgconv info`: every adapter wgpu finds, the one wgconv would pick and why, and per
+//! adapter the limits, features and tile configs that matter to wgconv.
+
+use super::run::BackendArg;
 use super::CliResult;
+use serde::Serialize;
+use wgconv::config::{default_sweep, KernelLimits};
+use wgconv::gpu::{choose_adapter, enumerate_adapters, AdapterSummary};
 
 #[derive(clap::Args)]
-pub struct Args {}
+#[command(
+    about = "List the GPU adapters, the one wgconv would use and why, and their limits and features",
+    long_about = "List every adapter wgpu finds (name, backend, device type, driver), the one wgconv would \
+pick and why, and per adapter the limits and features wgconv cares about: binding and buffer sizes, \
+workgroup memory and invocations, subgroup sizes, SHADER_F16, TIMESTAMP_QUERY, SUBGROUP, cooperative \
+matrices, and which configs of the default tile sweep the adapter would refuse, with the reason.\n\n\
+The choice follows `wgconv run`: --adapter (or WGCONV_ADAPTER) picks by name substring, else the best \
+device type (discrete > integrated > virtual > other > CPU); --backend (or WGPU_BACKEND) limits the search.",
+    after_help = "Examples:\n  wgconv info\n  wgconv info --json > adapters.json\n  wgconv info --backend vulkan --adapter llvmpipe"
+)]
+pub struct Args {
+    /// Print the same information as JSON (stdout)
+    #[arg(long)]
+    json: bool,
+    /// Show which adapter this name substring would pick (default: WGCONV_ADAPTER)
+    #[arg(long, value_name = "SUBSTRING")]
+    adapter: Option<String>,
+    /// Search only this wgpu backend (default: WGPU_BACKEND, else all)
+    #[arg(long, value_enum)]
+    backend: Option<BackendArg>,
+}
 
-pub fn main(_args: Args) -> CliResult {
-    Err(super::CliError("not implemented yet".into()))
+#[derive(Serialize)]
+struct Report {
+    /// Index into `adapters` of the one wgconv would use, if any.
+    chosen: Option<usize>,
+    /// Why that one, or why none.
+    reason: String,
+    adapters: Vec<AdapterReport>,
+}
+
+#[derive(Serialize)]
+struct AdapterReport {
+    index: usize,
+    #[serde(flatten)]
+    summary: AdapterSummary,
+    vendor: u32,
+    device: u32,
+    chosen: bool,
+    limits: LimitsReport,
+    features: FeaturesReport,
+    cooperative_matrix_properties: Vec<CoopMatrix>,
+    /// Configs of the default sweep this adapter refuses, with the reason.
+    refused_configs: Vec<Refusal>,
+    /// How many configs the default sweep has.
+    sweep_size: usize,
+}
+
+#[derive(Serialize)]
+struct LimitsReport {
+    max_storage_buffer_binding_size: u64,
+    max_buffer_size: u64,
+    max_compute_workgroup_storage_size: u32,
+    max_compute_invocations_per_workgroup: u32,
+    max_compute_workgroup_size_x: u32,
+    max_compute_workgroups_per_dimension: u32,
+    min_storage_buffer_offset_alignment: u32,
+    /// From the adapter info (wgpu 30 reports subgroup sizes there, not in the limits).
+    min_subgroup_size: u32,
+    max_subgroup_size: u32,
+}
+
+#[derive(Serialize)]
+struct FeaturesReport {
+    shader_f16: bool,
+    timestamp_query: bool,
+    subgroup: bool,
+    experimental_cooperative_matrix: bool,
+}
+
+#[derive(Serialize)]
+struct CoopMatrix {
+    m: u32,
+    n: u32,
+    k: u32,
+    ab_type: String,
+    cr_type: String,
+    saturating_accumulation: bool,
+}
+
+#[derive(Serialize)]
+struct Refusal {
+    config: String,
+    reason: String,
+}
+
+fn describe(index: usize, adapter: &wgpu::Adapter, chosen: bool) -> AdapterReport {
+    let info = adapter.get_info();
+    let l = adapter.limits();
+    let f = adapter.features();
+    let kl = KernelLimits::from(&l);
+    let sweep = default_sweep();
+    let refused_configs = sweep
+        .iter()
+        .filter_map(|c| {
+            c.validate(&kl).err().map(|e| Refusal {
+                config: c.name(),
+                reason: match e {
+                    wgconv::Error::ConfigRefused { reason, .. } => reason,
+                    e => e.to_string(),
+                },
+            })
+        })
+        .collect();
+    AdapterReport {
+        index,
+        summary: AdapterSummary::of(&info),
+        vendor: info.vendor,
+        device: info.device,
+        chosen,
+        limits: LimitsReport {
+            max_storage_buffer_binding_size: l.max_storage_buffer_binding_size,
+            max_buffer_size: l.max_buffer_size,
+            max_compute_workgroup_storage_size: l.max_compute_workgroup_storage_size,
+            max_compute_invocations_per_workgroup: l.max_compute_invocations_per_workgroup,
+            max_compute_workgroup_size_x: l.max_compute_workgroup_size_x,
+            max_compute_workgroups_per_dimension: l.max_compute_workgroups_per_dimension,
+            min_storage_buffer_offset_alignment: l.min_storage_buffer_offset_alignment,
+            min_subgroup_size: info.subgroup_min_size,
+            max_subgroup_size: info.subgroup_max_size,
+        },
+        features: FeaturesReport {
+            shader_f16: f.contains(wgpu::Features::SHADER_F16),
+            timestamp_query: f.contains(wgpu::Features::TIMESTAMP_QUERY),
+            subgroup: f.contains(wgpu::Features::SUBGROUP),
+            experimental_cooperative_matrix: f.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX),
+        },
+        cooperative_matrix_properties: adapter
+            .cooperative_matrix_properties()
+            .iter()
+            .map(|p| CoopMatrix {
+                m: p.m_size,
+                n: p.n_size,
+                k: p.k_size,
+                ab_type: format!("{:?}", p.ab_type),
+                cr_type: format!("{:?}", p.cr_type),
+                saturating_accumulation: p.saturating_accumulation,
+            })
+            .collect(),
+        refused_configs,
+        sweep_size: sweep.len(),
+    }
+}
+
+fn bytes(v: u64) -> String {
+    const GIB: u64 = 1 << 30;
+    const MIB: u64 = 1 << 20;
+    const KIB: u64 = 1 << 10;
+    if v >= GIB {
+        format!("{v} B ({:.1} GiB)", v as f64 / GIB as f64)
+    } else if v >= MIB && v.is_multiple_of(MIB) {
+        format!("{v} B ({} MiB)", v / MIB)
+    } else if v >= MIB {
+        format!("{v} B ({:.1} MiB)", v as f64 / MIB as f64)
+    } else if v >= KIB && v.is_multiple_of(KIB) {
+        format!("{v} B ({} KiB)", v / KIB)
+    } else {
+        format!("{v} B")
+    }
+}
+
+fn yes(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+fn print_text(r: &Report) {
+    let n = r.adapters.len();
+    println!("wgconv {}: {n} adapter{} found", env!("CARGO_PKG_VERSION"), if n == 1 { "" } else { "s" });
+    match r.chosen {
+        Some(i) => println!("wgconv would use [{i}] {}: {}", r.adapters[i].summary.name, r.reason),
+        None => println!("wgconv would use none: {}", r.reason),
+    }
+    for a in &r.adapters {
+        let s = &a.summary;
+        println!();
+        println!("[{}] {}{}", a.index, s.name, if a.chosen { "  <- wgconv would use this" } else { "" });
+        println!("    backend {}, device type {}, vendor 0x{:04x}, device 0x{:04x}", s.backend, s.device_type, a.vendor, a.device);
+        println!("    driver: {}", [s.driver.trim(), s.driver_info.trim()].join(" ").trim());
+        let l = &a.limits;
+        println!("    limits:");
+        println!("      max_storage_buffer_binding_size       {}", bytes(l.max_storage_buffer_binding_size));
+        println!("      max_buffer_size                       {}", bytes(l.max_buffer_size));
+        println!("      max_compute_workgroup_storage_size    {}", bytes(l.max_compute_workgroup_storage_size as u64));
+        println!("      max_compute_invocations_per_workgroup {}", l.max_compute_invocations_per_workgroup);
+        println!("      max_compute_workgroup_size_x          {}", l.max_compute_workgroup_size_x);
+        println!("      max_compute_workgroups_per_dimension  {}", l.max_compute_workgroups_per_dimension);
+        println!("      min_storage_buffer_offset_alignment   {}", l.min_storage_buffer_offset_alignment);
+        println!("      subgroup size (min..max)              {}..{}", l.min_subgroup_size, l.max_subgroup_size);
+        let f = &a.features;
+        println!(
+            "    features: SHADER_F16 {}, TIMESTAMP_QUERY {}, SUBGROUP {}, EXPERIMENTAL_COOPERATIVE_MATRIX {}",
+            yes(f.shader_f16),
+            yes(f.timestamp_query),
+            yes(f.subgroup),
+            yes(f.experimental_cooperative_matrix)
+        );
+        if a.cooperative_matrix_properties.is_empty() {
+            println!("    cooperative matrix configurations: none");
+        } else {
+            println!("    cooperative matrix configurations (M x N x K, A/B type -> C/R type):");
+            for c in &a.cooperative_matrix_properties {
+                println!(
+                    "      {}x{}x{} {} -> {}{}",
+                    c.m,
+                    c.n,
+                    c.k,
+                    c.ab_type,
+                    c.cr_type,
+                    if c.saturating_accumulation { " (saturating)" } else { "" }
+                );
+            }
+        }
+        if a.refused_configs.is_empty() {
+            println!("    default sweep: all {} configs fit", a.sweep_size);
+        } else {
+            println!(
+                "    default sweep: {} of {} configs fit; refused:",
+                a.sweep_size - a.refused_configs.len(),
+                a.sweep_size
+            );
+            for r in &a.refused_configs {
+                println!("      {}: {}", r.config, r.reason);
+            }
+        }
+    }
+}
+
+pub fn main(args: Args) -> CliResult {
+    let adapters = enumerate_adapters(args.backend.map(BackendArg::backends));
+    let infos: Vec<_> = adapters.iter().map(|a| a.get_info()).collect();
+    let env_adapter = std::env::var("WGCONV_ADAPTER").ok();
+    let substring = args.adapter.as_deref().or(env_adapter.as_deref());
+    let (chosen, reason) = match choose_adapter(&infos, substring) {
+        Ok((i, why)) => (Some(i), why),
+        Err(e) => (None, e.to_string()),
+    };
+    let report = Report {
+        chosen,
+        reason,
+        adapters: adapters.iter().enumerate().map(|(i, a)| describe(i, a, chosen == Some(i))).collect(),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_text(&report);
+    }
+    Ok(())
 }

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 mod bench;
 mod shape;
 mod info;
+mod npy;
 mod run;
 mod tune;
 

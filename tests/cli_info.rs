@@ -1,0 +1,124 @@
+//! `wgconv info` (text and JSON) on lavapipe, and the top-level help.
+
+use std::process::{Command, Output};
+
+fn wgconv(args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_wgconv"));
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        cmd.env("XDG_RUNTIME_DIR", std::env::temp_dir());
+    }
+    cmd.args(args).output().expect("the wgconv binary runs")
+}
+
+fn stdout_of(args: &[&str]) -> String {
+    let out = wgconv(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "wgconv {args:?} failed:\n{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn info_lists_lavapipe_and_the_choice() {
+    let text = stdout_of(&["info"]);
+    assert!(text.contains("llvmpipe"), "no lavapipe adapter listed:\n{text}");
+    assert!(text.contains("wgconv would use [") && text.contains("<- wgconv would use this"), "{text}");
+    for needle in [
+        "max_storage_buffer_binding_size",
+        "max_buffer_size",
+        "max_compute_workgroup_storage_size",
+        "max_compute_invocations_per_workgroup",
+        "max_compute_workgroups_per_dimension",
+        "subgroup size",
+        "SHADER_F16",
+        "TIMESTAMP_QUERY",
+        "SUBGROUP",
+        "EXPERIMENTAL_COOPERATIVE_MATRIX",
+        "cooperative matrix",
+        "default sweep:",
+        "driver:",
+    ] {
+        assert!(text.contains(needle), "info lacks {needle:?}:\n{text}");
+    }
+}
+
+#[test]
+fn info_json_has_the_same_facts() {
+    let json = stdout_of(&["info", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}:\n{json}"));
+    let adapters = v["adapters"].as_array().expect("adapters array");
+    assert!(!adapters.is_empty());
+    let chosen = v["chosen"].as_u64().expect("an adapter is chosen") as usize;
+    assert!(!v["reason"].as_str().unwrap().is_empty());
+    assert_eq!(adapters[chosen]["chosen"], true);
+    assert_eq!(adapters.iter().filter(|a| a["chosen"] == true).count(), 1);
+    let lavapipe = adapters
+        .iter()
+        .find(|a| a["name"].as_str().unwrap().contains("llvmpipe"))
+        .unwrap_or_else(|| panic!("no llvmpipe adapter in {json}"));
+    for key in ["backend", "device_type", "driver", "driver_info"] {
+        assert!(lavapipe[key].is_string(), "{key} missing");
+    }
+    assert_eq!(lavapipe["device_type"], "Cpu");
+    let limits = &lavapipe["limits"];
+    for key in [
+        "max_storage_buffer_binding_size",
+        "max_buffer_size",
+        "max_compute_workgroup_storage_size",
+        "max_compute_invocations_per_workgroup",
+        "max_compute_workgroups_per_dimension",
+        "min_subgroup_size",
+        "max_subgroup_size",
+    ] {
+        assert!(limits[key].as_u64().is_some_and(|n| n > 0), "limits.{key} = {}", limits[key]);
+    }
+    for key in ["shader_f16", "timestamp_query", "subgroup", "experimental_cooperative_matrix"] {
+        assert!(lavapipe["features"][key].is_boolean(), "features.{key}");
+    }
+    assert!(lavapipe["cooperative_matrix_properties"].is_array());
+    let sweep = lavapipe["sweep_size"].as_u64().unwrap() as usize;
+    assert_eq!(sweep, wgconv::config::default_sweep().len());
+    for r in lavapipe["refused_configs"].as_array().unwrap() {
+        let name = r["config"].as_str().unwrap();
+        assert!(wgconv::TileConfig::parse(name).is_ok(), "{name}");
+        assert!(!r["reason"].as_str().unwrap().is_empty());
+    }
+}
+
+#[test]
+fn info_json_refusals_match_the_library() {
+    // What info reports as refused is exactly what TileConfig::validate refuses.
+    let json = stdout_of(&["info", "--json", "--adapter", "llvmpipe"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let chosen = &v["adapters"][v["chosen"].as_u64().unwrap() as usize];
+    assert!(chosen["name"].as_str().unwrap().contains("llvmpipe"));
+    let l = &chosen["limits"];
+    let limits = wgconv::config::KernelLimits {
+        workgroup_storage_bytes: l["max_compute_workgroup_storage_size"].as_u64().unwrap() as u32,
+        invocations_per_workgroup: l["max_compute_invocations_per_workgroup"].as_u64().unwrap() as u32,
+        workgroup_size_x: l["max_compute_workgroup_size_x"].as_u64().unwrap() as u32,
+    };
+    let want: Vec<String> =
+        wgconv::config::default_sweep().iter().filter(|c| c.validate(&limits).is_err()).map(|c| c.name()).collect();
+    let got: Vec<String> =
+        chosen["refused_configs"].as_array().unwrap().iter().map(|r| r["config"].as_str().unwrap().into()).collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn info_with_unknown_adapter_says_why_none() {
+    let text = stdout_of(&["info", "--adapter", "no-such-gpu-xyz"]);
+    assert!(text.contains("wgconv would use none") && text.contains("no-such-gpu-xyz"), "{text}");
+}
+
+#[test]
+fn help_describes_every_subcommand_with_examples() {
+    let top = stdout_of(&["--help"]);
+    for needle in ["run", "info", "Examples:", "wgconv run --input"] {
+        assert!(top.contains(needle), "--help lacks {needle:?}:\n{top}");
+    }
+    let info = stdout_of(&["info", "--help"]);
+    for needle in ["--json", "adapter", "Examples:", "wgconv info --json"] {
+        assert!(info.contains(needle), "info --help lacks {needle:?}:\n{info}");
+    }
+}
