@@ -5,7 +5,7 @@
 use rand::{Rng, SeedableRng};
 use rand_distr::StandardNormal;
 use std::sync::{Arc, OnceLock};
-use wgconv::{reference, Conv2d, Conv2dSpec, ConvProblem, Gpu, Shape4};
+use wgconv::{reference, Conv2d, Conv2dOptions, Conv2dSpec, ConvProblem, Gpu, GpuOptions, KernelKind, Shape4};
 
 /// The tolerance of the fp32 path against the f64 reference.
 pub const TOL_F32: f64 = 1e-5;
@@ -66,4 +66,103 @@ pub fn assert_close(label: &str, got: &[f32], want: &[f32], tol: f64) {
 /// The reference output of a problem.
 pub fn reference_out(problem: &ConvProblem, x: &[f32], w: &[f32], b: Option<&[f32]>) -> Vec<f32> {
     reference::conv2d(problem, x, w, b).unwrap()
+}
+
+/// A fresh random seed per call, or `WGCONV_TEST_SEED` to replay a failure.
+pub fn test_seed() -> u64 {
+    match std::env::var("WGCONV_TEST_SEED") {
+        Ok(s) => s.trim().parse().expect("WGCONV_TEST_SEED must be a u64"),
+        Err(_) => rand_seed(),
+    }
+}
+
+/// One problem with its random data and reference output.
+pub struct Case {
+    pub name: String,
+    pub spec: Conv2dSpec,
+    pub shape: Shape4,
+    pub problem: ConvProblem,
+    pub seed: u64,
+    pub x: Vec<f32>,
+    pub w: Vec<f32>,
+    pub b: Option<Vec<f32>>,
+    pub want: Vec<f32>,
+}
+
+impl Case {
+    /// Random normal input, weights and bias from a fresh seed (printed, so a failure can
+    /// be replayed with `WGCONV_TEST_SEED`), and the f64 CPU reference.
+    pub fn new(name: &str, spec: Conv2dSpec, shape: Shape4) -> Case {
+        Case::with_seed(name, spec, shape, test_seed())
+    }
+
+    pub fn with_seed(name: &str, spec: Conv2dSpec, shape: Shape4, seed: u64) -> Case {
+        let problem = spec.problem(shape).unwrap_or_else(|e| panic!("{name}: {e}"));
+        eprintln!("{name}: {problem} seed {seed}");
+        let x = randn(shape.len() as usize, seed);
+        let (w, b) = params(&spec, seed.wrapping_add(1));
+        let want = reference_out(&problem, &x, &w, b.as_deref());
+        Case { name: name.to_string(), spec, shape, problem, seed, x, w, b, want }
+    }
+
+    /// A label for assertions: the case, the kernel and how to replay the data.
+    pub fn label(&self, what: &str) -> String {
+        format!("{} [{what}] {} (replay: WGCONV_TEST_SEED={})", self.name, self.problem, self.seed)
+    }
+
+    /// Builds the op on `gpu` (`kind: None`: the library's default choice).
+    pub fn conv(&self, gpu: &Arc<Gpu>, kind: Option<KernelKind>) -> Conv2d {
+        let opts = Conv2dOptions { kernel: kind, ..Default::default() };
+        Conv2d::new(gpu, self.spec, &self.w, self.b.as_deref(), opts)
+            .unwrap_or_else(|e| panic!("{}: {e}", self.label(&format!("{kind:?}"))))
+    }
+
+    /// Runs through `encode` on NaN-poisoned output and checks against the reference.
+    pub fn check_encode(&self, gpu: &Gpu, conv: &Conv2d) {
+        let (kind, _) = conv.kernel();
+        let got = run_poisoned(gpu, conv, &self.x, self.shape);
+        assert_close(&self.label(&format!("encode, {kind}")), &got, &self.want, TOL_F32);
+    }
+
+    /// Runs through `forward` (host slices) and checks against the reference.
+    pub fn check_forward(&self, conv: &Conv2d) {
+        let (kind, _) = conv.kernel();
+        let got = conv.forward(&self.x, self.shape).unwrap_or_else(|e| panic!("{}: {e}", self.label("forward")));
+        assert_close(&self.label(&format!("forward, {kind}")), &got, &self.want, TOL_F32);
+    }
+}
+
+/// Like [`run_poisoned`], with `extra` more NaN elements after the output: returns the
+/// output and the tail, which must still be NaN (nothing written past the output).
+pub fn run_poisoned_tail(gpu: &Gpu, conv: &Conv2d, input: &[f32], shape: Shape4, extra: usize) -> (Vec<f32>, Vec<f32>) {
+    use wgpu::util::DeviceExt;
+    let problem = conv.spec().problem(shape).unwrap();
+    let out_len = problem.output.len() as usize;
+    let x = gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: Some("test input"),
+        contents: bytemuck::cast_slice(input),
+        usage: wgpu::BufferUsages::STORAGE,
+    });
+    let poison = vec![f32::NAN; out_len + extra];
+    let y = gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: Some("test output"),
+        contents: bytemuck::cast_slice(&poison),
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+    });
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    conv.encode(&mut enc, shape, &x, &y).unwrap();
+    gpu.queue.submit([enc.finish()]);
+    let mut all = gpu.read_buffer::<f32>(&y, 0, out_len + extra).unwrap();
+    let tail = all.split_off(out_len);
+    (all, tail)
+}
+
+/// A device on the same adapter as [`gpu`] with some limits lowered (`lower` edits a copy
+/// of the adapter's limits, so every other limit stays what the adapter allows).
+pub fn gpu_with_limits(lower: impl FnOnce(&mut wgpu::Limits)) -> Arc<Gpu> {
+    let base = gpu();
+    let mut limits = base.limits();
+    lower(&mut limits);
+    let opts = GpuOptions { adapter: Some(base.info.name.clone()), limits: Some(limits), ..Default::default() };
+    Arc::new(Gpu::with_options(opts).expect("a device with lowered limits"))
 }

@@ -1,0 +1,276 @@
+//! Every bad input comes back as its typed error, never a panic, and the message names
+//! the bad value.
+
+mod common;
+use common::*;
+use wgconv::reference;
+use wgconv::{Conv2d, Conv2dOptions, Error, Gpu, GpuOptions, KernelKind, Shape4, TileConfig};
+use wgconv::{Conv2dSpec as S, Padding as P};
+
+/// Builds an op with constant weights (and bias iff the spec says so), on both kernels.
+fn ops(spec: S) -> Vec<Conv2d> {
+    let gpu = gpu();
+    let w = vec![0.5; spec.weight_len()];
+    let b = spec.bias.then(|| vec![0.25; spec.out_channels as usize]);
+    [None, Some(KernelKind::Direct)]
+        .into_iter()
+        .map(|kernel| {
+            Conv2d::new(&gpu, spec, &w, b.as_deref(), Conv2dOptions { kernel, ..Default::default() }).unwrap()
+        })
+        .collect()
+}
+
+/// `Conv2d::new` with constant weights of the right length (none for an invalid spec:
+/// the spec is checked first).
+fn new_op(spec: S) -> wgconv::Result<Conv2d> {
+    let w = if spec.validate().is_ok() { vec![0.5; spec.weight_len()] } else { Vec::new() };
+    let b = spec.bias.then(|| vec![0.25; spec.out_channels as usize]);
+    Conv2d::new(&gpu(), spec, &w, b.as_deref(), Conv2dOptions::default())
+}
+
+#[track_caller]
+fn assert_names(e: &Error, parts: &[&str]) {
+    let msg = e.to_string();
+    for p in parts {
+        assert!(msg.contains(p), "error {msg:?} does not name {p:?}");
+    }
+}
+
+#[track_caller]
+fn invalid_spec(r: wgconv::Result<impl Sized>, parts: &[&str]) {
+    match r {
+        Err(e @ Error::InvalidSpec(_)) => assert_names(&e, parts),
+        Err(e) => panic!("expected InvalidSpec naming {parts:?}, got {e:?}"),
+        Ok(_) => panic!("expected InvalidSpec naming {parts:?}, got Ok"),
+    }
+}
+
+#[test]
+fn channel_mismatch() {
+    let spec = S::new(3, 4, 3);
+    for op in ops(spec) {
+        let shape = Shape4::new(1, 5, 8, 8);
+        let e = op.forward(&vec![0.0; shape.len() as usize], shape).unwrap_err();
+        assert_eq!(e, Error::ChannelMismatch { expected: 3, got: 5 });
+        assert_names(&e, &["5 channels", "expects 3"]);
+        // Through plan/encode too.
+        let (x, y) = buffers(1 << 12, 1 << 12);
+        let e = op.plan(shape, &x, &y).err().unwrap();
+        assert_eq!(e, Error::ChannelMismatch { expected: 3, got: 5 });
+    }
+    assert!(matches!(spec.problem(Shape4::new(1, 2, 8, 8)), Err(Error::ChannelMismatch { expected: 3, got: 2 })));
+}
+
+#[test]
+fn groups_not_dividing_channels() {
+    invalid_spec(new_op(S::new(5, 6, 3).groups(2)), &["groups = 2", "in_channels = 5"]);
+    invalid_spec(new_op(S::new(4, 6, 3).groups(4)), &["groups = 4", "out_channels = 6"]);
+    invalid_spec(new_op(S::new(4, 4, 3).groups(0)), &["groups", "0"]);
+    invalid_spec(S::from_signed(6, 9, [3, 3], [1, 1], [0; 4], [1, 1], 2, false), &["groups = 2", "out_channels = 9"]);
+    invalid_spec(S::from_signed(6, 9, [3, 3], [1, 1], [0; 4], [1, 1], -3, false), &["groups", "-3"]);
+}
+
+/// The spec's size helpers on a spec that `validate` refuses (groups = 0): they are public
+/// and callers size their weight slices with them before `Conv2d::new` can refuse the spec.
+/// Library bug: `in_channels_per_group` divides by zero and panics.
+#[test]
+fn spec_helpers_do_not_panic_on_zero_groups() {
+    let spec = S::new(4, 4, 3).groups(0);
+    assert!(spec.validate().is_err());
+    let r = std::panic::catch_unwind(|| (spec.weight_len(), spec.k_total(), spec.weight_shape()));
+    assert!(r.is_ok(), "Conv2dSpec::weight_len() panics on groups = 0 (division by zero in in_channels_per_group)");
+}
+
+/// A kernel whose K = C_in/g·KH·KW overflows u32 (70000² taps) must come back as an error.
+/// Library bug: `Conv2dSpec::k_total` multiplies in u32 and panics on overflow
+/// (`Conv2d::new` → `weight_len` → `k_total`; in release builds it wraps instead).
+#[test]
+fn huge_kernel_is_an_error_not_a_panic() {
+    let spec = S::new(1, 1, 70000);
+    let r = std::panic::catch_unwind(|| Conv2d::new(&gpu(), spec, &[], None, Conv2dOptions::default()).err());
+    match r {
+        Ok(Some(e)) => assert_names(&e, &["70000"]),
+        Ok(None) => panic!("a 70000x70000 kernel with no weights was accepted"),
+        Err(_) => panic!("Conv2d::new panicked on a 70000x70000 kernel (u32 overflow in Conv2dSpec::k_total)"),
+    }
+}
+
+#[test]
+fn zero_stride_or_dilation() {
+    invalid_spec(new_op(S::new(3, 4, 3).stride(0, 1)), &["stride height", "0"]);
+    invalid_spec(new_op(S::new(3, 4, 3).stride(1, 0)), &["stride width", "0"]);
+    invalid_spec(new_op(S::new(3, 4, 3).dilation(0, 1)), &["dilation height", "0"]);
+    invalid_spec(new_op(S::new(3, 4, 3).dilation(2, 0)), &["dilation width", "0"]);
+    invalid_spec(new_op(S::new(3, 4, 0)), &["kernel height", "0"]);
+    invalid_spec(new_op(S::new(0, 4, 3)), &["in_channels", "0"]);
+    invalid_spec(new_op(S::new(3, 0, 3)), &["out_channels", "0"]);
+    invalid_spec(S::from_signed(3, 4, [3, 3], [0, 1], [0; 4], [1, 1], 1, false), &["stride height", "0"]);
+    invalid_spec(S::from_signed(3, 4, [3, 3], [1, 1], [0; 4], [1, 0], 1, false), &["dilation width", "0"]);
+    // A valid spec with a zero-sized input dimension.
+    for op in ops(S::new(3, 4, 3)) {
+        let e = op.forward(&[], Shape4::new(0, 3, 8, 8)).unwrap_err();
+        assert!(matches!(e, Error::InvalidSpec(_)), "{e:?}");
+        assert_names(&e, &["0x3x8x8"]);
+    }
+}
+
+#[test]
+fn negative_attributes_from_signed() {
+    let bad = |stride: [i64; 2], pads: [i64; 4], dilation: [i64; 2]| {
+        S::from_signed(3, 4, [3, 3], stride, pads, dilation, 1, true)
+    };
+    invalid_spec(bad([-2, 1], [0; 4], [1, 1]), &["stride height", "-2"]);
+    invalid_spec(bad([1, -7], [0; 4], [1, 1]), &["stride width", "-7"]);
+    invalid_spec(bad([1, 1], [0; 4], [-3, 1]), &["dilation height", "-3"]);
+    invalid_spec(bad([1, 1], [0; 4], [1, -1]), &["dilation width", "-1"]);
+    invalid_spec(bad([1, 1], [-1, 0, 0, 0], [1, 1]), &["padding top", "-1"]);
+    invalid_spec(bad([1, 1], [0, -4, 0, 0], [1, 1]), &["padding left", "-4"]);
+    invalid_spec(bad([1, 1], [0, 0, -5, 0], [1, 1]), &["padding bottom", "-5"]);
+    invalid_spec(bad([1, 1], [0, 0, 0, -6], [1, 1]), &["padding right", "-6"]);
+    invalid_spec(S::from_signed(3, 4, [3, -3], [1, 1], [0; 4], [1, 1], 1, false), &["kernel width", "-3"]);
+    invalid_spec(S::from_signed(-3, 4, [3, 3], [1, 1], [0; 4], [1, 1], 1, false), &["in_channels", "-3"]);
+    invalid_spec(S::from_signed(3, 4, [3, 3], [1 << 33, 1], [0; 4], [1, 1], 1, false), &["stride height", "8589934592"]);
+    // The same attributes, valid, give the spec the builder gives.
+    let ok = S::from_signed(3, 4, [3, 5], [2, 1], [1, 0, 2, 1], [1, 2], 1, true).unwrap();
+    assert_eq!(ok, S::new(3, 4, 3).kernel_hw(3, 5).stride(2, 1).padding(P::new(1, 0, 2, 1)).dilation(1, 2).with_bias(true));
+}
+
+#[test]
+fn kernel_larger_than_padded_input() {
+    // 5×5 kernel, input 3 high + padding 1: 5 > 3 + 1.
+    let spec = S::new(2, 4, 5).padding(P::new(1, 0, 0, 0));
+    for op in ops(spec) {
+        let shape = Shape4::new(1, 2, 3, 9);
+        let e = op.forward(&vec![0.0; shape.len() as usize], shape).unwrap_err();
+        match &e {
+            Error::EmptyOutput { axis, input, pad, kernel, .. } => {
+                assert_eq!((*axis, *input, *pad, *kernel), ("output height", 3, 1, 5));
+            }
+            other => panic!("expected EmptyOutput, got {other:?}"),
+        }
+        assert_names(&e, &["output height", "input 3", "padding 1", "kernel 5"]);
+    }
+    // Dilation makes a 3×3 kernel span 7 columns.
+    let spec = S::new(1, 1, 3).dilation(1, 3);
+    let e = spec.problem(Shape4::new(1, 1, 8, 6)).unwrap_err();
+    assert!(matches!(e, Error::EmptyOutput { axis: "output width", input: 6, kernel: 7, .. }), "{e:?}");
+}
+
+#[test]
+fn wrong_slice_lengths() {
+    let gpu = gpu();
+    let spec = S::new(3, 4, 3).with_bias(true);
+    let w = vec![0.5; spec.weight_len()];
+    let b = vec![0.5; 4];
+    for kernel in [None, Some(KernelKind::Direct)] {
+        let opts = || Conv2dOptions { kernel, ..Default::default() };
+        let e = Conv2d::new(&gpu, spec, &w[1..], Some(&b), opts()).err().unwrap();
+        assert_eq!(e, Error::WrongLength { what: "weight", expected: 108, got: 107 });
+        assert_names(&e, &["weight", "107", "108"]);
+        let e = Conv2d::new(&gpu, spec, &w, Some(&b[..3]), opts()).err().unwrap();
+        assert_eq!(e, Error::WrongLength { what: "bias", expected: 4, got: 3 });
+        assert_names(&e, &["bias", "3", "4"]);
+        let op = Conv2d::new(&gpu, spec, &w, Some(&b), opts()).unwrap();
+        let shape = Shape4::new(2, 3, 6, 5);
+        let e = op.forward(&vec![0.0; 179], shape).unwrap_err();
+        assert_eq!(e, Error::WrongLength { what: "input", expected: 180, got: 179 });
+        assert_names(&e, &["input", "179", "180"]);
+        let e = op.forward(&vec![0.0; 181], shape).unwrap_err();
+        assert_eq!(e, Error::WrongLength { what: "input", expected: 180, got: 181 });
+    }
+    // The reference checks its slices too.
+    let p = spec.problem(Shape4::new(1, 3, 4, 4)).unwrap();
+    let e = reference::conv2d(&p, &[0.0; 47], &w, Some(&b)).unwrap_err();
+    assert_eq!(e, Error::WrongLength { what: "input", expected: 48, got: 47 });
+}
+
+#[test]
+fn bias_given_vs_spec_mismatch() {
+    let gpu = gpu();
+    let with = S::new(3, 4, 3).with_bias(true);
+    let without = S::new(3, 4, 3);
+    let w = vec![0.5; with.weight_len()];
+    let b = vec![0.5; 4];
+    for kernel in [None, Some(KernelKind::Direct)] {
+        let opts = || Conv2dOptions { kernel, ..Default::default() };
+        invalid_spec(Conv2d::new(&gpu, with, &w, None, opts()), &["bias = true", "no bias"]);
+        invalid_spec(Conv2d::new(&gpu, without, &w, Some(&b), opts()), &["bias was given", "bias = false"]);
+    }
+}
+
+#[test]
+fn config_over_adapter_limits() {
+    let gpu = gpu();
+    // Well formed, but 4 stages of 128×(128+128) f32: 514 KiB of workgroup memory, over any adapter's.
+    let cfg = TileConfig::with_thread_tile(128, 128, 128, 8, 8, 4);
+    cfg.check_shape().unwrap();
+    let bytes = cfg.workgroup_bytes();
+    assert!(bytes > gpu.limits().max_compute_workgroup_storage_size as u64);
+    let spec = S::new(3, 4, 3);
+    let opts = Conv2dOptions { kernel: Some(KernelKind::Tiled(cfg)), ..Default::default() };
+    let e = Conv2d::new(&gpu, spec, &vec![0.5; spec.weight_len()], None, opts).err().unwrap();
+    assert!(matches!(e, Error::ConfigRefused { .. }), "{e:?}");
+    assert_names(&e, &[&cfg.name(), &bytes.to_string(), &gpu.limits().max_compute_workgroup_storage_size.to_string()]);
+    // Malformed configs: refused before any limit is looked at.
+    let bad = TileConfig { warps: 3, ..TileConfig::seed() };
+    let opts = Conv2dOptions { kernel: Some(KernelKind::Tiled(bad)), ..Default::default() };
+    let e = Conv2d::new(&gpu, spec, &vec![0.5; spec.weight_len()], None, opts).err().unwrap();
+    assert!(matches!(e, Error::ConfigRefused { .. }), "{e:?}");
+    assert_names(&e, &["warps", "3"]);
+    let e = TileConfig::new(32, 64, 32, 8, 2).unwrap_err();
+    assert!(matches!(e, Error::ConfigRefused { .. }), "{e:?}");
+    let e = TileConfig::parse("m32n64-t4x4").unwrap_err();
+    assert!(matches!(e, Error::Unsupported(_)), "{e:?}");
+    assert_names(&e, &["m32n64-t4x4"]);
+}
+
+#[test]
+fn no_adapter_found() {
+    let r = Gpu::with_options(GpuOptions { adapter: Some("no-such-adapter-xyz".into()), ..Default::default() });
+    match r {
+        Err(e @ Error::NoAdapter(_)) => assert_names(&e, &["no-such-adapter-xyz"]),
+        Err(e) => panic!("expected NoAdapter, got {e:?}"),
+        Ok(g) => panic!("expected NoAdapter, got adapter {}", g.info.name),
+    }
+}
+
+/// Input and output buffers of the given sizes in bytes (STORAGE).
+fn buffers(in_bytes: u64, out_bytes: u64) -> (wgpu::Buffer, wgpu::Buffer) {
+    buffers_with(in_bytes, out_bytes, wgpu::BufferUsages::STORAGE)
+}
+
+fn buffers_with(in_bytes: u64, out_bytes: u64, usage: wgpu::BufferUsages) -> (wgpu::Buffer, wgpu::Buffer) {
+    let gpu = gpu();
+    let mk = |size| {
+        gpu.device.create_buffer(&wgpu::BufferDescriptor { label: Some("test"), size, usage, mapped_at_creation: false })
+    };
+    (mk(in_bytes), mk(out_bytes))
+}
+
+#[test]
+fn buffer_too_small_for_encode() {
+    let gpu = gpu();
+    let spec = S::new(3, 4, 3).padding(P::uniform(1));
+    let shape = Shape4::new(2, 3, 6, 5); // input 180 floats, output 240
+    for op in ops(spec) {
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        let (x, y) = buffers(179 * 4, 240 * 4);
+        let e = op.encode(&mut enc, shape, &x, &y).unwrap_err();
+        assert_eq!(e, Error::WrongLength { what: "input buffer", expected: 720, got: 716 });
+        assert_names(&e, &["input buffer", "716", "720"]);
+        let (x, y) = buffers(180 * 4, 239 * 4);
+        let e = op.encode(&mut enc, shape, &x, &y).unwrap_err();
+        assert_eq!(e, Error::WrongLength { what: "output buffer", expected: 960, got: 956 });
+        assert_names(&e, &["output buffer", "956", "960"]);
+        // Right sizes, but not storage buffers.
+        let (x, y) = buffers_with(180 * 4, 240 * 4, wgpu::BufferUsages::COPY_DST);
+        let e = op.encode(&mut enc, shape, &x, &y).unwrap_err();
+        assert!(matches!(e, Error::Unsupported(_)), "{e:?}");
+        assert_names(&e, &["input buffer", "STORAGE"]);
+        // Nothing was recorded by the failed calls: the encoder still finishes cleanly.
+        let (x, y) = buffers(180 * 4, 240 * 4);
+        op.encode(&mut enc, shape, &x, &y).unwrap();
+        gpu.queue.submit([enc.finish()]);
+        gpu.wait().unwrap();
+    }
+}
