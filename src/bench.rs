@@ -17,6 +17,16 @@ use wgpu::util::DeviceExt;
 
 /// Relative L2 error above which a config is marked wrong (fp32 accumulation lands near 1e-7).
 pub const F32_TOLERANCE: f64 = 1e-5;
+/// The same for f16 operands with f32 accumulation (they land near 3e-4 on normal data).
+pub const F16_TOLERANCE: f64 = 1e-3;
+
+/// The tolerance of a kernel's precision.
+pub fn tolerance(p: crate::kernel::Precision) -> f64 {
+    match p {
+        crate::kernel::Precision::F32 => F32_TOLERANCE,
+        crate::kernel::Precision::F16Accum32 => F16_TOLERANCE,
+    }
+}
 
 /// Batch used on CPU adapters (lavapipe) when the caller gives none.
 pub const CPU_BATCH: u32 = 2;
@@ -152,27 +162,27 @@ pub fn run(gpu: &Arc<Gpu>, opts: &BenchOptions, mut progress: impl FnMut(usize, 
     let n = opts.kernels.len();
     for (i, kind) in opts.kernels.iter().enumerate() {
         progress(i, n, &kind.to_string());
-        let config = match kind {
-            KernelKind::Tiled(c) => Some(*c),
-            KernelKind::Direct => None,
-        };
+        let config = kind.config();
         let outcome = (|| -> Result<Outcome> {
-            if let Some(c) = &config {
-                if let Err(e) = c.validate(&limits) {
-                    return Ok(Outcome::Refused {
-                        reason: match e {
-                            Error::ConfigRefused { reason, .. } => reason,
-                            e => e.to_string(),
-                        },
-                    });
-                }
+            if let Err(e) = kind.validate(&limits) {
+                return Ok(Outcome::Refused {
+                    reason: match e {
+                        Error::ConfigRefused { reason, .. } => reason,
+                        e => e.to_string(),
+                    },
+                });
             }
             let conv = Conv2d::new(
                 gpu,
                 spec,
                 &w,
                 b.as_deref(),
-                Conv2dOptions { kernel: Some(*kind), activation: opts.activation, ..Default::default() },
+                Conv2dOptions {
+                    kernel: Some(*kind),
+                    activation: opts.activation,
+                    precision: kind.precision(),
+                    ..Default::default()
+                },
             )?;
             let plan = conv.plan(problem.input, &in_buf, &out_buf)?;
             for &img in &sampled {
@@ -189,7 +199,10 @@ pub fn run(gpu: &Arc<Gpu>, opts: &BenchOptions, mut progress: impl FnMut(usize, 
             let (times, c) = time_plan(gpu, &plan, opts.warmup, opts.runs)?;
             clock = Some(c);
             let time = Summary::of(&times).ok_or_else(|| Error::Unsupported("no timings".into()))?;
-            if err.is_nan() || err > F32_TOLERANCE {
+            if conv.take_range_flag()? {
+                return Ok(Outcome::Failed { reason: "input beyond f16's range".into() });
+            }
+            if err.is_nan() || err > tolerance(kind.precision()) {
                 return Ok(Outcome::Wrong { rel_l2: err, time_ms: Some(time) });
             }
             let tflops = problem.flops() / (time.median * 1e-3) / 1e12;

@@ -144,8 +144,8 @@ impl TileConfig {
         Error::ConfigRefused { config: self.to_string(), reason: reason.into() }
     }
 
-    /// Structural checks, independent of any device.
-    pub fn check_shape(&self) -> Result<()> {
+    /// Checks shared by both kernels: warps, stages, block_k and the A loader's split.
+    fn check_common(&self) -> Result<()> {
         let pow2 = |v: u32| v.is_power_of_two();
         if !WARP_CHOICES.contains(&self.warps) {
             return Err(self.refuse(format!("warps must be one of {WARP_CHOICES:?}, got {}", self.warps)));
@@ -156,6 +156,19 @@ impl TileConfig {
         if self.block_k == 0 || !pow2(self.block_k) || self.block_k > 128 {
             return Err(self.refuse(format!("block_k must be a power of two ≤ 128, got {}", self.block_k)));
         }
+        let inv = self.invocations();
+        if inv % self.block_k != 0 || (self.block_m * self.block_k) % inv != 0 {
+            return Err(self.refuse(format!(
+                "the A loader needs block_k | invocations and invocations | block_m·block_k ({} invocations, {}x{})",
+                inv, self.block_m, self.block_k
+            )));
+        }
+        Ok(())
+    }
+
+    /// Structural checks of the SIMT kernel, independent of any device.
+    pub fn check_shape(&self) -> Result<()> {
+        self.check_common()?;
         if self.thread_m == 0 || self.thread_n == 0 || self.thread_m % 4 != 0 || self.thread_n % 4 != 0 {
             return Err(self.refuse(format!(
                 "register tile {}x{} must be multiples of 4 (vec4 reads from workgroup memory)",
@@ -179,13 +192,6 @@ impl TileConfig {
                 self.thread_m, self.thread_n, self.block_m, self.block_n
             )));
         }
-        let inv = self.invocations();
-        if inv % self.block_k != 0 || (self.block_m * self.block_k) % inv != 0 {
-            return Err(self.refuse(format!(
-                "the A loader needs block_k | invocations and invocations | block_m·block_k ({} invocations, {}x{})",
-                inv, self.block_m, self.block_k
-            )));
-        }
         let (rm, rn) = self.thread_grid();
         if rm * rn != self.invocations() {
             return Err(self.refuse(format!(
@@ -205,6 +211,58 @@ impl TileConfig {
     /// Checks the config against a device's limits, before any pipeline is built.
     pub fn validate(&self, limits: &KernelLimits) -> Result<()> {
         self.check_shape()?;
+        self.check_device(limits, self.workgroup_bytes())
+    }
+
+    /// The warp layout of the cooperative-matrix kernel: `(warps_m, warps_n, fm, fn)`, the
+    /// warps along M and N and the 16×16 accumulator fragments each warp owns along M and N.
+    /// The register tile fields play no part there (a fragment's elements are spread over
+    /// the warp's lanes by the driver); the most square per-warp tile is chosen.
+    pub fn coop_layout(&self) -> Result<(u32, u32, u32, u32)> {
+        self.check_common()?;
+        if self.block_m % 16 != 0 || self.block_n % 16 != 0 || self.block_k % 16 != 0 {
+            return Err(self.refuse(format!(
+                "the cooperative-matrix kernel needs block sizes in multiples of 16, got {}x{}x{}",
+                self.block_m, self.block_n, self.block_k
+            )));
+        }
+        let (frags_m, frags_n) = (self.block_m / 16, self.block_n / 16);
+        let mut best: Option<(u32, u32, u32, u32)> = None;
+        for wn in (1..=self.warps).filter(|d| self.warps % d == 0) {
+            let wm = self.warps / wn;
+            if frags_n % wn != 0 || frags_m % wm != 0 {
+                continue;
+            }
+            let (fm, fn_) = (frags_m / wm, frags_n / wn);
+            if fm * fn_ > MAX_FRAGMENTS {
+                continue;
+            }
+            if best.is_none_or(|(_, _, bm, bn)| fm.abs_diff(fn_) < bm.abs_diff(bn)) {
+                best = Some((wm, wn, fm, fn_));
+            }
+        }
+        best.ok_or_else(|| {
+            self.refuse(format!(
+                "{} warps cannot split {}x{} 16x16 fragments into at most {MAX_FRAGMENTS} per warp",
+                self.warps, frags_m, frags_n
+            ))
+        })
+    }
+
+    /// Workgroup memory of the cooperative-matrix kernel: f16 A and B stages (rows padded by
+    /// 8), the row gather info, and one 16×16 f32 scratch fragment per warp.
+    pub fn coop_workgroup_bytes(&self) -> u64 {
+        let (bm, bn, bk) = (self.block_m as u64, self.block_n as u64, self.block_k as u64);
+        self.stages as u64 * bk * ((bm + 8) + (bn + 8)) * 2 + bm * 16 + self.warps as u64 * 1024
+    }
+
+    /// Checks the config for the cooperative-matrix kernel against a device's limits.
+    pub fn validate_coop(&self, limits: &KernelLimits) -> Result<()> {
+        self.coop_layout()?;
+        self.check_device(limits, self.coop_workgroup_bytes())
+    }
+
+    fn check_device(&self, limits: &KernelLimits, bytes: u64) -> Result<()> {
         let inv = self.invocations();
         if inv > limits.invocations_per_workgroup || inv > limits.workgroup_size_x {
             return Err(self.refuse(format!(
@@ -212,7 +270,6 @@ impl TileConfig {
                 limits.invocations_per_workgroup.min(limits.workgroup_size_x)
             )));
         }
-        let bytes = self.workgroup_bytes();
         if bytes > limits.workgroup_storage_bytes as u64 {
             return Err(self.refuse(format!(
                 "{bytes} B of workgroup memory exceed the device's {} B",
@@ -300,6 +357,31 @@ pub fn default_sweep() -> Vec<TileConfig> {
         T::with_thread_tile(128, 96, 16, 8, 12, 2),
         T::with_thread_tile(64, 96, 8, 8, 12, 1),
     ]
+}
+
+/// Accumulator fragments (16×16 f32) one warp may own in the cooperative-matrix kernel:
+/// 8 fragments are 64 f32 registers per lane.
+pub const MAX_FRAGMENTS: u32 = 8;
+
+/// The declared sweep of the cooperative-matrix kernel (`wgconv bench --precision f16`).
+pub fn coop_sweep() -> Vec<TileConfig> {
+    use TileConfig as T;
+    vec![
+        T::with_thread_tile(128, 96, 32, 4, 12, 2),
+        T::with_thread_tile(128, 96, 16, 4, 12, 2),
+        T::with_thread_tile(128, 96, 32, 4, 12, 1),
+        T::with_thread_tile(64, 96, 32, 4, 12, 2),
+        T::with_thread_tile(64, 96, 16, 4, 12, 1),
+        T::with_thread_tile(256, 96, 16, 4, 12, 2),
+        T::with_thread_tile(128, 64, 32, 4, 8, 2),
+        T::with_thread_tile(128, 128, 32, 8, 8, 2),
+        T::with_thread_tile(64, 64, 32, 4, 8, 2),
+    ]
+}
+
+/// The cooperative-matrix config a fresh f16 `Conv2d` uses.
+pub fn default_coop_config() -> TileConfig {
+    TileConfig::with_thread_tile(128, 96, 32, 4, 12, 2)
 }
 
 /// The config a fresh `Conv2d` uses when the tuning cache has nothing for its key.

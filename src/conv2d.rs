@@ -3,10 +3,10 @@
 //! Large batches are split into chunks that fit the device's binding limit; large grids
 //! are folded into two dimensions.
 
-use crate::config::{default_config, default_sweep, TileConfig};
+use crate::config::{default_config, default_coop_config, default_sweep, TileConfig};
 use crate::error::{Error, Result};
 use crate::gpu::{ErrorScope, Gpu};
-use crate::kernel::{ConvParams, Kernel, KernelKind, DIRECT_WORKGROUP, FLAG_RELU};
+use crate::kernel::{ConvParams, Kernel, KernelKind, Precision, DIRECT_WORKGROUP, FLAG_RELU};
 use crate::spec::{Conv2dSpec, ConvProblem, Shape4};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -39,6 +39,8 @@ pub struct Conv2dOptions {
     /// The kernel to run; `None`: the tuning cache's decision for the problem, else the default.
     pub kernel: Option<KernelKind>,
     pub activation: Activation,
+    /// f32 (default) or f16 operands with f32 accumulation; see [`Precision`].
+    pub precision: Precision,
     /// Input shape used to look up the tuning cache (its key includes the batch and size).
     pub tuning_key_input: Option<Shape4>,
 }
@@ -53,6 +55,8 @@ pub struct Conv2d {
     kernel: Arc<Kernel>,
     weight: wgpu::Buffer,
     bias: wgpu::Buffer,
+    /// Set by the f16 kernels when an input value is beyond f16's range.
+    range_flag: wgpu::Buffer,
     /// Gather tables of the tiled kernel, by input (H, W).
     gather_tables: Mutex<HashMap<(u32, u32), Arc<wgpu::Buffer>>>,
 }
@@ -145,6 +149,11 @@ impl Conv2d {
         let kernel = gpu.pipelines.get_or_build(&gpu.device, kind, gpu.runtime_checks)?;
         let packed = match &kind {
             KernelKind::Tiled(cfg) => pack_weights(&spec, weight, cfg),
+            KernelKind::TiledF16(cfg) | KernelKind::Coop(cfg) => {
+                let mut packed = pack_weights(&spec, weight, cfg);
+                round_to_f16(&mut packed, "weight")?;
+                packed
+            }
             KernelKind::Direct => weight.to_vec(),
         };
         let zeros;
@@ -167,6 +176,11 @@ impl Conv2d {
             contents: bytemuck::cast_slice(bias),
             usage: storage,
         });
+        let range_flag = gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("wgconv f16 range flag"),
+            contents: bytemuck::bytes_of(&0u32),
+            usage: storage | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+        });
         scope.finish("weight upload")?;
         Ok(Conv2d {
             gpu: gpu.clone(),
@@ -177,6 +191,7 @@ impl Conv2d {
             kernel,
             weight,
             bias,
+            range_flag,
             gather_tables: Mutex::new(HashMap::new()),
         })
     }
@@ -212,9 +227,9 @@ impl Conv2d {
         let limits = self.gpu.device.limits();
         let per_chunk = images_per_chunk(&problem, &limits)?;
         let align = limits.min_storage_buffer_offset_alignment as u64;
-        let ktab = match &self.kind {
-            KernelKind::Tiled(cfg) => Some(self.gather_table(&problem, cfg)?),
-            KernelKind::Direct => None,
+        let ktab = match self.kind.config() {
+            Some(cfg) => Some(self.gather_table(&problem, &cfg)?),
+            None => None,
         };
         let s = &self.spec;
         let scope = ErrorScope::push(&self.gpu.device);
@@ -257,8 +272,8 @@ impl Conv2d {
                 flags: if self.activation == Activation::Relu { FLAG_RELU } else { 0 },
                 ..Default::default()
             };
-            let workgroups = match &self.kind {
-                KernelKind::Tiled(cfg) => {
+            let workgroups = match self.kind.config() {
+                Some(cfg) => {
                     params.k_tiles = s.k_total().div_ceil(cfg.block_k);
                     params.n_pad = round_up(s.out_channels_per_group(), cfg.block_n);
                     params.m_tiles = m_total.div_ceil(cfg.block_m);
@@ -268,7 +283,7 @@ impl Conv2d {
                         .map_err(|_| Error::TooLarge(format!("{total} workgroups in one chunk")))?;
                     params.total_tiles
                 }
-                KernelKind::Direct => (batch * problem.output.per_image() as u32).div_ceil(DIRECT_WORKGROUP),
+                None => (batch * problem.output.per_image() as u32).div_ceil(DIRECT_WORKGROUP),
             };
             let grid = fold_grid(workgroups, limits.max_compute_workgroups_per_dimension)?;
             let uniform = self.gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
@@ -294,6 +309,7 @@ impl Conv2d {
                     wgpu::BindGroupEntry { binding: 3, resource: self.bias.as_entire_binding() },
                     wgpu::BindGroupEntry { binding: 4, resource: ktab_res },
                     wgpu::BindGroupEntry { binding: 5, resource: bind_range(output, out_at, out_size) },
+                    wgpu::BindGroupEntry { binding: 6, resource: self.range_flag.as_entire_binding() },
                 ],
             });
             dispatches.push((bind_group, grid));
@@ -351,8 +367,24 @@ impl Conv2d {
             self.gpu.queue.submit([enc.finish()]);
             scope.finish("dispatch")?;
             out.extend(self.gpu.read_buffer::<f32>(&out_buf, 0, n as usize * out_img)?);
+            if self.take_range_flag()? {
+                return Err(Error::F16Range { what: "the input", detail: String::new() });
+            }
         }
         Ok(out)
+    }
+
+    /// Whether an f16 kernel met an input value beyond f16's range since the last call
+    /// (and clears the flag). `forward` checks it itself; callers of `encode` / `plan`
+    /// with [`Precision::F16Accum32`] check it after their work completes: a flagged
+    /// result must not be used. Always `false` for f32 kernels.
+    pub fn take_range_flag(&self) -> Result<bool> {
+        if self.kind.precision() == Precision::F32 {
+            return Ok(false);
+        }
+        let flag = self.gpu.read_buffer::<u32>(&self.range_flag, 0, 1)?;
+        self.gpu.queue.write_buffer(&self.range_flag, 0, bytemuck::bytes_of(&0u32));
+        Ok(flag.first().copied().unwrap_or(0) != 0)
     }
 
     /// The tiled kernel's gather table for an input size (cached per (H, W)).
@@ -374,32 +406,95 @@ impl Conv2d {
 }
 
 /// The kernel for a new op: explicit, else the tuning cache, else the default, else the
-/// first sweep config the device can run, else the direct kernel.
+/// first sweep config the device can run, else the direct kernel. For f16 precision:
+/// cooperative matrices where the device has them, else the f16 SIMT kernel where it has
+/// `SHADER_F16`, else a refusal — never the f32 path under an f16 label.
 fn choose_kernel(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -> Result<(KernelKind, ConfigSource)> {
     let limits = gpu.kernel_limits();
     if let Some(kind) = options.kernel {
-        if let KernelKind::Tiled(cfg) = &kind {
-            cfg.validate(&limits)?;
+        if kind.precision() != options.precision {
+            return Err(Error::Unsupported(format!(
+                "kernel {kind} computes in {:?}, but {:?} was asked for",
+                kind.precision(),
+                options.precision
+            )));
         }
+        check_kind_supported(gpu, &kind)?;
+        kind.validate(&limits)?;
         return Ok((kind, ConfigSource::Explicit));
     }
+    let wrap = |c: TileConfig| -> Result<KernelKind> {
+        match options.precision {
+            Precision::F32 => Ok(KernelKind::Tiled(c)),
+            Precision::F16Accum32 if gpu.has_coop_f16() => Ok(KernelKind::Coop(c)),
+            Precision::F16Accum32 if gpu.device.features().contains(wgpu::Features::SHADER_F16) => {
+                Ok(KernelKind::TiledF16(c))
+            }
+            Precision::F16Accum32 => Err(Error::Unsupported(format!(
+                "f16 precision needs cooperative matrices or SHADER_F16; {} has neither",
+                gpu.info.name
+            ))),
+        }
+    };
     if let Some(input) = options.tuning_key_input {
         if let Ok(problem) = spec.problem(input) {
             if let Some(cfg) = crate::tune::cached_decision(gpu, &problem) {
-                if cfg.validate(&limits).is_ok() {
-                    return Ok((KernelKind::Tiled(cfg), ConfigSource::TuningCache));
+                let kind = wrap(cfg)?;
+                if kind.validate(&limits).is_ok() {
+                    return Ok((kind, ConfigSource::TuningCache));
                 }
             }
         }
     }
-    let default = default_config();
+    let default = wrap(default_config())?;
+    let default = match default {
+        KernelKind::Coop(_) => KernelKind::Coop(default_coop_config()),
+        k => k,
+    };
     if default.validate(&limits).is_ok() {
-        return Ok((KernelKind::Tiled(default), ConfigSource::Default));
+        return Ok((default, ConfigSource::Default));
     }
-    match default_sweep().into_iter().find(|c| c.validate(&limits).is_ok()) {
-        Some(c) => Ok((KernelKind::Tiled(c), ConfigSource::Fallback)),
-        None => Ok((KernelKind::Direct, ConfigSource::Fallback)),
+    let sweep = match default {
+        KernelKind::Coop(_) => crate::config::coop_sweep(),
+        _ => default_sweep(),
+    };
+    for c in sweep {
+        let kind = default.with_config(c);
+        if kind.validate(&limits).is_ok() {
+            return Ok((kind, ConfigSource::Fallback));
+        }
     }
+    match options.precision {
+        Precision::F32 => Ok((KernelKind::Direct, ConfigSource::Fallback)),
+        Precision::F16Accum32 => {
+            Err(Error::Unsupported(format!("no f16 tile config fits {}'s limits", gpu.info.name)))
+        }
+    }
+}
+
+/// Refuses kinds whose device features are missing.
+fn check_kind_supported(gpu: &Gpu, kind: &KernelKind) -> Result<()> {
+    match kind {
+        KernelKind::Coop(_) if !gpu.has_coop_f16() => Err(Error::Unsupported(format!(
+            "{kind} needs cooperative matrices (f16 A/B, f32 C, 16x16x16, subgroup size 32); {} has none enabled",
+            gpu.info.name
+        ))),
+        KernelKind::TiledF16(_) if !gpu.device.features().contains(wgpu::Features::SHADER_F16) => {
+            Err(Error::Unsupported(format!("{kind} needs SHADER_F16, which {} lacks", gpu.info.name)))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Rounds values to the nearest f16 (kept as f32), refusing any beyond f16's range.
+pub(crate) fn round_to_f16(values: &mut [f32], what: &'static str) -> Result<()> {
+    if let Some(v) = values.iter().find(|v| v.abs() > half::f16::MAX.to_f32()) {
+        return Err(Error::F16Range { what, detail: format!(", e.g. {v}") });
+    }
+    for v in values.iter_mut() {
+        *v = half::f16::from_f32(*v).to_f32();
+    }
+    Ok(())
 }
 
 /// Weights as the tiled kernel reads them: `[groups][k_pad][n_pad]`, K padded to whole

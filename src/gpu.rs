@@ -20,6 +20,10 @@ pub struct GpuOptions {
     /// Keep wgpu's runtime bounds checks in the kernels (default off: our kernels guard
     /// every access themselves; also `WGCONV_RUNTIME_CHECKS=1`).
     pub runtime_checks: bool,
+    /// Enable wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX where the adapter offers f16×f16→f32
+    /// 16×16×16 with subgroup size 32 (the matrix-unit path of `Precision::F16Accum32`).
+    /// Opt-in: wgpu marks the feature experimental (also `WGCONV_COOP=1`).
+    pub cooperative_matrix: bool,
 }
 
 /// What wgconv knows about an adapter: reported by `wgconv info` and the benchmark.
@@ -51,6 +55,7 @@ pub struct Gpu {
     pub info: wgpu::AdapterInfo,
     pub(crate) pipelines: PipelineCache,
     pub(crate) runtime_checks: bool,
+    coop_f16: bool,
 }
 
 /// Adapter preference: discrete first, CPU last.
@@ -97,6 +102,23 @@ pub fn choose_adapter(infos: &[wgpu::AdapterInfo], substring: Option<&str>) -> R
         .ok_or_else(|| Error::NoAdapter(" (is a Vulkan, Metal, DX12 or GL driver installed?)".into()))
 }
 
+/// Whether an adapter offers what the cooperative-matrix kernel needs: the experimental
+/// feature, an f16×f16→f32 16×16×16 configuration, and subgroups of exactly 32 (the kernel
+/// derives warps from the invocation index).
+pub fn coop_f16_supported(adapter: &wgpu::Adapter) -> bool {
+    let info = adapter.get_info();
+    adapter.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+        && info.subgroup_min_size == 32
+        && info.subgroup_max_size == 32
+        && adapter.cooperative_matrix_properties().iter().any(|p| {
+            p.m_size == 16
+                && p.n_size == 16
+                && p.k_size == 16
+                && p.ab_type == wgpu::CooperativeScalarType::F16
+                && p.cr_type == wgpu::CooperativeScalarType::F32
+        })
+}
+
 /// The optional features wgconv turns on when an adapter has them.
 pub fn wanted_features(adapter: wgpu::Features) -> wgpu::Features {
     let wanted = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
@@ -117,18 +139,32 @@ impl Gpu {
         let adapter = &adapters[idx];
         log::info!("wgconv: using {} ({:?}): {why}", infos[idx].name, infos[idx].backend);
         let limits = opts.limits.clone().unwrap_or_else(|| adapter.limits());
-        let features = wanted_features(adapter.features());
+        let mut features = wanted_features(adapter.features());
+        let want_coop = opts.cooperative_matrix || std::env::var("WGCONV_COOP").is_ok_and(|v| v != "0");
+        let coop_f16 = want_coop && coop_f16_supported(adapter);
+        let experimental = if coop_f16 {
+            features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+            // SAFETY: wgpu asks callers of experimental features to accept that their
+            // implementation may still have bugs. wgconv uses only the cooperative-matrix
+            // load / multiply-add / store of 16×16 f16/f32 matrices the adapter reports, and
+            // its GPU-vs-CPU tests cover that path on the hardware that has it.
+            unsafe { wgpu::ExperimentalFeatures::enabled() }
+        } else {
+            wgpu::ExperimentalFeatures::disabled()
+        };
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("wgconv"),
             required_features: features,
             required_limits: limits,
-            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            experimental_features: experimental,
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,
         }))
         .map_err(|e| Error::Device { adapter: infos[idx].name.clone(), reason: e.to_string() })?;
         let checks = opts.runtime_checks || std::env::var("WGCONV_RUNTIME_CHECKS").is_ok_and(|v| v != "0");
-        Ok(Gpu::assemble(device, queue, infos[idx].clone(), checks))
+        let mut gpu = Gpu::assemble(device, queue, infos[idx].clone(), checks);
+        gpu.coop_f16 = coop_f16;
+        Ok(gpu)
     }
 
     /// Wraps a device and queue the caller created (bring your own device). wgconv uses
@@ -139,7 +175,13 @@ impl Gpu {
     }
 
     fn assemble(device: wgpu::Device, queue: wgpu::Queue, info: wgpu::AdapterInfo, runtime_checks: bool) -> Self {
-        Gpu { device, queue, info, pipelines: PipelineCache::default(), runtime_checks }
+        Gpu { device, queue, info, pipelines: PipelineCache::default(), runtime_checks, coop_f16: false }
+    }
+
+    /// Whether the f16 path can use cooperative matrices on this device (only known for
+    /// devices wgconv opened itself; see [`GpuOptions::cooperative_matrix`]).
+    pub fn has_coop_f16(&self) -> bool {
+        self.coop_f16
     }
 
     pub fn summary(&self) -> AdapterSummary {

@@ -37,5 +37,5 @@ pub use config::TileConfig;
 pub use conv2d::{Activation, ConfigSource, Conv2d, Conv2dOptions, ConvPlan};
 pub use error::{Error, Result};
 pub use gpu::{Gpu, GpuOptions};
-pub use kernel::KernelKind;
+pub use kernel::{KernelKind, Precision};
 pub use spec::{Conv2dSpec, ConvProblem, Padding, Shape4};

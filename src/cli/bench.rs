@@ -5,8 +5,8 @@ use super::CliResult;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::sync::Arc;
 use wgconv::bench::{self, BenchOptions, BenchReport, Outcome};
-use wgconv::config::default_sweep;
-use wgconv::{Activation, Gpu, GpuOptions, KernelKind, TileConfig};
+use wgconv::config::{coop_sweep, default_sweep};
+use wgconv::{Activation, Gpu, GpuOptions, KernelKind, Precision, TileConfig};
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -39,6 +39,10 @@ pub struct Args {
     /// Fuse a ReLU into the store
     #[arg(long)]
     relu: bool,
+    /// f32, or f16 operands with f32 accumulation (cooperative matrices where the device has
+    /// them, else the f16 SIMT kernel; the table says which ran)
+    #[arg(long, value_enum, default_value = "f32")]
+    precision: PrecisionArg,
     /// Write every figure as JSON
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -50,11 +54,46 @@ pub struct Args {
     adapter: Option<String>,
 }
 
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrecisionArg {
+    F32,
+    F16,
+}
+
+impl From<PrecisionArg> for Precision {
+    fn from(p: PrecisionArg) -> Self {
+        match p {
+            PrecisionArg::F32 => Precision::F32,
+            PrecisionArg::F16 => Precision::F16Accum32,
+        }
+    }
+}
+
+/// The kernel kind a config runs as at a precision on this device.
+fn kind_for(gpu: &Gpu, precision: Precision, c: TileConfig) -> CliResult<KernelKind> {
+    match precision {
+        Precision::F32 => Ok(KernelKind::Tiled(c)),
+        Precision::F16Accum32 if gpu.has_coop_f16() => Ok(KernelKind::Coop(c)),
+        Precision::F16Accum32 if gpu.device.features().contains(wgpu::Features::SHADER_F16) => {
+            Ok(KernelKind::TiledF16(c))
+        }
+        Precision::F16Accum32 => Err(super::CliError(format!(
+            "--precision f16: {} has neither cooperative matrices nor SHADER_F16",
+            gpu.info.name
+        ))),
+    }
+}
+
 pub fn main(args: Args) -> CliResult {
     if args.runs < 20 {
         return Err(super::CliError(format!("--runs must be at least 20 (got {})", args.runs)));
     }
-    let gpu = Arc::new(Gpu::with_options(GpuOptions { adapter: args.adapter.clone(), ..Default::default() })?);
+    let precision = Precision::from(args.precision);
+    let gpu = Arc::new(Gpu::with_options(GpuOptions {
+        adapter: args.adapter.clone(),
+        cooperative_matrix: precision == Precision::F16Accum32,
+        ..Default::default()
+    })?);
     let default_batch = if gpu.is_cpu() { bench::CPU_BATCH } else { 256 };
     if gpu.is_cpu() && args.shape.batch.is_none() {
         eprintln!("wgconv bench: {} is a CPU adapter: batch {default_batch} (use --batch to override)", gpu.info.name);
@@ -63,9 +102,18 @@ pub fn main(args: Args) -> CliResult {
     let mut kernels: Vec<KernelKind> = match &args.configs {
         Some(names) => names
             .iter()
-            .map(|n| if n == "direct" { Ok(KernelKind::Direct) } else { TileConfig::parse(n).map(KernelKind::Tiled) })
-            .collect::<Result<_, _>>()?,
-        None => default_sweep().into_iter().map(KernelKind::Tiled).collect(),
+            .map(|n| {
+                if n == "direct" {
+                    Ok(KernelKind::Direct)
+                } else {
+                    kind_for(&gpu, precision, TileConfig::parse(n)?)
+                }
+            })
+            .collect::<CliResult<_>>()?,
+        None => {
+            let sweep = if precision == Precision::F16Accum32 && gpu.has_coop_f16() { coop_sweep() } else { default_sweep() };
+            sweep.into_iter().map(|c| kind_for(&gpu, precision, c)).collect::<CliResult<_>>()?
+        }
     };
     if args.direct && !kernels.contains(&KernelKind::Direct) {
         kernels.push(KernelKind::Direct);

@@ -272,7 +272,7 @@ pub fn main(a: Args) -> CliResult {
         eprintln!("wgconv: problem: {problem}{}", if a.relu { " relu" } else { "" });
     }
     let activation = if a.relu { Activation::Relu } else { Activation::None };
-    let options = Conv2dOptions { kernel, activation, tuning_key_input: Some(shape) };
+    let options = Conv2dOptions { kernel, activation, tuning_key_input: Some(shape), ..Default::default() };
     let conv = Conv2d::new(&gpu, spec, &w.data, b.as_ref().map(|b| &b.data[..]), options).map_err(|e| match e {
         Error::ConfigRefused { .. } if a.config.is_some() => {
             CliError(format!("--config {}: {e}", a.config.as_deref().unwrap_or_default()))

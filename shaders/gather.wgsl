@@ -1,0 +1,117 @@
+// The implicit-GEMM operand loaders, shared by the tiled kernels (conv_tiled.wgsl and
+// conv_coop.wgsl). A[m, k] is gathered straight from the NCHW input (zero padding by a
+// bounds test), B[k, n] read from weights packed at upload as [groups][k_pad][n_pad]
+// (zero-padded to whole tiles, so B loads need no test). The including kernel supplies
+//   fn store_a(buf: u32, k: u32, m: u32, v: f32)          one A element into workgroup memory
+//   fn store_b(buf: u32, k: u32, n4: u32, v: vec4<f32>)   B elements n4·4 .. n4·4+3
+// and the precision prelude supplies to_operand(v) (identity, or rounding to f16).
+// Tile constants BM, BN, BK, WG, STAGES come from the generated header (src/kernel.rs).
+
+@group(0) @binding(1) var<storage, read> input: array<f32>;
+@group(0) @binding(2) var<storage, read> weight: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+// Gather table, one row per k (host-computed, so the loaders never divide):
+// x = element offset ic·H·W + ky·dh·W + kx·dw, y = ky·dh, z = kx·dw.
+// Rows past K hold y = OUT_OF_RANGE, which fails the bounds test and yields 0.
+@group(0) @binding(4) var<storage, read> ktab: array<vec4<i32>>;
+@group(0) @binding(5) var<storage, read_write> output: array<f32>;
+
+const BN4: u32 = BN / 4u;
+const A_LOADS: u32 = BM * BK / WG;                  // A elements each invocation gathers per K step
+const A_ROW_STEP: u32 = WG / BK;                    // rows between one invocation's A elements
+const B_LOADS: u32 = (BK * BN4 + WG - 1u) / WG;     // B vec4s each invocation loads per K step
+const OUT_OF_RANGE: i32 = -1073741824;
+
+// Per output row of the block: (element offset of its window origin, iy0, ix0, -).
+var<workgroup> row_info: array<vec4<i32>, BM>;
+var<private> a_next: array<f32, A_LOADS>;
+var<private> b_next: array<vec4<f32>, B_LOADS>;
+
+// The block a workgroup computes: tiles are numbered n-tile fastest, so workgroups that
+// run together share input rows; the grid may be folded into two dimensions.
+struct Block {
+    valid: bool,
+    g: u32,
+    m0: u32,
+    n0: u32,
+}
+
+fn locate_block(wid: vec3<u32>, nwg: vec3<u32>) -> Block {
+    let tile = wid.x + wid.y * nwg.x;
+    let nt = tile % p.n_tiles;
+    let mt = (tile / p.n_tiles) % p.m_tiles;
+    let g = tile / (p.n_tiles * p.m_tiles);
+    return Block(tile < p.total_tiles, g, mt * BM, nt * BN);
+}
+
+// Where each of the block's output rows reads its input window from. Ends with a barrier.
+fn init_rows(t: u32, b: Block) {
+    let ohw = p.oh * p.ow;
+    for (var r = t; r < BM; r += WG) {
+        let m = b.m0 + r;
+        var info = vec4<i32>(0, OUT_OF_RANGE, OUT_OF_RANGE, 0);
+        if (m < p.m_total) {
+            let img = m / ohw;
+            let pos = m % ohw;
+            let iy0 = i32((pos / p.ow) * p.stride_h) - i32(p.pad_top);
+            let ix0 = i32((pos % p.ow) * p.stride_w) - i32(p.pad_left);
+            let base = i32(p.in_offset + (img * p.c_in + b.g * p.c_in_per_group) * p.h * p.w);
+            info = vec4<i32>(base + iy0 * i32(p.w) + ix0, iy0, ix0, 0);
+        }
+        row_info[r] = info;
+    }
+    workgroupBarrier();
+}
+
+// Global → registers: K step `kt` of A (gathered) and B (packed weights).
+// Invocation t gathers the tap k = t % BK for rows t / BK + j·A_ROW_STEP: neighbouring
+// invocations read neighbouring taps (kx), i.e. neighbouring input columns, so a warp's
+// loads are coalesced whatever the stride; and each invocation needs one table row per step.
+fn fetch(kt: u32, t: u32, b: Block) {
+    let tab = ktab[kt * BK + t % BK];
+    for (var j = 0u; j < A_LOADS; j++) {
+        let row = row_info[t / BK + j * A_ROW_STEP];
+        let iy = row.y + tab.y;
+        let ix = row.z + tab.z;
+        var v = 0.0;
+        if (u32(iy) < p.h && u32(ix) < p.w) {
+            v = to_operand(input[u32(row.x + tab.x)]);
+        }
+        a_next[j] = v;
+    }
+    let w_row0 = (b.g * p.k_tiles * BK + kt * BK) * (p.n_pad / 4u) + b.n0 / 4u;
+    for (var j = 0u; j < B_LOADS; j++) {
+        let e = t + j * WG;
+        if (e < BK * BN4) {
+            b_next[j] = weight[w_row0 + (e / BN4) * (p.n_pad / 4u) + e % BN4];
+        }
+    }
+}
+
+// Registers → workgroup buffer `buf`, through the kernel's accessors.
+fn stash(buf: u32, t: u32) {
+    for (var j = 0u; j < A_LOADS; j++) {
+        store_a(buf, t % BK, t / BK + j * A_ROW_STEP, a_next[j]);
+    }
+    for (var j = 0u; j < B_LOADS; j++) {
+        let e = t + j * WG;
+        if (e < BK * BN4) {
+            store_b(buf, e / BN4, e % BN4, b_next[j]);
+        }
+    }
+}
+
+// The epilogue of one output element (block-relative m, n): bias (zeros when the conv has
+// none) and activation fused into the store; rows and columns past the problem are skipped.
+fn store_output(b: Block, m_local: u32, n_local: u32, acc: f32) {
+    let m = b.m0 + m_local;
+    let n = b.n0 + n_local;
+    if (m >= p.m_total || n >= p.c_out_per_group) {
+        return;
+    }
+    let ohw = p.oh * p.ow;
+    let img = m / ohw;
+    let pos = m % ohw;
+    let oc = b.g * p.c_out_per_group + n;
+    output[p.out_offset + (img * p.c_out + oc) * ohw + pos] = activate(acc + bias[oc]);
+}
