@@ -90,4 +90,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     }
     let scratch = warp * 256u;
     //@FRAGMENT_STORE
+    report_range();
 }

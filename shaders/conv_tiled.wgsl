@@ -130,4 +130,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
             store_output(blk, m_local, n_local, acc_get(i, j / 4u)[j % 4u]);
         }
     }
+    report_range();
 }

@@ -4,7 +4,8 @@
 // (zero-padded to whole tiles, so B loads need no test). The including kernel supplies
 //   fn store_a(buf: u32, k: u32, m: u32, v: f32)          one A element into workgroup memory
 //   fn store_b(buf: u32, k: u32, n4: u32, v: vec4<f32>)   B elements n4·4 .. n4·4+3
-// and the precision prelude supplies to_operand(v) (identity, or rounding to f16).
+// and the precision prelude supplies to_operand(v) (identity, or rounding to f16) and
+// report_range() (called once at the end by each kernel).
 // Tile constants BM, BN, BK, WG, STAGES come from the generated header (src/kernel.rs).
 
 @group(0) @binding(1) var<storage, read> input: array<f32>;
@@ -22,7 +23,8 @@ const A_ROW_STEP: u32 = WG / BK;                    // rows between one invocati
 const B_LOADS: u32 = (BK * BN4 + WG - 1u) / WG;     // B vec4s each invocation loads per K step
 const OUT_OF_RANGE: i32 = -1073741824;
 
-// Per output row of the block: (element offset of its window origin, iy0, ix0, -).
+// Per output row of the block: (element offset of its input window origin, iy0, ix0,
+// element offset of its output at channel 0, or -1 past the problem).
 var<workgroup> row_info: array<vec4<i32>, BM>;
 var<private> a_next: array<f32, A_LOADS>;
 var<private> b_next: array<vec4<f32>, B_LOADS>;
@@ -49,14 +51,15 @@ fn init_rows(t: u32, b: Block) {
     let ohw = p.oh * p.ow;
     for (var r = t; r < BM; r += WG) {
         let m = b.m0 + r;
-        var info = vec4<i32>(0, OUT_OF_RANGE, OUT_OF_RANGE, 0);
+        var info = vec4<i32>(0, OUT_OF_RANGE, OUT_OF_RANGE, -1);
         if (m < p.m_total) {
             let img = m / ohw;
             let pos = m % ohw;
             let iy0 = i32((pos / p.ow) * p.stride_h) - i32(p.pad_top);
             let ix0 = i32((pos % p.ow) * p.stride_w) - i32(p.pad_left);
             let base = i32(p.in_offset + (img * p.c_in + b.g * p.c_in_per_group) * p.h * p.w);
-            info = vec4<i32>(base + iy0 * i32(p.w) + ix0, iy0, ix0, 0);
+            let out = i32(p.out_offset + (img * p.c_out + b.g * p.c_out_per_group) * ohw + pos);
+            info = vec4<i32>(base + iy0 * i32(p.w) + ix0, iy0, ix0, out);
         }
         row_info[r] = info;
     }
@@ -103,15 +106,13 @@ fn stash(buf: u32, t: u32) {
 
 // The epilogue of one output element (block-relative m, n): bias (zeros when the conv has
 // none) and activation fused into the store; rows and columns past the problem are skipped.
+// The row's output offset comes from row_info (no division here).
 fn store_output(b: Block, m_local: u32, n_local: u32, acc: f32) {
-    let m = b.m0 + m_local;
+    let out = row_info[m_local].w;
     let n = b.n0 + n_local;
-    if (m >= p.m_total || n >= p.c_out_per_group) {
+    if (out < 0 || n >= p.c_out_per_group) {
         return;
     }
-    let ohw = p.oh * p.ow;
-    let img = m / ohw;
-    let pos = m % ohw;
     let oc = b.g * p.c_out_per_group + n;
-    output[p.out_offset + (img * p.c_out + oc) * ohw + pos] = activate(acc + bias[oc]);
+    output[u32(out) + n * p.oh * p.ow] = activate(acc + bias[oc]);
 }

@@ -198,22 +198,37 @@ impl Conv2dSpec {
                 self.groups, self.out_channels
             )));
         }
+        // Kernels index K and the weights with 32-bit arithmetic.
+        let k = self.in_channels_per_group() as u64 * self.kernel[0] as u64 * self.kernel[1] as u64;
+        if k > i32::MAX as u64 || k * self.out_channels as u64 > i32::MAX as u64 {
+            return Err(Error::TooLarge(format!(
+                "kernel {}x{} over {} input channels per group: {} taps, {} weights (at most 2^31 - 1)",
+                self.kernel[0],
+                self.kernel[1],
+                self.in_channels_per_group(),
+                k,
+                k * self.out_channels as u64
+            )));
+        }
         Ok(())
     }
 
+    // The size helpers never panic, also on specs `validate` refuses (groups = 0 gives 0,
+    // sizes saturate): callers size their slices with them before a Conv2d can refuse.
     pub fn in_channels_per_group(&self) -> u32 {
-        self.in_channels / self.groups
+        self.in_channels.checked_div(self.groups).unwrap_or(0)
     }
     pub fn out_channels_per_group(&self) -> u32 {
-        self.out_channels / self.groups
+        self.out_channels.checked_div(self.groups).unwrap_or(0)
     }
-    /// The GEMM's reduction length: C_in/groups · KH · KW.
+    /// The GEMM's reduction length: C_in/groups · KH · KW (saturating; `validate` refuses
+    /// anything over 2^31 - 1).
     pub fn k_total(&self) -> u32 {
-        self.in_channels_per_group() * self.kernel[0] * self.kernel[1]
+        self.in_channels_per_group().saturating_mul(self.kernel[0]).saturating_mul(self.kernel[1])
     }
     /// Elements of the weight tensor `[C_out, C_in/groups, KH, KW]`.
     pub fn weight_len(&self) -> usize {
-        self.out_channels as usize * self.k_total() as usize
+        (self.out_channels as usize).saturating_mul(self.k_total() as usize)
     }
     pub fn weight_shape(&self) -> Shape4 {
         Shape4::new(self.out_channels, self.in_channels_per_group(), self.kernel[0], self.kernel[1])

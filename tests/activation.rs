@@ -85,7 +85,7 @@ fn bias_and_relu_on_and_off_match_reference() {
                     if relu { plain.iter().map(|&v| reference::relu(v)).collect() } else { plain.clone() };
                 for kernel in kernels() {
                     let activation = if relu { Activation::Relu } else { Activation::None };
-                    let opts = Conv2dOptions { kernel, activation, tuning_key_input: None };
+                    let opts = Conv2dOptions { kernel, activation, tuning_key_input: None, ..Default::default() };
                     let conv = Conv2d::new(&gpu, spec, &w, bias.then_some(&b[..]), opts).unwrap();
                     let (kind, source) = conv.kernel();
                     if kernel.is_none() {
@@ -172,7 +172,7 @@ fn nan_input_stays_nan_through_relu() {
             }
             for kernel in kernels() {
                 let activation = if relu { Activation::Relu } else { Activation::None };
-                let opts = Conv2dOptions { kernel, activation, tuning_key_input: None };
+                let opts = Conv2dOptions { kernel, activation, tuning_key_input: None, ..Default::default() };
                 let conv = Conv2d::new(&gpu, spec, &w, bias.then_some(&b[..]), opts).unwrap();
                 let what = format!("{label} NaN input bias={bias} relu={relu} {}", conv.kernel().0);
                 let (got, poison) = run_poisoned(&gpu, &conv, &x, shape);
@@ -197,7 +197,7 @@ fn nan_bias_makes_its_channel_nan_through_relu() {
     let want: Vec<f32> =
         reference::conv2d(&problem, &x, &w, Some(&b)).unwrap().into_iter().map(reference::relu).collect();
     for kernel in kernels() {
-        let opts = Conv2dOptions { kernel, activation: Activation::Relu, tuning_key_input: None };
+        let opts = Conv2dOptions { kernel, activation: Activation::Relu, tuning_key_input: None, ..Default::default() };
         let conv = Conv2d::new(&gpu, spec, &w, Some(&b), opts).unwrap();
         let what = format!("{label} NaN bias {}", conv.kernel().0);
         let (got, _) = run_poisoned(&gpu, &conv, &x, shape);
