@@ -48,7 +48,9 @@ impl<E: std::fmt::Display> From<E> for CliError {
 pub type CliResult<T = ()> = Result<T, CliError>;
 
 pub fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    // wgpu's GL backend logs an error on every machine without a working EGL while it
+    // enumerates adapters; it is not ours to report (RUST_LOG still overrides this).
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn,wgpu_hal::gles=off")).init();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(a) => bench::main(a),
