@@ -23,6 +23,7 @@
 //! ```
 
 pub mod bench;
+pub mod cache;
 pub mod config;
 pub mod conv2d;
 pub mod error;

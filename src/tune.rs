@@ -1,9 +1,1198 @@
-//! The micro-tuner (issue 4). Placeholder: no cached decisions yet.
-use crate::config::TileConfig;
-use crate::gpu::Gpu;
-use crate::spec::ConvProblem;
+//! The micro-tuner: the seed's "final micro-tuning" stage, made measurable and repeatable.
+//!
+//! Given a shape ([`ConvProblem`]) and its current ("original") [`TileConfig`], the tuner
+//! measures a handful of nearby configs and replaces the original only when a candidate is
+//! both clearly and stably faster. Decisions persist in the tuning cache ([`crate::cache`])
+//! and a `Conv2d` built with `Conv2dOptions::tuning_key_input` picks them up
+//! ([`cached_decision`]).
+//!
+//! # Candidates ([`candidates`])
+//! BLOCK_M/N/K (and so the grid) never change. Around the original (warps `w`, stages `s`):
+//! 1. the original itself, always first;
+//! 2. stages `s − 1` and `s + 1`, where they lie in {2, 3, 4};
+//! 3. warps `w / 2` and `2w` (within {2, 4, 8, 16}, register tile re-derived by
+//!    [`TileConfig::with_warps`]) **only where the occupancy estimate suggests it** (below),
+//!    at stages `s`, then the same with stages `s ± 1`;
+//!
+//! in that order, at most [`MAX_CANDIDATES`] (6). Neighbours that are not candidates (a warp
+//! count the occupancy estimate does not suggest, one whose block cannot be split into a
+//! register tile of multiples of 4, or one past the cap) are listed in the report as
+//! `skipped` with the reason. Candidates the device refuses ([`TileConfig::validate`]) or
+//! that fail to build or to run are `excluded`, with the error.
+//!
+//! # Occupancy estimate ([`estimate_occupancy`])
+//! Resident workgroups per multiprocessor are the minimum of four limits taken from a
+//! per-adapter [`OccupancyProfile`]:
+//! - registers: `regs_per_sm / (round_up(regs, alloc_unit) · invocations)`, where the
+//!   per-invocation register estimate ([`estimate_registers`]) is
+//!   `TM·TN accumulators + (TM + TN) operands + ⌈BM·BK/WG⌉ + 4·⌈BK·BN/4/WG⌉ prefetch
+//!   registers + 24` (24: addresses, indices, loop counters), capped at the profile's
+//!   per-invocation maximum, past which the compiler would spill;
+//! - workgroup storage: `smem_per_sm / (workgroup_bytes + reserved_per_workgroup)`;
+//! - invocations: `max_invocations_per_sm / invocations`;
+//! - workgroups: `max_workgroups_per_sm`.
+//!
+//! Occupancy is `resident · invocations / max_invocations_per_sm` (NVIDIA's "theoretical
+//! occupancy", resident warps over the maximum). Profiles: NVIDIA (vendor 0x10DE): 65 536
+//! registers, allocated 8 per invocation (256 per warp), at most 255 per invocation,
+//! 228 KiB shared memory per SM with 1 KiB reserved per block (a Vulkan workgroup may use
+//! 48 KiB of it: the device limit, checked by `validate`), 2048 invocations, 32 blocks per
+//! SM. Generic (every other adapter, CPU adapters such as lavapipe included): 65 536
+//! registers in units of 4, at most 255 per invocation, 64 KiB of workgroup storage, 2048
+//! invocations and 16 workgroups per compute unit — a conservative common denominator of
+//! desktop GPUs; on a CPU it is only a tie-breaker for which neighbours to try.
+//!
+//! A warp neighbour `w'` is suggested iff, with `occ` the original's estimate and `occ'`
+//! the neighbour's (compared exactly, as resident invocations per multiprocessor):
+//! - `occ' > occ` — the change raises the estimated occupancy (more warps to hide latency,
+//!   or fewer registers per invocation letting more workgroups in); or
+//! - `w' < w` and both `occ` and `occ'` are ≥ [`OCCUPANCY_TARGET`] (50 %) — occupancy is
+//!   already ample and stays so while each invocation gets a larger register tile (more
+//!   instruction-level parallelism).
+//!
+//! Example (NVIDIA profile): the seed m32n64k32-t4x4-w4-s2 needs ≈72 registers → 7 resident
+//! workgroups (register-limited) → 43.8 %; w2 (t4x8) ≈116 → 120 registers → 8 resident
+//! → 25.0 %: not suggested; w8 has no register tile (8 outputs per invocation). So the seed's
+//! stage has two candidates (s2, s3) and reports the two warp neighbours as skipped, while
+//! the anchor's m64n64k16-t4x8-w4-s3 (31 % → w8 50 %) has six.
+//!
+//! # Cache
+//! [`tune`] stores one decision per device and shape (see [`crate::cache`] for the key);
+//! a later tune of the same shape from the same original answers from it (unless forced),
+//! a tune from another original measures and replaces it. [`cached_decision`] is what
+//! `Conv2d` consults; it returns a config only if the device accepts it.
+//!
+//! # Measurement ([`run_stage`], [`Measure`])
+//! Each candidate is prepared (built and warmed up) once, then timed in interleaved rounds:
+//! round `r` times every candidate once, starting at candidate `r mod k` (A B C, B C A,
+//! C A B, …), so drift (clocks, temperature, other load) and position effects hit every
+//! candidate alike. On a GPU ([`GpuMeasure`]) one sample is the median GPU-timestamp time
+//! of `reps` back-to-back runs in one submission (`reps` chosen once, from the original's
+//! pilot run, so that a sample is ≥ ~2 ms of GPU time, at most 10), on inputs and weights
+//! drawn from a standard normal distribution (never zeros). The timing source is the
+//! [`Measure`] trait, so the rule is tested deterministically on the CPU.
+//!
+//! # Decision ([`decide`])
+//! With `gain = (median(original) − median(candidate)) / median(original)`, a candidate
+//! *passes* iff
+//! - `gain ≥ threshold` (default 2 %, settable within 1–2 %), and
+//! - it is **stable: its inter-quartile range lies entirely below the original's**
+//!   (`q3(candidate) < q1(original)`, quartiles of the per-round samples, linear
+//!   interpolation).
+//!
+//! The passing candidate with the largest gain replaces the original (an exact tie goes to
+//! the earlier candidate); if none passes the original is kept. Every row of the report says
+//! median, IQR, gain, verdict and why.
 
-/// The tuner's cached decision for this device and problem, if any.
-pub fn cached_decision(_gpu: &Gpu, _problem: &ConvProblem) -> Option<TileConfig> {
-    None
+use crate::cache::{CacheKey, CachedDecision, DeviceKey, TuningCache};
+use crate::config::{KernelLimits, TileConfig};
+use crate::conv2d::{Conv2d, Conv2dOptions, ConvPlan};
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::kernel::KernelKind;
+use crate::spec::ConvProblem;
+use crate::timing::{self, Clock, Summary};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The most candidates one stage measures (the original included).
+pub const MAX_CANDIDATES: usize = 6;
+/// Warp counts the stage may move to (Triton's `num_warps` of the seed's stage).
+pub const TUNE_WARPS: [u32; 4] = [2, 4, 8, 16];
+/// Stage counts the stage may move to.
+pub const TUNE_STAGES: std::ops::RangeInclusive<u32> = 2..=4;
+/// Occupancy above which fewer, fatter invocations may be tried.
+pub const OCCUPANCY_TARGET: f64 = 0.5;
+/// Registers per invocation assumed for addresses, indices and loop counters.
+pub const REGISTER_OVERHEAD: u32 = 24;
+/// The default decision threshold, percent.
+pub const DEFAULT_THRESHOLD_PCT: f64 = 2.0;
+/// The allowed thresholds, percent.
+pub const THRESHOLD_RANGE_PCT: std::ops::RangeInclusive<f64> = 1.0..=2.0;
+/// Fewest rounds: quartiles of fewer samples say little.
+pub const MIN_ROUNDS: u32 = 5;
+/// The stability rule, as the report states it.
+pub const STABILITY_RULE: &str = "a candidate replaces the original only if its median gain is >= the threshold \
+AND its inter-quartile range lies entirely below the original's (q3(candidate) < q1(original)); \
+the passing candidate with the largest gain wins, otherwise the original is kept";
+
+// ---------------------------------------------------------------------------------------
+// Occupancy
+// ---------------------------------------------------------------------------------------
+
+/// What one multiprocessor (SM, CU) holds, for the occupancy estimate.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct OccupancyProfile {
+    pub name: &'static str,
+    /// 32-bit registers per multiprocessor.
+    pub regs_per_sm: u32,
+    /// Registers per invocation are allocated in multiples of this.
+    pub reg_alloc_unit: u32,
+    /// Most registers one invocation can hold (beyond: spills).
+    pub max_regs_per_invocation: u32,
+    /// Workgroup (shared) memory per multiprocessor, bytes.
+    pub smem_per_sm: u32,
+    /// Workgroup memory the system reserves per resident workgroup, bytes.
+    pub smem_reserved_per_workgroup: u32,
+    pub max_invocations_per_sm: u32,
+    pub max_workgroups_per_sm: u32,
+}
+
+impl OccupancyProfile {
+    /// NVIDIA Ampere/Ada/Hopper-class SM (H100: 228 KiB shared memory per SM).
+    pub const NVIDIA: OccupancyProfile = OccupancyProfile {
+        name: "nvidia",
+        regs_per_sm: 65536,
+        reg_alloc_unit: 8,
+        max_regs_per_invocation: 255,
+        smem_per_sm: 228 * 1024,
+        smem_reserved_per_workgroup: 1024,
+        max_invocations_per_sm: 2048,
+        max_workgroups_per_sm: 32,
+    };
+    /// Unknown and CPU adapters: a conservative desktop-GPU compute unit.
+    pub const GENERIC: OccupancyProfile = OccupancyProfile {
+        name: "generic",
+        regs_per_sm: 65536,
+        reg_alloc_unit: 4,
+        max_regs_per_invocation: 255,
+        smem_per_sm: 64 * 1024,
+        smem_reserved_per_workgroup: 0,
+        max_invocations_per_sm: 2048,
+        max_workgroups_per_sm: 16,
+    };
+
+    /// The profile of an adapter: NVIDIA GPUs by PCI vendor id (or name), else generic.
+    pub fn for_adapter(info: &wgpu::AdapterInfo) -> Self {
+        OccupancyProfile::for_device(info.vendor, &info.name, info.device_type)
+    }
+    /// [`OccupancyProfile::for_adapter`] from the adapter's vendor id, name and type.
+    pub fn for_device(vendor: u32, name: &str, device_type: wgpu::DeviceType) -> Self {
+        let nvidia = vendor == 0x10de || name.to_lowercase().contains("nvidia");
+        if nvidia && device_type != wgpu::DeviceType::Cpu {
+            OccupancyProfile::NVIDIA
+        } else {
+            OccupancyProfile::GENERIC
+        }
+    }
+}
+
+/// The occupancy estimate of one config (see the module docs for the formulae).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Occupancy {
+    /// Estimated registers per invocation (before allocation rounding and the cap).
+    pub registers: u32,
+    pub workgroup_bytes: u64,
+    pub invocations: u32,
+    pub by_registers: u32,
+    pub by_storage: u32,
+    pub by_invocations: u32,
+    pub by_workgroups: u32,
+    /// Resident workgroups per multiprocessor: the minimum of the four.
+    pub resident: u32,
+    /// Which limit binds ("registers", "storage", "invocations", "workgroups"),
+    /// with " (spills)" when the register estimate exceeds the per-invocation maximum.
+    pub limiter: String,
+    /// `resident · invocations / max_invocations_per_sm`, in [0, 1].
+    pub occupancy: f64,
+}
+
+impl Occupancy {
+    /// Resident invocations per multiprocessor (the exact quantity the rule compares).
+    pub fn resident_invocations(&self) -> u64 {
+        self.resident as u64 * self.invocations as u64
+    }
+    /// e.g. "43.8% (7 wg, registers)".
+    pub fn brief(&self) -> String {
+        format!("{:.1}% ({} wg, {})", self.occupancy * 100.0, self.resident, self.limiter)
+    }
+}
+
+/// Estimated registers per invocation of the tiled kernel: accumulators + operand
+/// fragments + the prefetch registers of the next K step + [`REGISTER_OVERHEAD`].
+pub fn estimate_registers(cfg: &TileConfig) -> u32 {
+    let inv = cfg.invocations().max(1);
+    let a_loads = (cfg.block_m * cfg.block_k).div_ceil(inv);
+    let b_loads = (cfg.block_k * cfg.block_n / 4).div_ceil(inv);
+    cfg.accumulators() + cfg.thread_m + cfg.thread_n + a_loads + 4 * b_loads + REGISTER_OVERHEAD
+}
+
+/// Resident workgroups and occupancy of `cfg` on a multiprocessor described by `profile`.
+pub fn estimate_occupancy(cfg: &TileConfig, profile: &OccupancyProfile) -> Occupancy {
+    let registers = estimate_registers(cfg);
+    let spills = registers > profile.max_regs_per_invocation;
+    let unit = profile.reg_alloc_unit.max(1);
+    let allocated = registers.min(profile.max_regs_per_invocation).div_ceil(unit) * unit;
+    let inv = cfg.invocations().max(1);
+    let by_registers = (profile.regs_per_sm as u64 / (allocated as u64 * inv as u64)) as u32;
+    let bytes = cfg.workgroup_bytes();
+    let by_storage = (profile.smem_per_sm as u64 / (bytes + profile.smem_reserved_per_workgroup as u64).max(1))
+        .min(u32::MAX as u64) as u32;
+    let by_invocations = profile.max_invocations_per_sm / inv;
+    let by_workgroups = profile.max_workgroups_per_sm;
+    let limits = [
+        (by_registers, "registers"),
+        (by_storage, "storage"),
+        (by_invocations, "invocations"),
+        (by_workgroups, "workgroups"),
+    ];
+    let (resident, limiter) = limits.iter().copied().min_by_key(|(v, _)| *v).unwrap_or((0, "registers"));
+    let occupancy = (resident as f64 * inv as f64 / profile.max_invocations_per_sm as f64).min(1.0);
+    Occupancy {
+        registers,
+        workgroup_bytes: bytes,
+        invocations: inv,
+        by_registers,
+        by_storage,
+        by_invocations,
+        by_workgroups,
+        resident,
+        limiter: if spills { format!("{limiter} (spills)") } else { limiter.to_string() },
+        occupancy,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Candidates
+// ---------------------------------------------------------------------------------------
+
+/// One config the stage measures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    pub config: TileConfig,
+    /// What differs from the original, e.g. "original", "stages 2→3", "warps 4→8".
+    pub change: String,
+    pub occupancy: Occupancy,
+}
+
+/// A neighbour that is not measured, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Skipped {
+    pub config: Option<TileConfig>,
+    pub label: String,
+    pub warps: u32,
+    pub stages: u32,
+    pub occupancy: Option<Occupancy>,
+    pub reason: String,
+}
+
+/// The candidates of one stage and the neighbours left out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CandidateSet {
+    pub profile: OccupancyProfile,
+    pub candidates: Vec<Candidate>,
+    pub skipped: Vec<Skipped>,
+    /// Why each warp neighbour was included (the occupancy numbers).
+    pub notes: Vec<String>,
+}
+
+fn stage_neighbours(s: u32) -> Vec<u32> {
+    [s.checked_sub(1), s.checked_add(1)].into_iter().flatten().filter(|v| TUNE_STAGES.contains(v)).collect()
+}
+
+/// The nearby configs of `original` (see the module docs), original first.
+pub fn candidates(original: &TileConfig, profile: &OccupancyProfile) -> CandidateSet {
+    let occ0 = estimate_occupancy(original, profile);
+    let mut list = vec![Candidate { config: *original, change: "original".into(), occupancy: occ0.clone() }];
+    let mut skipped = Vec::new();
+    let mut notes = Vec::new();
+    let (w, s) = (original.warps, original.stages);
+    for s2 in stage_neighbours(s) {
+        let c = original.with_stages(s2);
+        list.push(Candidate { config: c, change: format!("stages {s}→{s2}"), occupancy: estimate_occupancy(&c, profile) });
+    }
+    let mut suggested = Vec::new();
+    let neighbours = [w / 2, w.saturating_mul(2)];
+    for w2 in neighbours.into_iter().filter(|v| TUNE_WARPS.contains(v) && *v != w) {
+        let label = format!("warps {w}→{w2}");
+        match original.with_warps(w2) {
+            Err(e) => skipped.push(Skipped {
+                config: None,
+                label: format!("m{}n{}k{}-w{w2}-s{s}", original.block_m, original.block_n, original.block_k),
+                warps: w2,
+                stages: s,
+                occupancy: None,
+                reason: format!("{label}: no register tile ({})", refusal_reason(&e)),
+            }),
+            Ok(c) => {
+                let occ = estimate_occupancy(&c, profile);
+                let (r0, r1) = (occ0.resident_invocations(), occ.resident_invocations());
+                let ample = occ0.occupancy >= OCCUPANCY_TARGET && occ.occupancy >= OCCUPANCY_TARGET;
+                let why = if r1 > r0 {
+                    Some(format!(
+                        "{label}: est. occupancy {:.1}% > original's {:.1}%",
+                        occ.occupancy * 100.0,
+                        occ0.occupancy * 100.0
+                    ))
+                } else if w2 < w && ample {
+                    Some(format!(
+                        "{label}: occupancy stays ≥ {:.0}% ({:.1}% → {:.1}%) with a larger register tile",
+                        OCCUPANCY_TARGET * 100.0,
+                        occ0.occupancy * 100.0,
+                        occ.occupancy * 100.0
+                    ))
+                } else {
+                    None
+                };
+                match why {
+                    Some(why) => suggested.push((c, label, why, occ)),
+                    None => skipped.push(Skipped {
+                        config: Some(c),
+                        label: c.name(),
+                        warps: w2,
+                        stages: s,
+                        occupancy: Some(occ.clone()),
+                        reason: format!(
+                            "{label}: est. occupancy {:.1}% vs original's {:.1}%: occupancy does not suggest it",
+                            occ.occupancy * 100.0,
+                            occ0.occupancy * 100.0
+                        ),
+                    }),
+                }
+            }
+        }
+    }
+    for (c, label, why, occ) in &suggested {
+        list.push(Candidate { config: *c, change: label.clone(), occupancy: occ.clone() });
+        notes.push(format!("{why}: included"));
+    }
+    for (c, label, _, _) in &suggested {
+        for s2 in stage_neighbours(s) {
+            let c2 = c.with_stages(s2);
+            list.push(Candidate {
+                config: c2,
+                change: format!("{label}, stages {s}→{s2}"),
+                occupancy: estimate_occupancy(&c2, profile),
+            });
+        }
+    }
+    if list.len() > MAX_CANDIDATES {
+        for c in list.split_off(MAX_CANDIDATES) {
+            skipped.push(Skipped {
+                config: Some(c.config),
+                label: c.config.name(),
+                warps: c.config.warps,
+                stages: c.config.stages,
+                occupancy: Some(c.occupancy),
+                reason: format!("{}: over the {MAX_CANDIDATES}-candidate cap", c.change),
+            });
+        }
+    }
+    CandidateSet { profile: *profile, candidates: list, skipped, notes }
+}
+
+fn refusal_reason(e: &Error) -> String {
+    match e {
+        Error::ConfigRefused { reason, .. } => reason.clone(),
+        other => other.to_string(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Measurement and decision
+// ---------------------------------------------------------------------------------------
+
+/// A timing source. The tuner calls `prepare` once per candidate (an error excludes it:
+/// "fails to build"), then `measure` once per candidate per round.
+pub trait Measure {
+    /// Builds and warms up what timing `cfg` needs.
+    fn prepare(&mut self, cfg: &TileConfig) -> Result<()> {
+        let _ = cfg;
+        Ok(())
+    }
+    /// One sample: milliseconds per run of `cfg`.
+    fn measure(&mut self, cfg: &TileConfig) -> Result<f64>;
+    /// Where the times come from, for the report.
+    fn clock(&self) -> String {
+        "injected".into()
+    }
+    /// Runs per sample, for the report.
+    fn reps(&self) -> u32 {
+        1
+    }
+}
+
+/// How a stage runs.
+#[derive(Debug, Clone)]
+pub struct TuneOptions {
+    /// Percent, within [`THRESHOLD_RANGE_PCT`].
+    pub threshold_pct: f64,
+    /// Interleaved rounds (≥ [`MIN_ROUNDS`]).
+    pub rounds: u32,
+    /// Untimed runs per candidate before the rounds ([`GpuMeasure`]).
+    pub warmup: u32,
+    /// Runs per sample; 0: chosen from a pilot run ([`GpuMeasure`]).
+    pub reps: u32,
+    /// Ignore the cache's decision (a new decision is still stored).
+    pub force: bool,
+    /// Where decisions are read and stored; `None`: no cache.
+    pub cache: Option<TuningCache>,
+}
+
+impl Default for TuneOptions {
+    fn default() -> Self {
+        TuneOptions {
+            threshold_pct: DEFAULT_THRESHOLD_PCT,
+            rounds: 15,
+            warmup: 3,
+            reps: 0,
+            force: false,
+            cache: TuningCache::open_default(),
+        }
+    }
+}
+
+impl TuneOptions {
+    pub fn check(&self) -> Result<()> {
+        if !THRESHOLD_RANGE_PCT.contains(&self.threshold_pct) {
+            return Err(Error::Unsupported(format!(
+                "threshold must be within {}–{} %, got {}",
+                THRESHOLD_RANGE_PCT.start(),
+                THRESHOLD_RANGE_PCT.end(),
+                self.threshold_pct
+            )));
+        }
+        if self.rounds < MIN_ROUNDS {
+            return Err(Error::Unsupported(format!("at least {MIN_ROUNDS} rounds are needed, got {}", self.rounds)));
+        }
+        Ok(())
+    }
+}
+
+/// The verdict on one row of the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// The original, and it stays.
+    Keep,
+    /// The original, replaced by the adopted candidate.
+    Replaced,
+    /// The winner.
+    Adopt,
+    /// Measured, not good enough (or not the best).
+    Reject,
+    /// Refused by the device, failed to build or to run.
+    Excluded,
+    /// A neighbour the stage's rules leave out (not measured).
+    Skipped,
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Verdict::Keep => "keep",
+            Verdict::Replaced => "replaced",
+            Verdict::Adopt => "ADOPT",
+            Verdict::Reject => "reject",
+            Verdict::Excluded => "excluded",
+            Verdict::Skipped => "skipped",
+        })
+    }
+}
+
+/// One row of the report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CandidateReport {
+    /// The config (absent for a warp count with no register tile).
+    pub config: Option<TileConfig>,
+    pub label: String,
+    pub change: String,
+    pub warps: u32,
+    pub stages: u32,
+    pub occupancy: Option<Occupancy>,
+    pub median_ms: Option<f64>,
+    pub q1_ms: Option<f64>,
+    pub q3_ms: Option<f64>,
+    pub min_ms: Option<f64>,
+    pub max_ms: Option<f64>,
+    /// Median gain over the original, percent (positive: faster).
+    pub gain_pct: Option<f64>,
+    /// The per-round samples, in round order.
+    pub samples_ms: Vec<f64>,
+    pub verdict: Verdict,
+    pub reason: String,
+}
+
+impl CandidateReport {
+    fn summary(&self) -> Option<Summary> {
+        Summary::of(&self.samples_ms)
+    }
+    pub fn iqr_ms(&self) -> Option<f64> {
+        Some(self.q3_ms? - self.q1_ms?)
+    }
+}
+
+/// The outcome of one stage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TuneReport {
+    pub problem: ConvProblem,
+    pub adapter: String,
+    pub backend: String,
+    pub profile: OccupancyProfileReport,
+    pub original: TileConfig,
+    pub chosen: TileConfig,
+    /// The chosen config's median gain over the original, percent (0 when kept).
+    pub gain_pct: f64,
+    pub threshold_pct: f64,
+    pub rounds: u32,
+    pub reps: u32,
+    pub warmup: u32,
+    pub clock: String,
+    pub rule: String,
+    /// Candidates in measurement order (original first), then the skipped neighbours.
+    pub rows: Vec<CandidateReport>,
+    pub notes: Vec<String>,
+    /// Wall time of the stage (building, warm-up and rounds), milliseconds.
+    pub elapsed_ms: f64,
+    pub tuned_at: String,
+}
+
+/// The profile as the report records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OccupancyProfileReport {
+    pub name: String,
+    pub regs_per_sm: u32,
+    pub reg_alloc_unit: u32,
+    pub max_regs_per_invocation: u32,
+    pub smem_per_sm: u32,
+    pub smem_reserved_per_workgroup: u32,
+    pub max_invocations_per_sm: u32,
+    pub max_workgroups_per_sm: u32,
+}
+
+impl From<&OccupancyProfile> for OccupancyProfileReport {
+    fn from(p: &OccupancyProfile) -> Self {
+        OccupancyProfileReport {
+            name: p.name.to_string(),
+            regs_per_sm: p.regs_per_sm,
+            reg_alloc_unit: p.reg_alloc_unit,
+            max_regs_per_invocation: p.max_regs_per_invocation,
+            smem_per_sm: p.smem_per_sm,
+            smem_reserved_per_workgroup: p.smem_reserved_per_workgroup,
+            max_invocations_per_sm: p.max_invocations_per_sm,
+            max_workgroups_per_sm: p.max_workgroups_per_sm,
+        }
+    }
+}
+
+/// Whether `candidate` is stably faster than `original`: `q3(candidate) < q1(original)`.
+pub fn stable(candidate: &Summary, original: &Summary) -> bool {
+    candidate.q3 < original.q1
+}
+
+/// Median gain of `candidate` over `original`, percent.
+pub fn gain_pct(candidate: &Summary, original: &Summary) -> f64 {
+    100.0 * (original.median - candidate.median) / original.median
+}
+
+/// Applies the decision rule to measured rows (`rows[0]` is the original; rows already
+/// `Excluded` or `Skipped` are left alone). Returns the index of the chosen row.
+pub fn decide(rows: &mut [CandidateReport], threshold_pct: f64) -> Result<usize> {
+    let Some(orig) = rows.first().and_then(|r| r.summary()) else {
+        return Err(Error::Unsupported("the original config has no measurements".into()));
+    };
+    let mut passing: Vec<(usize, f64)> = Vec::new();
+    for (i, row) in rows.iter_mut().enumerate().skip(1) {
+        if matches!(row.verdict, Verdict::Excluded | Verdict::Skipped) {
+            continue;
+        }
+        let Some(s) = row.summary() else {
+            row.verdict = Verdict::Excluded;
+            row.reason = "no measurements".into();
+            continue;
+        };
+        let gain = gain_pct(&s, &orig);
+        row.gain_pct = Some(gain);
+        if gain < threshold_pct {
+            row.verdict = Verdict::Reject;
+            row.reason = if gain <= 0.0 {
+                format!("not faster: median {:.4} ms vs original {:.4} ms", s.median, orig.median)
+            } else {
+                format!("gain {gain:.2}% < threshold {threshold_pct}%")
+            };
+        } else if !stable(&s, &orig) {
+            row.verdict = Verdict::Reject;
+            row.reason = format!(
+                "unstable: gain {gain:.2}% >= {threshold_pct}% but the IQRs overlap (q3 {:.4} ms >= original q1 {:.4} ms)",
+                s.q3, orig.q1
+            );
+        } else {
+            passing.push((i, gain));
+        }
+    }
+    // Largest gain wins; on an exact tie the earlier candidate (max_by keeps the last max,
+    // so iterate in reverse).
+    let best = passing.iter().rev().copied().max_by(|a, b| a.1.total_cmp(&b.1));
+    let chosen = match best {
+        None => {
+            rows[0].verdict = Verdict::Keep;
+            rows[0].reason = if rows.len() > 1 && rows[1..].iter().any(|r| r.verdict == Verdict::Reject) {
+                format!("no candidate passed (gain >= {threshold_pct}% and q3 < original q1)")
+            } else {
+                "no other candidate could be measured".into()
+            };
+            0
+        }
+        Some((bi, bgain)) => {
+            let winner = rows[bi].label.clone();
+            for &(i, gain) in &passing {
+                let row = &mut rows[i];
+                let q = row.q3_ms.unwrap_or(f64::NAN);
+                if i == bi {
+                    row.verdict = Verdict::Adopt;
+                    row.reason = format!(
+                        "gain {gain:.2}% >= {threshold_pct}% and stable (q3 {q:.4} ms < original q1 {:.4} ms)",
+                        orig.q1
+                    );
+                } else {
+                    row.verdict = Verdict::Reject;
+                    row.reason = format!("passes (gain {gain:.2}%, stable) but {winner} gains more ({bgain:.2}%)");
+                }
+            }
+            rows[0].verdict = Verdict::Replaced;
+            rows[0].reason = format!("replaced by {winner} ({bgain:.2}% faster)");
+            bi
+        }
+    };
+    Ok(chosen)
+}
+
+/// Progress of a stage: `done` of `total` steps, and what is being done.
+pub type ProgressFn<'a> = dyn FnMut(u64, u64, &str) + 'a;
+
+fn blank_row(c: &Candidate) -> CandidateReport {
+    CandidateReport {
+        config: Some(c.config),
+        label: c.config.name(),
+        change: c.change.clone(),
+        warps: c.config.warps,
+        stages: c.config.stages,
+        occupancy: Some(c.occupancy.clone()),
+        median_ms: None,
+        q1_ms: None,
+        q3_ms: None,
+        min_ms: None,
+        max_ms: None,
+        gain_pct: None,
+        samples_ms: Vec::new(),
+        verdict: Verdict::Reject,
+        reason: String::new(),
+    }
+}
+
+/// The result of [`run_stage`], before it is wrapped in a [`TuneReport`].
+#[derive(Debug, Clone)]
+pub struct StageResult {
+    pub chosen: TileConfig,
+    pub gain_pct: f64,
+    pub rows: Vec<CandidateReport>,
+    pub notes: Vec<String>,
+}
+
+/// Measures a candidate set in interleaved rounds and applies [`decide`].
+///
+/// `limits`: the device's, to exclude candidates it refuses before any build (`None`:
+/// shape checks only). Fails only when the original cannot be measured.
+pub fn run_stage(
+    set: &CandidateSet,
+    limits: Option<&KernelLimits>,
+    measure: &mut dyn Measure,
+    opts: &TuneOptions,
+    progress: &mut ProgressFn<'_>,
+) -> Result<StageResult> {
+    opts.check()?;
+    let Some(original) = set.candidates.first().map(|c| c.config) else {
+        return Err(Error::Unsupported("no candidates".into()));
+    };
+    let mut rows: Vec<CandidateReport> = set.candidates.iter().map(blank_row).collect();
+    let k = rows.len() as u64;
+    let total = k + k * opts.rounds as u64;
+    let mut done = 0u64;
+    let mut live: Vec<usize> = Vec::new();
+    for (i, c) in set.candidates.iter().enumerate() {
+        progress(done, total, &format!("building {}", c.config));
+        let check = match limits {
+            Some(l) => c.config.validate(l),
+            None => c.config.check_shape(),
+        };
+        let result = check
+            .map_err(|e| format!("refused by the device: {}", refusal_reason(&e)))
+            .and_then(|_| measure.prepare(&c.config).map_err(|e| format!("failed to build: {e}")));
+        match result {
+            Ok(()) => live.push(i),
+            Err(reason) => {
+                if i == 0 {
+                    return Err(Error::Unsupported(format!("the original config {}: {reason}", c.config)));
+                }
+                rows[i].verdict = Verdict::Excluded;
+                rows[i].reason = reason;
+            }
+        }
+        done += 1;
+    }
+    // Excluded candidates take no rounds: skip their share so the bar ends at 100 %.
+    done += (k - live.len() as u64) * opts.rounds as u64;
+    for r in 0..opts.rounds as usize {
+        let order: Vec<usize> = if live.is_empty() {
+            Vec::new()
+        } else {
+            let start = r % live.len();
+            live[start..].iter().chain(&live[..start]).copied().collect()
+        };
+        for i in order {
+            if rows[i].verdict == Verdict::Excluded {
+                continue;
+            }
+            let cfg = set.candidates[i].config;
+            progress(done, total, &format!("round {}/{}: {cfg}", r + 1, opts.rounds));
+            match measure.measure(&cfg) {
+                Ok(ms) if ms.is_finite() && ms > 0.0 => rows[i].samples_ms.push(ms),
+                Ok(ms) => {
+                    if i == 0 {
+                        return Err(Error::Unsupported(format!("the original config {cfg} measured {ms} ms")));
+                    }
+                    rows[i].verdict = Verdict::Excluded;
+                    rows[i].reason = format!("implausible time {ms} ms");
+                }
+                Err(e) => {
+                    if i == 0 {
+                        return Err(Error::Unsupported(format!("the original config {cfg} failed to run: {e}")));
+                    }
+                    rows[i].verdict = Verdict::Excluded;
+                    rows[i].reason = format!("failed while measuring: {e}");
+                }
+            }
+            done += 1;
+        }
+    }
+    progress(total, total, "deciding");
+    for row in rows.iter_mut() {
+        if row.verdict == Verdict::Excluded {
+            row.samples_ms.clear();
+            continue;
+        }
+        if let Some(s) = row.summary() {
+            row.median_ms = Some(s.median);
+            row.q1_ms = Some(s.q1);
+            row.q3_ms = Some(s.q3);
+            row.min_ms = Some(s.min);
+            row.max_ms = Some(s.max);
+        }
+    }
+    let chosen_idx = decide(&mut rows, opts.threshold_pct)?;
+    rows[0].gain_pct = Some(0.0);
+    let chosen = rows[chosen_idx].config.unwrap_or(original);
+    let gain = if chosen_idx == 0 { 0.0 } else { rows[chosen_idx].gain_pct.unwrap_or(0.0) };
+    let mut notes = set.notes.clone();
+    if set.candidates.len() < 3 {
+        notes.push(format!(
+            "only {} candidate(s) satisfy the stage's rules for {original} (BLOCK sizes fixed, stages ±1 within 2..=4, \
+             warps only where the occupancy estimate suggests it)",
+            set.candidates.len()
+        ));
+    }
+    let measured = rows.iter().filter(|r| r.median_ms.is_some()).count();
+    if measured < 2 {
+        notes.push("no candidate besides the original could be measured: the original is kept".into());
+    }
+    for s in &set.skipped {
+        rows.push(CandidateReport {
+            config: s.config,
+            label: s.label.clone(),
+            change: s.reason.split(':').next().unwrap_or("").to_string(),
+            warps: s.warps,
+            stages: s.stages,
+            occupancy: s.occupancy.clone(),
+            median_ms: None,
+            q1_ms: None,
+            q3_ms: None,
+            min_ms: None,
+            max_ms: None,
+            gain_pct: None,
+            samples_ms: Vec::new(),
+            verdict: Verdict::Skipped,
+            reason: s.reason.clone(),
+        });
+    }
+    Ok(StageResult { chosen, gain_pct: gain, rows, notes })
+}
+
+// ---------------------------------------------------------------------------------------
+// The GPU timing source
+// ---------------------------------------------------------------------------------------
+
+/// Times candidates of one problem on a GPU: one `Conv2d` per config (explicit kernel),
+/// shared random-normal input and an output buffer, GPU timestamps (host clock where the
+/// device has none, marked in the report).
+pub struct GpuMeasure {
+    gpu: Arc<Gpu>,
+    problem: ConvProblem,
+    weight: Vec<f32>,
+    bias: Option<Vec<f32>>,
+    input: wgpu::Buffer,
+    output: wgpu::Buffer,
+    prepared: HashMap<TileConfig, (Conv2d, ConvPlan)>,
+    warmup: u32,
+    reps: u32,
+    clock: Option<Clock>,
+}
+
+/// Standard-normal values from a fixed seed (never zeros; deterministic).
+pub fn randn(len: usize, seed: u64) -> Vec<f32> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..len).map(|_| rng.sample::<f32, _>(rand_distr::StandardNormal)).collect()
+}
+
+impl GpuMeasure {
+    /// Allocates the input (standard normal; a block of 2^20 + 7 values repeated, so that
+    /// large batches need not draw 10^8 numbers), the output and the weights.
+    pub fn new(gpu: &Arc<Gpu>, problem: &ConvProblem, warmup: u32, reps: u32) -> Result<Self> {
+        use wgpu::util::DeviceExt;
+        let spec = &problem.spec;
+        let weight = randn(spec.weight_len(), 0x5eed_0001);
+        let bias = spec.bias.then(|| randn(spec.out_channels as usize, 0x5eed_0002));
+        let len = problem.input.len() as usize;
+        let block = randn(len.min((1 << 20) + 7), 0x5eed_0003);
+        let mut x = Vec::with_capacity(len);
+        while x.len() < len {
+            let take = (len - x.len()).min(block.len());
+            x.extend_from_slice(&block[..take]);
+        }
+        let scope = crate::gpu::ErrorScope::push(&gpu.device);
+        let input = gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("wgconv tune input"),
+            contents: bytemuck::cast_slice(&x),
+            usage: wgpu::BufferUsages::STORAGE,
+        });
+        drop(x);
+        let output = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("wgconv tune output"),
+            size: problem.output.len() * 4,
+            usage: wgpu::BufferUsages::STORAGE,
+            mapped_at_creation: false,
+        });
+        scope.finish("tune buffers")?;
+        Ok(GpuMeasure {
+            gpu: gpu.clone(),
+            problem: *problem,
+            weight,
+            bias,
+            input,
+            output,
+            prepared: HashMap::new(),
+            warmup,
+            reps,
+            clock: None,
+        })
+    }
+
+    fn sample(&mut self, cfg: &TileConfig, runs: u32) -> Result<Vec<f64>> {
+        let (_, plan) = self
+            .prepared
+            .get(cfg)
+            .ok_or_else(|| Error::Unsupported(format!("{cfg} was not prepared")))?;
+        let (times, clock) = timing::time_plan(&self.gpu, plan, 0, runs)?;
+        self.clock = Some(clock);
+        Ok(times)
+    }
+}
+
+impl Measure for GpuMeasure {
+    fn prepare(&mut self, cfg: &TileConfig) -> Result<()> {
+        let opts = Conv2dOptions { kernel: Some(KernelKind::Tiled(*cfg)), ..Default::default() };
+        let conv = Conv2d::new(&self.gpu, self.problem.spec, &self.weight, self.bias.as_deref(), opts)?;
+        let plan = conv.plan(self.problem.input, &self.input, &self.output)?;
+        let scope = crate::gpu::ErrorScope::push(&self.gpu.device);
+        for _ in 0..self.warmup.max(1) {
+            let mut enc = self.gpu.device.create_command_encoder(&Default::default());
+            plan.encode(&mut enc, None);
+            self.gpu.queue.submit([enc.finish()]);
+        }
+        self.gpu.wait()?;
+        scope.finish("warm-up")?;
+        self.prepared.insert(*cfg, (conv, plan));
+        if self.reps == 0 {
+            // Pilot: one timed run of the first prepared config (the original).
+            let t = self.sample(cfg, 1)?.first().copied().unwrap_or(1.0);
+            self.reps = ((2.0 / t.max(1e-6)).ceil() as u32).clamp(1, 10);
+        }
+        Ok(())
+    }
+    fn measure(&mut self, cfg: &TileConfig) -> Result<f64> {
+        let reps = self.reps.max(1);
+        let times = self.sample(cfg, reps)?;
+        Summary::of(&times)
+            .map(|s| s.median)
+            .ok_or_else(|| Error::Unsupported(format!("{cfg}: no usable time")))
+    }
+    fn clock(&self) -> String {
+        match self.clock {
+            Some(Clock::GpuTimestamps) => "gpu timestamps".into(),
+            Some(Clock::HostWallClock) => "host wall clock (no timestamp queries)".into(),
+            None => "none".into(),
+        }
+    }
+    fn reps(&self) -> u32 {
+        self.reps
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The whole tune, with the cache
+// ---------------------------------------------------------------------------------------
+
+/// A tune's outcome: the report, and whether it came from the cache.
+#[derive(Debug, Clone)]
+pub struct TuneOutcome {
+    pub report: TuneReport,
+    pub from_cache: bool,
+    /// Why the decision was not stored, if it was not (no cache location, I/O error).
+    pub store_error: Option<String>,
+}
+
+/// The cache key of a problem on a device.
+pub fn cache_key(info: &wgpu::AdapterInfo, runtime_checks: bool, problem: &ConvProblem) -> CacheKey {
+    CacheKey::new(DeviceKey::new(info, runtime_checks), problem)
+}
+
+/// The cache key of a problem on this device (adapter, driver, backend, runtime checks).
+pub fn cache_key_for(gpu: &Gpu, problem: &ConvProblem) -> CacheKey {
+    cache_key(&gpu.info, gpu.runtime_checks, problem)
+}
+
+/// A cached decision for this adapter, problem and original, if there is one whose
+/// config the adapter accepts (`limits`). Needs no device: `wgconv tune` answers from here
+/// without opening one.
+pub fn lookup(
+    cache: &TuningCache,
+    info: &wgpu::AdapterInfo,
+    limits: &KernelLimits,
+    runtime_checks: bool,
+    problem: &ConvProblem,
+    original: &TileConfig,
+) -> Option<(CachedDecision, Option<TuneReport>)> {
+    let key = cache_key(info, runtime_checks, problem);
+    let d = cache.lookup(&key)?;
+    if &d.original != original {
+        log::info!("tuning cache: the decision for this shape started from {}, not {original}", d.original);
+        return None;
+    }
+    if let Err(e) = d.config.validate(limits) {
+        log::warn!("tuning cache {}: cached config refused by the device, ignoring it: {e}", cache.path().display());
+        return None;
+    }
+    let report = d.report.clone().and_then(|v| serde_json::from_value::<TuneReport>(v).ok());
+    // A report that contradicts its decision is not shown.
+    let report = report.filter(|r| r.chosen == d.config && r.original == d.original);
+    Some((d, report))
+}
+
+/// Runs the stage for `problem` around `original` on `gpu` — or returns the cached
+/// decision (unless `opts.force`) — and stores a new decision in `opts.cache`.
+pub fn tune(
+    gpu: &Arc<Gpu>,
+    problem: &ConvProblem,
+    original: TileConfig,
+    opts: &TuneOptions,
+    progress: &mut ProgressFn<'_>,
+) -> Result<TuneOutcome> {
+    opts.check()?;
+    original.check_shape()?;
+    let limits = gpu.kernel_limits();
+    if !opts.force {
+        if let Some(cache) = &opts.cache {
+            if let Some((d, report)) = lookup(cache, &gpu.info, &limits, gpu.runtime_checks, problem, &original) {
+                let report = report.unwrap_or_else(|| minimal_report(gpu, problem, &d));
+                return Ok(TuneOutcome { report, from_cache: true, store_error: None });
+            }
+        }
+    }
+    let t0 = Instant::now();
+    let profile = OccupancyProfile::for_adapter(&gpu.info);
+    let set = candidates(&original, &profile);
+    let mut measure = GpuMeasure::new(gpu, problem, opts.warmup, opts.reps)?;
+    let stage = run_stage(&set, Some(&limits), &mut measure, opts, progress)?;
+    let report = TuneReport {
+        problem: *problem,
+        adapter: gpu.info.name.clone(),
+        backend: format!("{:?}", gpu.info.backend),
+        profile: (&profile).into(),
+        original,
+        chosen: stage.chosen,
+        gain_pct: stage.gain_pct,
+        threshold_pct: opts.threshold_pct,
+        rounds: opts.rounds,
+        reps: measure.reps(),
+        warmup: opts.warmup,
+        clock: measure.clock(),
+        rule: STABILITY_RULE.into(),
+        rows: stage.rows,
+        notes: stage.notes,
+        elapsed_ms: t0.elapsed().as_secs_f64() * 1e3,
+        tuned_at: chrono::Local::now().to_rfc3339(),
+    };
+    let store_error = match &opts.cache {
+        None => Some("no cache location (set WGCONV_CACHE_DIR)".to_string()),
+        Some(cache) => {
+            let key = cache_key_for(gpu, problem);
+            let decision = CachedDecision {
+                config: report.chosen,
+                original,
+                threshold_pct: opts.threshold_pct,
+                gain_pct: report.gain_pct,
+                tuned_at: report.tuned_at.clone(),
+                report: serde_json::to_value(&report).ok(),
+            };
+            cache.store(&key, &decision).err().map(|e| e.to_string())
+        }
+    };
+    if let Some(e) = &store_error {
+        log::warn!("the tuning decision was not stored: {e}");
+    }
+    Ok(TuneOutcome { report, from_cache: false, store_error })
+}
+
+fn minimal_report(gpu: &Gpu, problem: &ConvProblem, d: &CachedDecision) -> TuneReport {
+    TuneReport {
+        problem: *problem,
+        adapter: gpu.info.name.clone(),
+        backend: format!("{:?}", gpu.info.backend),
+        profile: (&OccupancyProfile::for_adapter(&gpu.info)).into(),
+        original: d.original,
+        chosen: d.config,
+        gain_pct: d.gain_pct,
+        threshold_pct: d.threshold_pct,
+        rounds: 0,
+        reps: 0,
+        warmup: 0,
+        clock: "cached".into(),
+        rule: STABILITY_RULE.into(),
+        rows: Vec::new(),
+        notes: vec!["the cache entry holds no report".into()],
+        elapsed_ms: 0.0,
+        tuned_at: d.tuned_at.clone(),
+    }
+}
+
+/// The tuner's cached decision for this device and problem, if any, and only if the
+/// device accepts it ([`TileConfig::validate`]). Reads the cache at its default location
+/// ([`crate::cache::default_dir`]); a missing or unreadable cache is a miss.
+pub fn cached_decision(gpu: &Gpu, problem: &ConvProblem) -> Option<TileConfig> {
+    let cache = TuningCache::open_default()?;
+    let d = cache.lookup(&cache_key_for(gpu, problem))?;
+    match d.config.validate(&gpu.kernel_limits()) {
+        Ok(()) => Some(d.config),
+        Err(e) => {
+            log::warn!("tuning cache {}: cached config refused by the device, ignoring it: {e}", cache.path().display());
+            None
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The table
+// ---------------------------------------------------------------------------------------
+
+impl TuneReport {
+    /// The decision as a text table: per row config, change, warps, stages, estimated
+    /// registers / workgroup memory / occupancy, median, IQR, gain, verdict, reason.
+    pub fn table(&self) -> String {
+        let mut rows: Vec<[String; 11]> = vec![[
+            "config".into(),
+            "warps".into(),
+            "stages".into(),
+            "regs".into(),
+            "wg mem".into(),
+            "est. occupancy".into(),
+            "median ms".into(),
+            "IQR ms".into(),
+            "gain %".into(),
+            "verdict".into(),
+            "reason".into(),
+        ]];
+        let f = |v: Option<f64>, p: usize| v.map(|v| format!("{v:.p$}")).unwrap_or_else(|| "-".into());
+        for r in &self.rows {
+            let occ = r.occupancy.as_ref();
+            rows.push([
+                r.label.clone(),
+                r.warps.to_string(),
+                r.stages.to_string(),
+                occ.map(|o| o.registers.to_string()).unwrap_or_else(|| "-".into()),
+                occ.map(|o| format!("{} B", o.workgroup_bytes)).unwrap_or_else(|| "-".into()),
+                occ.map(|o| o.brief()).unwrap_or_else(|| "-".into()),
+                f(r.median_ms, 4),
+                f(r.iqr_ms(), 4),
+                r.gain_pct.map(|g| format!("{g:+.2}")).unwrap_or_else(|| "-".into()),
+                r.verdict.to_string(),
+                r.reason.clone(),
+            ]);
+        }
+        let widths: Vec<usize> = (0..11).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+        let mut out = String::new();
+        for (i, r) in rows.iter().enumerate() {
+            let mut line = String::new();
+            for (c, cell) in r.iter().enumerate() {
+                let pad = widths[c] - cell.chars().count();
+                if c == 10 {
+                    line.push_str(cell);
+                } else if (3..=8).contains(&c) && i > 0 {
+                    let _ = write!(line, "{}{cell}  ", " ".repeat(pad));
+                } else {
+                    let _ = write!(line, "{cell}{}  ", " ".repeat(pad));
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+            if i == 0 {
+                out.push_str(&"-".repeat(widths.iter().sum::<usize>() + 2 * 10));
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// A few lines on how the stage ran and what it decided.
+    pub fn header(&self) -> String {
+        let p = &self.profile;
+        let mut s = format!(
+            "problem   {}\nadapter   {} ({})\noriginal  {}\nrule      {}\nthreshold {}%   rounds {} (interleaved, rotating start)   \
+             runs/sample {}   warm-up {}   clock {}\noccupancy profile {}: {} regs/SM (unit {}, max {}/invocation), \
+             {} B workgroup memory/SM ({} B reserved per workgroup), {} invocations/SM, {} workgroups/SM\n",
+            self.problem,
+            self.adapter,
+            self.backend,
+            self.original,
+            self.rule,
+            self.threshold_pct,
+            self.rounds,
+            self.reps,
+            self.warmup,
+            self.clock,
+            p.name,
+            p.regs_per_sm,
+            p.reg_alloc_unit,
+            p.max_regs_per_invocation,
+            p.smem_per_sm,
+            p.smem_reserved_per_workgroup,
+            p.max_invocations_per_sm,
+            p.max_workgroups_per_sm,
+        );
+        for n in &self.notes {
+            let _ = writeln!(s, "note      {n}");
+        }
+        s
+    }
+
+    /// The one-line decision.
+    pub fn decision_line(&self) -> String {
+        if self.chosen == self.original {
+            format!("decision: keep the original {}", self.original)
+        } else {
+            format!("decision: {} replaces {} ({:.2}% faster)", self.chosen, self.original, self.gain_pct)
+        }
+    }
 }

@@ -1,9 +1,300 @@
-//! `wgconv tune` (placeholder).
-use super::CliResult;
+//! `wgconv tune`: the micro-tuning stage for one shape (see `wgconv::tune`), with the
+//! decision table, the tuning cache, and how long it took.
+
+use super::run::BackendArg;
+use super::{CliError, CliResult};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+use wgconv::cache::TuningCache;
+use wgconv::config::KernelLimits;
+use wgconv::gpu::{choose_adapter, enumerate_adapters};
+use wgconv::tune::{self, TuneOptions, TuneReport};
+use wgconv::{Conv2dSpec, Gpu, GpuOptions, Shape4, TileConfig};
 
 #[derive(clap::Args)]
-pub struct Args {}
+#[command(
+    about = "Micro-tune one convolution: try nearby warp/stage counts of a tile config, keep a change only if it is clearly and stably faster",
+    long_about = "Micro-tune one convolution (the seed's \"final micro-tuning\" stage).\n\n\
+Around the original tile config (default: the seed's, m32n64k32-t4x4-w4-s2) it builds 3-6 nearby \
+configs: stages +-1 within 2..=4, and half or double the warps only where an occupancy estimate \
+(registers, workgroup memory, invocations per multiprocessor) suggests it; BLOCK sizes and the grid \
+never change. Candidates are timed with GPU timestamps in interleaved rounds (A B C, B C A, ...) on \
+random normal inputs. A candidate replaces the original only if its median is at least --threshold % \
+faster AND stable: its inter-quartile range lies entirely below the original's (q3 < original q1).\n\n\
+The decision is stored in the tuning cache (WGCONV_CACHE_DIR, else the platform cache dir \
+/wgconv/tuning.json), keyed by adapter, driver, backend, wgconv version, shader hash and shape; a \
+Conv2d built with tuning_key_input (and `wgconv run`) uses it. A later `wgconv tune` of the same shape \
+and original answers from the cache without opening a device; --force measures again.\n\n\
+Default shape: AlexNet conv1 (3->96, 11x11, stride 4, padding 2, bias, 224x224), N = 256 on a GPU, \
+N = 2 on a CPU adapter (lavapipe runs ~1 GFLOP/s).",
+    after_help = "Examples:\n  wgconv tune\n  wgconv tune --force --threshold 1.5 --rounds 21 --json tune.json\n  \
+wgconv tune --config m64n64k16-t4x8-w4-s3\n  \
+wgconv tune --batch 8 --in-channels 64 --height 56 --width 56 --out-channels 64 --kernel 3 --stride 1 --padding 1"
+)]
+pub struct Args {
+    /// Batch N (default: 256 on a GPU, 2 on a CPU adapter)
+    #[arg(long, value_name = "N")]
+    batch: Option<u32>,
+    /// Input channels C_in
+    #[arg(long, value_name = "C", default_value_t = 3)]
+    in_channels: u32,
+    /// Input height H
+    #[arg(long, value_name = "H", default_value_t = 224)]
+    height: u32,
+    /// Input width W
+    #[arg(long, value_name = "W", default_value_t = 224)]
+    width: u32,
+    /// Output channels C_out
+    #[arg(long, value_name = "C", default_value_t = 96)]
+    out_channels: u32,
+    /// Kernel size: K, or KH,KW
+    #[arg(long, value_name = "K|KH,KW", default_value = "11")]
+    kernel: String,
+    /// Stride: S, or SH,SW
+    #[arg(long, value_name = "S|SH,SW", default_value = "4")]
+    stride: String,
+    /// Zero padding: P, PH,PW, or PT,PL,PB,PR
+    #[arg(long, value_name = "P|PH,PW|PT,PL,PB,PR", default_value = "2")]
+    padding: String,
+    /// Dilation: D, or DH,DW
+    #[arg(long, value_name = "D|DH,DW", default_value = "1")]
+    dilation: String,
+    /// Groups (must divide C_in and C_out)
+    #[arg(long, value_name = "G", default_value_t = 1)]
+    groups: u32,
+    /// The original tile config, e.g. m64n64k16-t4x8-w4-s3 (default: the seed's)
+    #[arg(long, value_name = "NAME")]
+    config: Option<String>,
+    /// Minimum median gain to replace the original, percent (1-2)
+    #[arg(long, value_name = "PCT", default_value_t = tune::DEFAULT_THRESHOLD_PCT)]
+    threshold: f64,
+    /// Interleaved timing rounds (each times every candidate once; at least 5)
+    #[arg(long, value_name = "R", default_value_t = 15)]
+    rounds: u32,
+    /// Untimed warm-up runs per candidate
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    warmup: u32,
+    /// Ignore the cached decision and measure again (the new decision is stored)
+    #[arg(long)]
+    force: bool,
+    /// Also write the report as JSON to this file
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Use the first adapter whose name contains this (case-insensitive; default: WGCONV_ADAPTER, else the best)
+    #[arg(long, value_name = "SUBSTRING")]
+    adapter: Option<String>,
+    /// Search only this wgpu backend (default: WGPU_BACKEND, else all)
+    #[arg(long, value_enum)]
+    backend: Option<BackendArg>,
+}
 
-pub fn main(_args: Args) -> CliResult {
-    Err(super::CliError("not implemented yet".into()))
+fn ints(flag: &str, raw: &str, counts: &[usize]) -> CliResult<Vec<u32>> {
+    let v: Vec<u32> = raw
+        .split(',')
+        .map(|t| t.trim().parse::<u32>().map_err(|_| CliError(format!("{flag} {raw}: {t:?} is not a non-negative integer"))))
+        .collect::<CliResult<_>>()?;
+    if !counts.contains(&v.len()) {
+        return Err(CliError(format!("{flag} {raw}: {} values, expected {counts:?}", v.len())));
+    }
+    Ok(v)
+}
+
+fn pair(flag: &str, raw: &str) -> CliResult<[u32; 2]> {
+    let v = ints(flag, raw, &[1, 2])?;
+    Ok([v[0], *v.last().unwrap_or(&v[0])])
+}
+
+#[derive(serde::Serialize)]
+struct JsonOut<'a> {
+    from_cache: bool,
+    /// Cold: the whole command (adapter, device, buffers, builds, rounds). Cached: the lookup
+    /// including adapter enumeration.
+    wall_ms: f64,
+    cache_file: Option<String>,
+    stored: bool,
+    store_error: Option<String>,
+    report: &'a TuneReport,
+}
+
+pub fn main(a: Args) -> CliResult {
+    let t0 = Instant::now();
+    // 1. Flags.
+    if !tune::THRESHOLD_RANGE_PCT.contains(&a.threshold) {
+        return Err(CliError(format!("--threshold {}: must be within 1-2 (percent)", a.threshold)));
+    }
+    if a.rounds < tune::MIN_ROUNDS {
+        return Err(CliError(format!("--rounds {}: at least {} are needed for quartiles", a.rounds, tune::MIN_ROUNDS)));
+    }
+    let kernel = pair("--kernel", &a.kernel)?;
+    let stride = pair("--stride", &a.stride)?;
+    let dilation = pair("--dilation", &a.dilation)?;
+    let p = ints("--padding", &a.padding, &[1, 2, 4])?;
+    let pads = match p.len() {
+        1 => [p[0]; 4],
+        2 => [p[0], p[1], p[0], p[1]],
+        _ => [p[0], p[1], p[2], p[3]],
+    };
+    let spec = Conv2dSpec::from_signed(
+        a.in_channels as i64,
+        a.out_channels as i64,
+        [kernel[0] as i64, kernel[1] as i64],
+        [stride[0] as i64, stride[1] as i64],
+        pads.map(|v| v as i64),
+        [dilation[0] as i64, dilation[1] as i64],
+        a.groups as i64,
+        true,
+    )?;
+    let original = match &a.config {
+        Some(name) => {
+            let c = TileConfig::parse(name).map_err(|e| CliError(format!("--config {name}: {e}")))?;
+            c.check_shape().map_err(|e| CliError(format!("--config {name}: {e}")))?;
+            c
+        }
+        None => TileConfig::seed(),
+    };
+    if let Some(b) = a.batch {
+        spec.problem(Shape4::new(b, a.in_channels, a.height, a.width))?;
+    }
+
+    // 2. The adapter (no device yet: a cached decision needs none).
+    let backends = a.backend.map(BackendArg::backends);
+    let adapters = enumerate_adapters(backends);
+    let infos: Vec<_> = adapters.iter().map(|x| x.get_info()).collect();
+    let env_adapter = std::env::var("WGCONV_ADAPTER").ok();
+    let (idx, _) = choose_adapter(&infos, a.adapter.as_deref().or(env_adapter.as_deref())).map_err(|e| {
+        match &a.adapter {
+            Some(sub) => CliError(format!("--adapter {sub}: {e}")),
+            None => CliError(e.to_string()),
+        }
+    })?;
+    let info = infos[idx].clone();
+    let limits = KernelLimits::from(&adapters[idx].limits());
+    let is_cpu = info.device_type == wgpu::DeviceType::Cpu;
+    let batch = a.batch.unwrap_or(if is_cpu { 2 } else { 256 });
+    let problem = spec.problem(Shape4::new(batch, a.in_channels, a.height, a.width))?;
+    if a.batch.is_none() && is_cpu {
+        eprintln!(
+            "wgconv: {} is a CPU adapter: tuning a batch of N = 2 instead of 256 (set --batch to change)",
+            info.name
+        );
+    }
+    // As Gpu::with_options decides it (runtime checks key the cache).
+    let runtime_checks = std::env::var("WGCONV_RUNTIME_CHECKS").is_ok_and(|v| v != "0");
+    let cache = TuningCache::open_default();
+    if cache.is_none() {
+        eprintln!("wgconv: no cache directory (set WGCONV_CACHE_DIR): the decision will not be kept");
+    }
+
+    // 3. The cache.
+    if !a.force {
+        if let Some(cache) = &cache {
+            if let Some((d, report)) = tune::lookup(cache, &info, &limits, runtime_checks, &problem, &original) {
+                let wall = t0.elapsed().as_secs_f64() * 1e3;
+                match &report {
+                    Some(r) => {
+                        print!("{}", r.header());
+                        println!();
+                        print!("{}", r.table());
+                        println!();
+                        println!("{}", r.decision_line());
+                    }
+                    None => println!(
+                        "decision: {} (original {}, gain {:.2}%, tuned {})",
+                        d.config, d.original, d.gain_pct, d.tuned_at
+                    ),
+                }
+                println!(
+                    "from the cache {} (tuned {}); lookup took {wall:.1} ms including adapter enumeration, \
+                     no device opened (--force measures again)",
+                    cache.path().display(),
+                    d.tuned_at
+                );
+                if let (Some(path), Some(r)) = (&a.json, &report) {
+                    write_json(path, &JsonOut {
+                        from_cache: true,
+                        wall_ms: wall,
+                        cache_file: Some(cache.path().display().to_string()),
+                        stored: true,
+                        store_error: None,
+                        report: r,
+                    })?;
+                }
+                return Ok(());
+            }
+        }
+    }
+
+    // 4. Cold: a device, the stage, the decision.
+    // The same choice, restricted to the chosen adapter's backend.
+    let gpu = Gpu::with_options(GpuOptions {
+        adapter: a.adapter.clone(),
+        backends: Some(wgpu::Backends::from(info.backend)),
+        ..Default::default()
+    })?;
+    if gpu.info.name != info.name {
+        return Err(CliError(format!("opened {} but chose {}: pass --adapter", gpu.info.name, info.name)));
+    }
+    let gpu = Arc::new(gpu);
+    let opts = TuneOptions {
+        threshold_pct: a.threshold,
+        rounds: a.rounds,
+        warmup: a.warmup,
+        reps: 0,
+        force: true, // the lookup above already missed (or --force)
+        cache: cache.clone(),
+    };
+    let bar = indicatif::ProgressBar::new(1);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} {msg} ({elapsed})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let mut progress = |done: u64, total: u64, msg: &str| {
+        bar.set_length(total);
+        bar.set_position(done);
+        bar.set_message(msg.to_string());
+    };
+    let outcome = tune::tune(&gpu, &problem, original, &opts, &mut progress);
+    bar.finish_and_clear();
+    let outcome = outcome?;
+    let wall = t0.elapsed().as_secs_f64() * 1e3;
+    let r = &outcome.report;
+    print!("{}", r.header());
+    println!();
+    print!("{}", r.table());
+    println!();
+    println!("{}", r.decision_line());
+    let measured = r.rows.iter().filter(|x| x.median_ms.is_some()).count();
+    let candidates = r.rows.iter().filter(|x| x.verdict != tune::Verdict::Skipped).count();
+    println!(
+        "cold tune: {:.2} s in all ({} candidates, {} measured; stage {:.2} s: builds, warm-up, {} rounds x {} run(s))",
+        wall / 1e3,
+        candidates,
+        measured,
+        r.elapsed_ms / 1e3,
+        r.rounds,
+        r.reps
+    );
+    match (&outcome.store_error, &cache) {
+        (None, Some(c)) => println!("stored in {}", c.path().display()),
+        (Some(e), _) => eprintln!("wgconv: the decision was not stored: {e}"),
+        (None, None) => {}
+    }
+    if let Some(path) = &a.json {
+        write_json(path, &JsonOut {
+            from_cache: false,
+            wall_ms: wall,
+            cache_file: cache.as_ref().map(|c| c.path().display().to_string()),
+            stored: outcome.store_error.is_none(),
+            store_error: outcome.store_error.clone(),
+            report: r,
+        })?;
+    }
+    Ok(())
+}
+
+fn write_json(path: &std::path::Path, out: &JsonOut<'_>) -> CliResult {
+    let text = serde_json::to_string_pretty(out)?;
+    std::fs::write(path, text + "\n").map_err(|e| CliError(format!("--json {}: {e}", path.display())))
 }

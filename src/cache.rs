@@ -1,0 +1,328 @@
+//! The tuning cache: the micro-tuner's decisions (see [`crate::tune`]), persisted in one
+//! JSON file so that a later `Conv2d` (or a later `wgconv tune`) reuses them.
+//!
+//! # Location
+//! `$WGCONV_CACHE_DIR/tuning.json` when `WGCONV_CACHE_DIR` is set (and not empty), else
+//! `dirs::cache_dir()/wgconv/tuning.json` (`~/.cache/wgconv/tuning.json` on Linux,
+//! `~/Library/Caches/wgconv/tuning.json` on macOS, `%LOCALAPPDATA%\wgconv\tuning.json` on
+//! Windows). No location, no cache: lookups miss and stores are refused with a reason.
+//!
+//! # Key
+//! A decision is only valid for the exact device, software and shape it was measured on,
+//! so the key ([`CacheKey`]) is the seed's Triton autotune key (N, C_in, H, W, C_out, and
+//! through kernel/stride/padding/dilation OH, OW) widened to everything that decides the
+//! output size (KH, KW, stride, padding, dilation, groups), plus what makes a measurement
+//! stale: adapter name, vendor and device id, driver and driver info, backend, whether
+//! wgpu's runtime bounds checks are on, the wgconv version (`CARGO_PKG_VERSION`) and
+//! [`crate::kernel::shader_hash`]. A lookup matches the whole key exactly; an upgrade or a
+//! changed shader simply misses (the stale entry stays, harmless, for a downgrade).
+//!
+//! # File format (schema [`SCHEMA_VERSION`])
+//! ```json
+//! { "schema": 1, "written_by": "wgconv 0.1.0",
+//!   "entries": [ { "key": { ... }, "decision": { "config": ..., "original": ..., ... } } ] }
+//! ```
+//!
+//! # Robustness
+//! - Writes are atomic: the new file is written to a temporary file in the same directory,
+//!   synced, and renamed over the old one, so a reader sees the old or the new file, never
+//!   a mix, and a crash mid-write leaves the old file.
+//! - Read-modify-write is serialised across threads and processes by an exclusive
+//!   `File::lock` on `tuning.json.lock` beside the file (never deleted: deleting a lock file
+//!   re-opens the race it closes). Readers take no lock (the rename is atomic).
+//! - A truncated, corrupt, foreign-schema or wrongly shaped file is ignored with a
+//!   `log::warn!` (lookups miss) and replaced by the next store. An entry that does not
+//!   parse, or whose config is malformed, is skipped with a warning; entries the store does
+//!   not replace are written back exactly as they were read (other adapters untouched).
+//! - Nothing here panics on file contents; a cached config is further validated against
+//!   the device before use ([`crate::tune::cached_decision`]).
+
+use crate::config::TileConfig;
+use crate::error::{Error, Result};
+use crate::spec::ConvProblem;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The version of the file layout. Files with any other value are ignored and rewritten.
+pub const SCHEMA_VERSION: u32 = 1;
+/// The cache file's name inside the cache directory.
+pub const FILE_NAME: &str = "tuning.json";
+/// The environment variable that overrides the cache directory.
+pub const DIR_ENV: &str = "WGCONV_CACHE_DIR";
+
+/// The device and software a decision was measured with.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct DeviceKey {
+    pub adapter: String,
+    pub vendor: u32,
+    pub device: u32,
+    pub driver: String,
+    pub driver_info: String,
+    pub backend: String,
+    /// wgpu's runtime bounds checks in the kernels (they cost time, so they key the cache).
+    pub runtime_checks: bool,
+    pub wgconv_version: String,
+    pub shader_hash: String,
+}
+
+impl DeviceKey {
+    /// The key of an adapter with this build of wgconv.
+    pub fn new(info: &wgpu::AdapterInfo, runtime_checks: bool) -> Self {
+        DeviceKey {
+            adapter: info.name.clone(),
+            vendor: info.vendor,
+            device: info.device,
+            driver: info.driver.clone(),
+            driver_info: info.driver_info.clone(),
+            backend: format!("{:?}", info.backend),
+            runtime_checks,
+            wgconv_version: env!("CARGO_PKG_VERSION").to_string(),
+            shader_hash: crate::kernel::shader_hash(),
+        }
+    }
+}
+
+/// The shape part of the key: the seed's autotune key (N, C_in, H, W, C_out, OH, OW) with
+/// the attributes that determine OH and OW spelled out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ShapeKey {
+    pub n: u32,
+    pub c_in: u32,
+    pub h: u32,
+    pub w: u32,
+    pub c_out: u32,
+    pub kh: u32,
+    pub kw: u32,
+    pub stride: [u32; 2],
+    /// top, left, bottom, right
+    pub padding: [u32; 4],
+    pub dilation: [u32; 2],
+    pub groups: u32,
+}
+
+impl ShapeKey {
+    pub fn of(problem: &ConvProblem) -> Self {
+        let s = &problem.spec;
+        ShapeKey {
+            n: problem.input.n,
+            c_in: problem.input.c,
+            h: problem.input.h,
+            w: problem.input.w,
+            c_out: s.out_channels,
+            kh: s.kernel[0],
+            kw: s.kernel[1],
+            stride: s.stride,
+            padding: [s.padding.top, s.padding.left, s.padding.bottom, s.padding.right],
+            dilation: s.dilation,
+            groups: s.groups,
+        }
+    }
+}
+
+/// The full key of one cached decision.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CacheKey {
+    pub device: DeviceKey,
+    pub shape: ShapeKey,
+}
+
+impl CacheKey {
+    pub fn new(device: DeviceKey, problem: &ConvProblem) -> Self {
+        CacheKey { device, shape: ShapeKey::of(problem) }
+    }
+}
+
+/// What the tuner decided for one key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CachedDecision {
+    /// The config to run (the original when no candidate won).
+    pub config: TileConfig,
+    /// The config the tune started from.
+    pub original: TileConfig,
+    /// The decision threshold in percent.
+    pub threshold_pct: f64,
+    /// The winner's median gain over the original in percent (0 when the original was kept).
+    pub gain_pct: f64,
+    /// When the decision was made (RFC 3339, local time).
+    pub tuned_at: String,
+    /// The whole report of the tune (the table `wgconv tune` prints); `null` if not kept.
+    #[serde(default)]
+    pub report: Option<Value>,
+}
+
+/// Where the cache lives by default: `$WGCONV_CACHE_DIR`, else `dirs::cache_dir()/wgconv`.
+pub fn default_dir() -> Option<PathBuf> {
+    match std::env::var_os(DIR_ENV) {
+        Some(d) if !d.is_empty() => Some(PathBuf::from(d)),
+        _ => dirs::cache_dir().map(|d| d.join("wgconv")),
+    }
+}
+
+/// The tuning cache file (see the module docs).
+#[derive(Debug, Clone)]
+pub struct TuningCache {
+    path: PathBuf,
+}
+
+/// The parsed file: its entries kept as raw JSON so that entries this store does not
+/// replace are written back as they were.
+struct Document {
+    entries: Vec<Value>,
+}
+
+impl TuningCache {
+    /// The cache at its default location, if the platform has one.
+    pub fn open_default() -> Option<Self> {
+        default_dir().map(|d| TuningCache::in_dir(&d))
+    }
+    /// The cache file `dir/tuning.json`.
+    pub fn in_dir(dir: &Path) -> Self {
+        TuningCache { path: dir.join(FILE_NAME) }
+    }
+    /// A cache at an explicit file path.
+    pub fn at(path: impl Into<PathBuf>) -> Self {
+        TuningCache { path: path.into() }
+    }
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    fn lock_path(&self) -> PathBuf {
+        let mut name = self.path.file_name().map(|n| n.to_os_string()).unwrap_or_else(|| FILE_NAME.into());
+        name.push(".lock");
+        self.path.with_file_name(name)
+    }
+
+    /// The decision stored under exactly this key, if any (and well formed).
+    pub fn lookup(&self, key: &CacheKey) -> Option<CachedDecision> {
+        let doc = self.read()?;
+        // The last matching entry wins (a store replaces in place, so there is at most one).
+        doc.entries.iter().rev().find_map(|raw| match parse_entry(raw) {
+            Some((k, d)) if &k == key => Some(d),
+            _ => None,
+        })
+    }
+
+    /// Every well-formed entry (for tests and diagnostics).
+    pub fn entries(&self) -> Vec<(CacheKey, CachedDecision)> {
+        self.read().map(|d| d.entries.iter().filter_map(parse_entry).collect()).unwrap_or_default()
+    }
+
+    /// Stores (inserts or replaces) the decision for `key`, atomically and under the lock.
+    pub fn store(&self, key: &CacheKey, decision: &CachedDecision) -> Result<()> {
+        let io = |what: &str, e: std::io::Error| {
+            Error::Unsupported(format!("tuning cache {}: {what}: {e}", self.path.display()))
+        };
+        let dir = match self.path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        fs::create_dir_all(&dir).map_err(|e| io("cannot create the directory", e))?;
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(self.lock_path())
+            .map_err(|e| io("cannot open the lock file", e))?;
+        lock.lock().map_err(|e| io("cannot lock", e))?;
+        let result = (|| {
+            let mut entries = self.read().map(|d| d.entries).unwrap_or_default();
+            let new_entry = serde_json::json!({ "key": key, "decision": decision });
+            let mut replaced = false;
+            entries.retain_mut(|raw| match parse_key(raw) {
+                Some(k) if &k == key => {
+                    if replaced {
+                        false
+                    } else {
+                        *raw = new_entry.clone();
+                        replaced = true;
+                        true
+                    }
+                }
+                _ => true,
+            });
+            if !replaced {
+                entries.push(new_entry);
+            }
+            let doc = serde_json::json!({
+                "schema": SCHEMA_VERSION,
+                "written_by": concat!("wgconv ", env!("CARGO_PKG_VERSION")),
+                "entries": entries,
+            });
+            let text = serde_json::to_string_pretty(&doc)
+                .map_err(|e| Error::Unsupported(format!("tuning cache: cannot serialise: {e}")))?;
+            let mut tmp = tempfile::Builder::new()
+                .prefix(".tuning-")
+                .suffix(".tmp")
+                .tempfile_in(&dir)
+                .map_err(|e| io("cannot create a temporary file", e))?;
+            tmp.write_all(text.as_bytes()).map_err(|e| io("cannot write", e))?;
+            tmp.write_all(b"\n").map_err(|e| io("cannot write", e))?;
+            tmp.as_file().sync_all().map_err(|e| io("cannot sync", e))?;
+            tmp.persist(&self.path).map_err(|e| io("cannot rename into place", e.error))?;
+            Ok(())
+        })();
+        let _ = lock.unlock();
+        result
+    }
+
+    /// Reads and checks the file. `None` (after a warning) when it is missing, unreadable,
+    /// truncated, corrupt, of another schema, or not shaped like a cache.
+    fn read(&self) -> Option<Document> {
+        let bytes = match fs::read(&self.path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                log::warn!("tuning cache {}: cannot read ({e}); ignoring it", self.path.display());
+                return None;
+            }
+        };
+        let ignore = |why: String| {
+            log::warn!("tuning cache {}: {why}; ignoring it (the next tune rewrites it)", self.path.display());
+            None
+        };
+        let value: Value = match serde_json::from_slice(&bytes) {
+            Ok(v) => v,
+            Err(e) => return ignore(format!("not valid JSON (truncated or corrupt: {e})")),
+        };
+        let Some(obj) = value.as_object() else {
+            return ignore("not a JSON object".into());
+        };
+        match obj.get("schema").and_then(Value::as_u64) {
+            Some(v) if v == SCHEMA_VERSION as u64 => {}
+            Some(v) => return ignore(format!("schema version {v}, this wgconv reads {SCHEMA_VERSION}")),
+            None => return ignore("no schema version".into()),
+        }
+        let Some(entries) = obj.get("entries").and_then(Value::as_array) else {
+            return ignore("no \"entries\" array".into());
+        };
+        Some(Document { entries: entries.clone() })
+    }
+}
+
+fn parse_key(raw: &Value) -> Option<CacheKey> {
+    serde_json::from_value(raw.get("key")?.clone()).ok()
+}
+
+/// One entry, if its key and decision parse and its configs are well formed.
+fn parse_entry(raw: &Value) -> Option<(CacheKey, CachedDecision)> {
+    let key = parse_key(raw)?;
+    let decision: CachedDecision = match raw.get("decision").cloned().map(serde_json::from_value) {
+        Some(Ok(d)) => d,
+        Some(Err(e)) => {
+            log::warn!("tuning cache: skipping an entry for {} whose decision does not parse: {e}", key.device.adapter);
+            return None;
+        }
+        None => return None,
+    };
+    for cfg in [&decision.config, &decision.original] {
+        if let Err(e) = cfg.check_shape() {
+            log::warn!("tuning cache: skipping an entry for {} with a malformed config: {e}", key.device.adapter);
+            return None;
+        }
+    }
+    Some((key, decision))
+}

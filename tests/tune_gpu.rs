@@ -1,0 +1,154 @@
+//! The tuner on a real device (lavapipe in CI), on a small problem: two cold tunes reach
+//! the same decision, the decision is cached, and a `Conv2d` built with
+//! `tuning_key_input` runs it (and says so); a cached config the device refuses is never used.
+
+mod common;
+use common::*;
+use std::sync::Once;
+use std::time::Instant;
+use wgconv::cache::{CachedDecision, TuningCache};
+use wgconv::tune::{self, TuneOptions, Verdict};
+use wgconv::*;
+
+/// Every test of this binary shares one cache directory, set before any GPU work (and so
+/// before any thread of wgpu's could read the environment).
+fn setup() -> TuningCache {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let dir = tempfile::Builder::new().prefix("wgconv-tune-gpu-").tempdir().unwrap().keep();
+        std::env::set_var(wgconv::cache::DIR_ENV, &dir);
+    });
+    TuningCache::open_default().unwrap()
+}
+
+fn noop(_: u64, _: u64, _: &str) {}
+
+/// 16 → 64 channels, 3×3, padding 1, on 1×16×32×32: ~19 MFLOP, a few ms on lavapipe.
+fn small() -> (Conv2dSpec, Shape4) {
+    (Conv2dSpec::new(16, 64, 3).padding(Padding::uniform(1)).with_bias(true), Shape4::new(1, 16, 32, 32))
+}
+
+/// The anchor's best Triton config: stage and warp neighbours on every profile.
+fn original() -> TileConfig {
+    TileConfig::parse("m64n64k16-t4x8-w4-s3").unwrap()
+}
+
+#[test]
+fn two_cold_tunes_agree_and_conv2d_runs_the_cached_decision() {
+    let cache = setup();
+    let gpu = gpu();
+    let (spec, shape) = small();
+    let problem = spec.problem(shape).unwrap();
+    let opts = TuneOptions {
+        threshold_pct: 2.0,
+        rounds: 11,
+        warmup: 2,
+        reps: 0,
+        force: true,
+        cache: Some(cache.clone()),
+    };
+    let t = Instant::now();
+    let a = tune::tune(&gpu, &problem, original(), &opts, &mut noop).unwrap();
+    let b = tune::tune(&gpu, &problem, original(), &opts, &mut noop).unwrap();
+    eprintln!("{}\n{}{}", a.report.header(), a.report.table(), a.report.decision_line());
+    eprintln!("{}{}", b.report.table(), b.report.decision_line());
+    eprintln!("two cold tunes: {:.1} s", t.elapsed().as_secs_f64());
+    assert!(!a.from_cache && !b.from_cache);
+    assert_eq!(a.report.chosen, b.report.chosen, "the same machine must reach the same decision twice");
+    assert!(a.store_error.is_none(), "{:?}", a.store_error);
+
+    // The report is complete: the original first, every candidate with a verdict and reason,
+    // measured ones with median and quartiles from `rounds` samples.
+    let r = &a.report;
+    assert_eq!(r.rows[0].config, Some(original()));
+    assert!(matches!(r.rows[0].verdict, Verdict::Keep | Verdict::Replaced));
+    let candidates: Vec<_> = r.rows.iter().filter(|x| x.verdict != Verdict::Skipped).collect();
+    assert!((3..=6).contains(&candidates.len()), "{}", r.table());
+    for x in &candidates {
+        assert!(!x.reason.is_empty(), "{}", x.label);
+        assert!(x.occupancy.is_some());
+        if x.verdict != Verdict::Excluded {
+            assert_eq!(x.samples_ms.len(), opts.rounds as usize, "{}", x.label);
+            assert!(x.q1_ms.unwrap() <= x.median_ms.unwrap() && x.median_ms.unwrap() <= x.q3_ms.unwrap());
+        }
+    }
+    let limits = gpu.kernel_limits();
+    for x in candidates.iter().filter(|x| x.verdict == Verdict::Excluded) {
+        assert!(x.config.unwrap().validate(&limits).is_err(), "{}: {}", x.label, x.reason);
+    }
+    assert!(r.chosen.validate(&limits).is_ok());
+    assert!(r.clock.contains("timestamps") || r.clock.contains("wall clock"), "{}", r.clock);
+
+    // Cached: the same decision without measuring.
+    let t = Instant::now();
+    let cached = tune::tune(&gpu, &problem, original(), &TuneOptions { force: false, ..opts.clone() }, &mut noop)
+        .unwrap();
+    assert!(cached.from_cache);
+    assert_eq!(cached.report.chosen, b.report.chosen);
+    eprintln!("cached lookup: {:.2} ms", t.elapsed().as_secs_f64() * 1e3);
+    assert_eq!(tune::cached_decision(&gpu, &problem), Some(b.report.chosen));
+
+    // A Conv2d keyed by this input runs the cached decision, says so, and is correct.
+    let (w, bias) = params(&spec, 11);
+    let conv = Conv2d::new(
+        &gpu,
+        spec,
+        &w,
+        bias.as_deref(),
+        Conv2dOptions { tuning_key_input: Some(shape), ..Default::default() },
+    )
+    .unwrap();
+    assert_eq!(conv.kernel(), (KernelKind::Tiled(b.report.chosen), ConfigSource::TuningCache));
+    let x = randn(shape.len() as usize, 12);
+    let want = reference_out(&problem, &x, &w, bias.as_deref());
+    assert_close("tuned conv", &run_poisoned(&gpu, &conv, &x, shape), &want, TOL_F32);
+
+    // Another input size is another key: the library default.
+    let other = Shape4::new(2, 16, 32, 32);
+    let conv = Conv2d::new(
+        &gpu,
+        spec,
+        &w,
+        bias.as_deref(),
+        Conv2dOptions { tuning_key_input: Some(other), ..Default::default() },
+    )
+    .unwrap();
+    assert_ne!(conv.kernel().1, ConfigSource::TuningCache);
+}
+
+#[test]
+fn cached_config_the_device_refuses_is_never_used() {
+    let cache = setup();
+    let gpu = gpu();
+    let spec = Conv2dSpec::new(8, 16, 3).with_bias(false);
+    let shape = Shape4::new(1, 8, 12, 12);
+    let problem = spec.problem(shape).unwrap();
+    // 4 stages of 128×128×32 need > 130 KiB of workgroup memory: refused by every device.
+    let huge = TileConfig::parse("m128n128k32-t8x8-w8-s4").unwrap();
+    huge.check_shape().unwrap();
+    assert!(huge.validate(&gpu.kernel_limits()).is_err());
+    let key = tune::cache_key_for(&gpu, &problem);
+    let decision = CachedDecision {
+        config: huge,
+        original: huge,
+        threshold_pct: 2.0,
+        gain_pct: 0.0,
+        tuned_at: "2026-11-22T00:00:00+00:00".into(),
+        report: None,
+    };
+    cache.store(&key, &decision).unwrap();
+    assert_eq!(cache.lookup(&key).map(|d| d.config), Some(huge));
+    assert_eq!(tune::cached_decision(&gpu, &problem), None);
+    let (w, _) = params(&spec, 5);
+    let conv =
+        Conv2d::new(&gpu, spec, &w, None, Conv2dOptions { tuning_key_input: Some(shape), ..Default::default() })
+            .unwrap();
+    let (kind, source) = conv.kernel();
+    assert_ne!(source, ConfigSource::TuningCache);
+    assert_ne!(kind, KernelKind::Tiled(huge));
+    // And tune does not answer from it either: it measures (the original is refused, so it fails
+    // with the reason instead of returning the refused config).
+    let opts = TuneOptions { rounds: 5, warmup: 1, force: false, cache: Some(cache.clone()), ..TuneOptions::default() };
+    let e = tune::tune(&gpu, &problem, huge, &opts, &mut noop).unwrap_err();
+    assert!(e.to_string().contains("refused"), "{e}");
+}
