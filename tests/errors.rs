@@ -72,7 +72,7 @@ fn groups_not_dividing_channels() {
 
 /// The spec's size helpers on a spec that `validate` refuses (groups = 0): they are public
 /// and callers size their weight slices with them before `Conv2d::new` can refuse the spec.
-/// Library bug: `in_channels_per_group` divides by zero and panics.
+/// (Regression: `in_channels_per_group` used to divide by zero.)
 #[test]
 fn spec_helpers_do_not_panic_on_zero_groups() {
     let spec = S::new(4, 4, 3).groups(0);
@@ -82,14 +82,16 @@ fn spec_helpers_do_not_panic_on_zero_groups() {
 }
 
 /// A kernel whose K = C_in/g·KH·KW overflows u32 (70000² taps) must come back as an error.
-/// Library bug: `Conv2dSpec::k_total` multiplies in u32 and panics on overflow
-/// (`Conv2d::new` → `weight_len` → `k_total`; in release builds it wraps instead).
+/// (Regression: `Conv2dSpec::k_total` used to multiply in u32 and panic on overflow.)
 #[test]
 fn huge_kernel_is_an_error_not_a_panic() {
     let spec = S::new(1, 1, 70000);
     let r = std::panic::catch_unwind(|| Conv2d::new(&gpu(), spec, &[], None, Conv2dOptions::default()).err());
     match r {
-        Ok(Some(e)) => assert_names(&e, &["70000"]),
+        Ok(Some(e)) => {
+            assert!(matches!(e, Error::TooLarge(_)), "{e:?}");
+            assert_names(&e, &["70000"]);
+        }
         Ok(None) => panic!("a 70000x70000 kernel with no weights was accepted"),
         Err(_) => panic!("Conv2d::new panicked on a 70000x70000 kernel (u32 overflow in Conv2dSpec::k_total)"),
     }

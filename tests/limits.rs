@@ -31,6 +31,7 @@ fn batch_chunking_encode_and_forward() {
     let packed = (spec.k_total().div_ceil(seed.block_k) * seed.block_k * spec.out_channels.div_ceil(seed.block_n) * seed.block_n) as u64 * 4;
     let binding = packed.max(2 * per_out * 4) + 32;
     assert_eq!(binding, 8224);
+    let _serial = serial();
     let gpu = gpu_with_limits(|l| l.max_storage_buffer_binding_size = binding);
     let limits = gpu.limits();
     assert_eq!(limits.max_storage_buffer_binding_size, binding, "the device did not take the lowered limit");
@@ -64,6 +65,7 @@ fn batch_chunking_encode_and_forward() {
 #[test]
 fn image_over_binding_limit_is_refused() {
     let spec = S::new(3, 5, 3).padding(P::uniform(1));
+    let _serial = serial();
     let gpu = gpu_with_limits(|l| l.max_storage_buffer_binding_size = 2048);
     let conv = Conv2d::new(&gpu, spec, &vec![0.5; spec.weight_len()], None, direct()).unwrap();
     let shape = Shape4::new(2, 3, 13, 11);
@@ -93,6 +95,7 @@ fn buffers(gpu: &wgconv::Gpu, case: &Case) -> (wgpu::Buffer, wgpu::Buffer) {
 /// two dimensions, the tail of the last row idle.
 #[test]
 fn grid_folding_tiled_and_direct() {
+    let _serial = serial();
     let gpu = gpu_with_limits(|l| l.max_compute_workgroups_per_dimension = 16);
     assert_eq!(gpu.limits().max_compute_workgroups_per_dimension, 16);
     let cfg = TileConfig::seed();
@@ -116,6 +119,7 @@ fn grid_folding_tiled_and_direct() {
 /// One image needing more than 16² workgroups cannot be folded: TooLarge, named.
 #[test]
 fn grid_over_folding_is_refused() {
+    let _serial = serial();
     let gpu = gpu_with_limits(|l| l.max_compute_workgroups_per_dimension = 16);
     let spec = S::new(3, 70, 3).padding(P::uniform(1));
     let conv = Conv2d::new(&gpu, spec, &vec![0.5; spec.weight_len()], None, direct()).unwrap();
@@ -132,6 +136,7 @@ fn grid_over_folding_is_refused() {
 fn config_over_device_limits_is_refused() {
     let seed = TileConfig::seed();
     let limit = below(seed.workgroup_bytes());
+    let _serial = serial();
     let gpu = gpu_with_limits(|l| l.max_compute_workgroup_storage_size = limit);
     let spec = S::new(3, 8, 3);
     let w = vec![0.25; spec.weight_len()];
@@ -158,6 +163,7 @@ fn below(bytes: u64) -> u32 {
 /// checked before any pipeline was built.
 #[test]
 fn config_over_invocation_limit_is_refused() {
+    let _serial = serial();
     let gpu = gpu_with_limits(|l| {
         l.max_compute_invocations_per_workgroup = 64;
         l.max_compute_workgroup_size_x = 64;
@@ -192,6 +198,7 @@ fn config_over_invocation_limit_is_refused() {
 #[test]
 fn default_falls_back_to_a_config_that_fits() {
     // Workgroup memory just under the default config's.
+    let _serial = serial();
     let gpu = gpu_with_limits(|l| l.max_compute_workgroup_storage_size = below(default_config().workgroup_bytes()));
     let limits = gpu.kernel_limits();
     assert!(default_config().validate(&limits).is_err());
@@ -210,6 +217,7 @@ fn default_falls_back_to_a_config_that_fits() {
 fn default_falls_back_to_direct() {
     // Workgroup memory just under what the smallest tile config needs.
     let least = default_sweep().iter().filter(|c| c.check_shape().is_ok()).map(|c| c.workgroup_bytes()).min().unwrap();
+    let _serial = serial();
     let gpu = gpu_with_limits(|l| l.max_compute_workgroup_storage_size = below(least));
     let limits = gpu.kernel_limits();
     assert!(default_sweep().iter().all(|c| c.validate(&limits).is_err()));

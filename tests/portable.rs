@@ -3,7 +3,7 @@
 //! naga and translates to SPIR-V, MSL, HLSL and GLSL compute (`kernel::check_portable`).
 
 use wgconv::config::{default_config, default_sweep};
-use wgconv::kernel::{check_portable, source};
+use wgconv::kernel::{check_portable, portable_targets, source};
 use wgconv::{KernelKind, TileConfig};
 
 #[test]
@@ -35,6 +35,16 @@ fn every_sweep_config_is_portable() {
 #[test]
 fn direct_kernel_is_portable() {
     check_portable(&KernelKind::Direct).unwrap();
+}
+
+/// The f32 kernels are checked against all four targets (none skipped).
+#[test]
+fn f32_kernels_target_every_backend() {
+    let all = ["SPIR-V", "MSL", "HLSL", "GLSL"];
+    assert_eq!(portable_targets(&KernelKind::Direct), all);
+    for cfg in default_sweep() {
+        assert_eq!(portable_targets(&KernelKind::Tiled(cfg)), all, "{cfg}");
+    }
 }
 
 #[test]

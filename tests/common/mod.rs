@@ -157,6 +157,15 @@ pub fn run_poisoned_tail(gpu: &Gpu, conv: &Conv2d, input: &[f32], shape: Shape4,
     (all, tail)
 }
 
+/// Serialises the tests that open their own devices: creating (and using) several Vulkan
+/// devices from parallel test threads hangs on NVIDIA's Linux driver (seen on an H100 with
+/// 16 test threads; see gfx-rs/wgpu#10010, #10234). Hold the guard for the whole test,
+/// declared before the device so that the device is dropped first.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A device on the same adapter as [`gpu`] with some limits lowered (`lower` edits a copy
 /// of the adapter's limits, so every other limit stays what the adapter allows).
 pub fn gpu_with_limits(lower: impl FnOnce(&mut wgpu::Limits)) -> Arc<Gpu> {
