@@ -1,1 +1,112 @@
-fn main() {}
+//! Criterion comparison of a handful of kernels on one small convolution (N=2, 16→32
+//! channels, 32×32, 3×3, padding 1, bias) on the default adapter (`WGCONV_ADAPTER` picks
+//! another): the seed's config, the next sweep configs that fit the device, and the
+//! direct kernel. Each kernel's `Conv2d` and `ConvPlan` are built once (and checked
+//! against the CPU reference); an iteration is encode + submit + `gpu.wait()`, so the
+//! times are host wall-clock and include submission (`wgconv bench` reports GPU
+//! timestamps instead). Throughput is in FLOP (criterion prints it as elem/s).
+//!
+//! Sample sizes are small so that `cargo bench --bench configs` finishes in well under a
+//! minute on lavapipe. `cargo test --all-targets` runs each benchmark once (test mode).
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput};
+use std::sync::Arc;
+use std::time::Duration;
+use wgconv::bench::F32_TOLERANCE;
+use wgconv::config::default_sweep;
+use wgconv::{reference, Conv2d, Conv2dOptions, Conv2dSpec, Gpu, KernelKind, Padding, Shape4, TileConfig};
+
+/// Sweep configs compared besides the seed (the first ones after it that fit the device).
+const SWEEP_CONFIGS: usize = 3;
+
+fn data(len: usize, seed: u32) -> Vec<f32> {
+    // A small deterministic generator: no RNG state to share with the library.
+    (0..len as u32)
+        .map(|i| {
+            let v = i.wrapping_mul(2_654_435_761).wrapping_add(seed.wrapping_mul(40_503)) >> 8;
+            v as f32 / (1u32 << 24) as f32 - 0.5
+        })
+        .collect()
+}
+
+fn kernels(gpu: &Gpu) -> Vec<KernelKind> {
+    let limits = gpu.kernel_limits();
+    let fits = |k: &KernelKind| k.validate(&limits).is_ok();
+    let seed = KernelKind::Tiled(TileConfig::seed());
+    let mut kinds: Vec<KernelKind> = Vec::new();
+    if fits(&seed) {
+        kinds.push(seed);
+    } else {
+        eprintln!("configs bench: the seed {seed} does not fit {}: left out", gpu.info.name);
+    }
+    kinds.extend(
+        default_sweep()
+            .into_iter()
+            .map(KernelKind::Tiled)
+            .filter(|k| *k != seed && fits(k))
+            .take(SWEEP_CONFIGS),
+    );
+    kinds.push(KernelKind::Direct);
+    kinds
+}
+
+fn configs(c: &mut Criterion) {
+    let gpu = Arc::new(Gpu::new().expect("a wgpu adapter (lavapipe on a machine without GPU)"));
+    let spec = Conv2dSpec::new(16, 32, 3).padding(Padding::uniform(1)).with_bias(true);
+    let shape = Shape4::new(2, 16, 32, 32);
+    let problem = spec.problem(shape).expect("a valid problem");
+    let x = data(shape.len() as usize, 1);
+    let w = data(spec.weight_len(), 2);
+    let b = data(spec.out_channels as usize, 3);
+    let want = reference::conv2d(&problem, &x, &w, Some(&b)).expect("the reference");
+
+    use wgpu::util::DeviceExt;
+    let input = gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: Some("bench input"),
+        contents: bytemuck::cast_slice(&x),
+        usage: wgpu::BufferUsages::STORAGE,
+    });
+    let output = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("bench output"),
+        size: problem.output.len() * 4,
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    });
+
+    // Criterion shortens long ids (and then numbers them): keep the group name short and
+    // say the problem and adapter here.
+    eprintln!("configs bench: {problem} on {} ({:?})", gpu.info.name, gpu.info.backend);
+    let mut group = c.benchmark_group("conv2d");
+    // Flat sampling: iterations take milliseconds on a CPU adapter (no "unable to complete
+    // 10 samples" warning for the slow direct kernel).
+    group
+        .sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    group.throughput(Throughput::Elements(problem.flops() as u64));
+    for kind in kernels(&gpu) {
+        let opts = Conv2dOptions { kernel: Some(kind), ..Default::default() };
+        let conv = Conv2d::new(&gpu, spec, &w, Some(&b), opts).unwrap_or_else(|e| panic!("{kind}: {e}"));
+        let plan = conv.plan(shape, &input, &output).unwrap_or_else(|e| panic!("{kind}: {e}"));
+        // A wrong kernel's time means nothing: check once before timing.
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        plan.encode(&mut enc, None);
+        gpu.queue.submit([enc.finish()]);
+        let got = gpu.read_buffer::<f32>(&output, 0, want.len()).expect("read back");
+        let err = reference::relative_l2(&got, &want);
+        assert!(err <= F32_TOLERANCE, "{kind}: relative L2 {err:.2e} against the reference");
+        group.bench_function(BenchmarkId::from_parameter(kind.to_string()), |bench| {
+            bench.iter(|| {
+                let mut enc = gpu.device.create_command_encoder(&Default::default());
+                plan.encode(&mut enc, None);
+                gpu.queue.submit([enc.finish()]);
+                gpu.wait().expect("the queue drains");
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, configs);
+criterion_main!(benches);

@@ -1,0 +1,275 @@
+//! `Precision::F16Accum32` against the f64 CPU reference on the UNROUNDED data (the error
+//! users see): relative L2 ≤ `bench::F16_TOLERANCE` (1e-3), no NaN in NaN-poisoned outputs.
+//!
+//! On a device without cooperative matrices (lavapipe in CI) the f16 path is the SIMT
+//! kernel with operands rounded to f16 (`KernelKind::TiledF16`): the default kernel chosen
+//! by the precision, a few explicit sweep configs that validate on the device, `encode`
+//! and `forward`. Then the f16 range refusals (weights on upload, inputs in-kernel through
+//! the range flag), mismatched kind/precision refusals, proof that the operands really
+//! are rounded, and the cooperative-matrix kernel where the device has it (else skipped,
+//! saying so on stderr).
+//!
+//! Shapes stay small: lavapipe runs about 1 GFLOP/s.
+
+mod common;
+use common::*;
+use std::sync::Arc;
+use wgconv::bench::F16_TOLERANCE;
+use wgconv::config::{coop_sweep, default_sweep};
+use wgconv::{reference, Activation, ConfigSource, Conv2d, Conv2dOptions, Error, Gpu, GpuOptions};
+use wgconv::{Conv2dSpec as S, KernelKind, Padding as P, Precision, Shape4, TileConfig};
+
+/// Ragged shapes: strides, asymmetric padding, dilation, groups / depthwise, C_out 1, 3,
+/// 17, 96, bias on and off, ReLU on and off, N = 1..3. `(name, spec, [N, H, W], relu)`.
+fn shapes() -> Vec<(&'static str, S, [u32; 3], bool)> {
+    vec![
+        ("stride2x1_asym_pad_cout17_bias", S::new(3, 17, 3).stride(2, 1).padding(P::new(1, 0, 2, 1)).with_bias(true), [2, 13, 11], false),
+        ("dilation2_relu_n3", S::new(3, 8, 3).dilation(2, 2).padding(P::uniform(2)), [3, 12, 12], true),
+        ("groups3_stride2_bias", S::new(6, 9, 3).groups(3).stride(2, 2).with_bias(true), [1, 11, 12], false),
+        ("depthwise_3x3_bias_relu", S::new(8, 8, 3).groups(8).padding(P::uniform(1)).with_bias(true), [2, 10, 10], true),
+        ("cout1_bias", S::new(3, 1, 3).padding(P::uniform(1)).with_bias(true), [2, 9, 7], false),
+        ("cout3_stride3x2_relu", S::new(5, 3, 3).stride(3, 2), [1, 10, 12], true),
+        ("cout96_5x5_stride2_bias", S::new(3, 96, 5).stride(2, 2).padding(P::uniform(2)).with_bias(true), [1, 15, 13], false),
+        ("k1x1_stride2_pad1_cout17_n3", S::new(16, 17, 1).stride(2, 2).padding(P::uniform(1)), [3, 9, 8], false),
+        ("k11_stride4_cout17_bias_relu", S::new(3, 17, 11).stride(4, 4).padding(P::uniform(2)).with_bias(true), [2, 31, 27], true),
+        ("groups4_dilation2_asym_pad", S::new(8, 12, 3).groups(4).stride(2, 1).dilation(2, 2).padding(P::new(2, 1, 0, 3)), [2, 13, 9], false),
+    ]
+}
+
+/// A case of [`shapes`] with its reference (ReLU applied where the case has it).
+fn case(name: &str, spec: S, [n, h, w]: [u32; 3], relu: bool) -> Case {
+    let mut case = Case::new(name, spec, Shape4::new(n, spec.in_channels, h, w));
+    if relu {
+        case.want.iter_mut().for_each(|v| *v = reference::relu(*v));
+    }
+    case
+}
+
+fn f16_options(kernel: Option<KernelKind>, relu: bool) -> Conv2dOptions {
+    Conv2dOptions {
+        kernel,
+        activation: if relu { Activation::Relu } else { Activation::None },
+        precision: Precision::F16Accum32,
+        ..Default::default()
+    }
+}
+
+fn f16_conv(gpu: &Arc<Gpu>, case: &Case, kernel: Option<KernelKind>, relu: bool) -> Conv2d {
+    Conv2d::new(gpu, case.spec, &case.w, case.b.as_deref(), f16_options(kernel, relu))
+        .unwrap_or_else(|e| panic!("{}: {e}", case.label(&format!("f16 {kernel:?}"))))
+}
+
+/// `encode` into NaN-poisoned output and `forward`, both within the f16 tolerance of the
+/// reference on unrounded data, and no range flag raised on normal data. Returns the
+/// larger of the two errors.
+fn check_f16(gpu: &Gpu, case: &Case, conv: &Conv2d) -> f64 {
+    let (kind, _) = conv.kernel();
+    assert_eq!(kind.precision(), Precision::F16Accum32, "{}", case.label(&kind.to_string()));
+    let got = run_poisoned(gpu, conv, &case.x, case.shape);
+    assert_close(&case.label(&format!("encode, {kind}")), &got, &case.want, F16_TOLERANCE);
+    let err = reference::relative_l2(&got, &case.want);
+    assert!(!conv.take_range_flag().unwrap(), "{}: range flag on normal data", case.label(&kind.to_string()));
+    let got = conv.forward(&case.x, case.shape).unwrap_or_else(|e| panic!("{}: {e}", case.label("forward")));
+    assert_close(&case.label(&format!("forward, {kind}")), &got, &case.want, F16_TOLERANCE);
+    err.max(reference::relative_l2(&got, &case.want))
+}
+
+/// Explicit f16 SIMT configs of the declared sweep that validate on the device: the seed,
+/// a 3-stage 8×4 tile and a 96-wide one-stage tile (different loaders and K steps).
+fn explicit_tiled_f16(gpu: &Gpu) -> Vec<KernelKind> {
+    let limits = gpu.kernel_limits();
+    let wanted = ["m32n64k32-t4x4-w4-s2", "m64n64k16-t8x4-w4-s3", "m64n96k8-t4x12-w4-s1"];
+    let sweep = default_sweep();
+    for name in wanted {
+        assert!(sweep.iter().any(|c| c.name() == name), "{name} left the declared sweep: update this test");
+    }
+    let kinds: Vec<KernelKind> = sweep
+        .into_iter()
+        .filter(|c| wanted.contains(&c.name().as_str()))
+        .map(KernelKind::TiledF16)
+        .filter(|k| k.validate(&limits).is_ok())
+        .collect();
+    assert!(!kinds.is_empty(), "none of {wanted:?} is in the sweep or fits {}", gpu.info.name);
+    kinds
+}
+
+#[test]
+fn default_f16_kernel_is_tiled_f16_without_coop() {
+    let gpu = gpu();
+    let case = case("default_kind", S::new(3, 8, 3).padding(P::uniform(1)), [1, 8, 8], false);
+    let conv = f16_conv(&gpu, &case, None, false);
+    let (kind, source) = conv.kernel();
+    if gpu.has_coop_f16() {
+        assert!(matches!(kind, KernelKind::Coop(_)), "coop device chose {kind}");
+    } else {
+        // Never the f32 kernel under an f16 label.
+        assert!(matches!(kind, KernelKind::TiledF16(_)), "{}: f16 default is {kind}", gpu.info.name);
+    }
+    assert_eq!(kind.precision(), Precision::F16Accum32);
+    assert_ne!(source, ConfigSource::Explicit);
+}
+
+#[test]
+fn f16_default_and_explicit_configs_on_ragged_shapes() {
+    let gpu = gpu();
+    let explicit = explicit_tiled_f16(&gpu);
+    let mut worst = 0.0f64;
+    for (name, spec, nhw, relu) in shapes() {
+        let case = case(name, spec, nhw, relu);
+        let conv = f16_conv(&gpu, &case, None, relu);
+        if !gpu.has_coop_f16() {
+            let (kind, _) = conv.kernel();
+            assert!(matches!(kind, KernelKind::TiledF16(_)), "{name}: default f16 kernel is {kind}");
+        }
+        worst = worst.max(check_f16(&gpu, &case, &conv));
+        for kind in &explicit {
+            let conv = f16_conv(&gpu, &case, Some(*kind), relu);
+            assert_eq!(conv.kernel(), (*kind, ConfigSource::Explicit));
+            worst = worst.max(check_f16(&gpu, &case, &conv));
+        }
+    }
+    eprintln!("f16 on {}: worst relative L2 {worst:.2e} (bound {F16_TOLERANCE:.0e})", gpu.info.name);
+}
+
+/// The f16 result differs from the f32 one (the operands really are rounded) by more than
+/// 1e-6 relative, but less than 1e-3; and it matches the f64 reference on f16-ROUNDED data
+/// at f32 accuracy (f16 operands, f32 accumulation, nothing else lost).
+#[test]
+fn f16_operands_are_rounded_and_accumulated_in_f32() {
+    let gpu = gpu();
+    let spec = S::new(16, 17, 3).padding(P::uniform(1)).with_bias(true);
+    let case = case("rounded", spec, [2, 10, 9], false);
+    let f32_conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), Conv2dOptions::default()).unwrap();
+    assert_eq!(f32_conv.kernel().0.precision(), Precision::F32);
+    let y32 = run_poisoned(&gpu, &f32_conv, &case.x, case.shape);
+    assert_close(&case.label("f32"), &y32, &case.want, TOL_F32);
+    let conv = f16_conv(&gpu, &case, None, false);
+    let y16 = run_poisoned(&gpu, &conv, &case.x, case.shape);
+    assert_close(&case.label("f16"), &y16, &case.want, F16_TOLERANCE);
+    let diff = reference::relative_l2(&y16, &y32);
+    assert!(diff > 1e-6, "{}: f16 and f32 results differ by only {diff:.2e}: operands not rounded?", case.label("f16"));
+    assert!(diff < 1e-3, "{}: f16 differs from f32 by {diff:.2e}", case.label("f16"));
+    eprintln!("f16 vs f32: relative L2 {diff:.2e}; f16 vs f64 reference {:.2e}", reference::relative_l2(&y16, &case.want));
+    if matches!(conv.kernel().0, KernelKind::TiledF16(_)) {
+        let round = |v: &[f32]| -> Vec<f32> { v.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect() };
+        let want = reference_out(&case.problem, &round(&case.x), &round(&case.w), case.b.as_deref());
+        assert_close(&case.label("f16 vs reference on rounded operands"), &y16, &want, TOL_F32);
+    }
+}
+
+#[test]
+fn weight_beyond_f16_range_is_refused_naming_the_weight() {
+    let gpu = gpu();
+    let spec = S::new(3, 4, 3).padding(P::uniform(1));
+    let mut w = randn(spec.weight_len(), 7);
+    // Exactly f16::MAX is representable: accepted.
+    w[5] = 65504.0;
+    Conv2d::new(&gpu, spec, &w, None, f16_options(None, false)).expect("65504 is f16's largest finite value");
+    for bad in [65520.0f32, -1.0e5, f32::INFINITY] {
+        w[5] = bad;
+        let err = Conv2d::new(&gpu, spec, &w, None, f16_options(None, false)).err().expect("refused");
+        match &err {
+            Error::F16Range { what, .. } => assert_eq!(*what, "weight", "{err}"),
+            e => panic!("weight {bad}: expected F16Range, got {e:?}"),
+        }
+        let msg = err.to_string();
+        assert!(msg.contains("weight") && msg.contains("65504"), "{msg}");
+        // The same weights are fine in f32.
+        Conv2d::new(&gpu, spec, &w, None, Conv2dOptions::default()).expect("f32 takes any finite weight");
+    }
+    // Also for an explicit f16 SIMT kernel.
+    w[5] = 7.0e4;
+    let kind = KernelKind::TiledF16(TileConfig::seed());
+    let err = Conv2d::new(&gpu, spec, &w, None, f16_options(Some(kind), false)).err().expect("refused");
+    assert!(matches!(err, Error::F16Range { what: "weight", .. }), "{err:?}");
+}
+
+#[test]
+fn input_beyond_f16_range_is_flagged() {
+    let gpu = gpu();
+    let spec = S::new(3, 5, 3).padding(P::uniform(1)).with_bias(true);
+    let shape = Shape4::new(2, 3, 7, 6);
+    let (w, b) = params(&spec, 11);
+    let conv = Conv2d::new(&gpu, spec, &w, b.as_deref(), f16_options(None, false)).unwrap();
+    let mut x = randn(shape.len() as usize, 12);
+
+    // Largest finite f16: no flag.
+    x[3] = -65504.0;
+    conv.forward(&x, shape).expect("65504 is within f16's range");
+    assert!(!conv.take_range_flag().unwrap());
+
+    // Beyond: `forward` refuses, in the last image too.
+    let last = x.len() - 4;
+    x[last] = 7.0e4;
+    match conv.forward(&x, shape) {
+        Err(Error::F16Range { what, .. }) => assert!(what.contains("input"), "{what}"),
+        other => panic!("expected F16Range, got {other:?}"),
+    }
+    // `forward` consumed the flag.
+    assert!(!conv.take_range_flag().unwrap(), "forward leaves the flag set");
+
+    // `encode` users read it: true once, then false; a clean run after leaves it false.
+    let _ = run_poisoned(&gpu, &conv, &x, shape);
+    assert!(conv.take_range_flag().unwrap(), "encode with 7e4 in the input: flag not set");
+    assert!(!conv.take_range_flag().unwrap(), "take_range_flag did not clear the flag");
+    x[last] = 1.0;
+    let got = run_poisoned(&gpu, &conv, &x, shape);
+    assert!(!conv.take_range_flag().unwrap(), "flag set on in-range data");
+    assert!(got.iter().all(|v| v.is_finite()));
+
+    // Infinity is beyond the range too, and never reaches the sums as an infinity.
+    x[0] = f32::INFINITY;
+    let got = run_poisoned(&gpu, &conv, &x, shape);
+    assert!(conv.take_range_flag().unwrap(), "an infinite input is not flagged");
+    assert!(got.iter().all(|v| !v.is_infinite()), "an infinity reached the output");
+
+    // The f32 path has no flag and takes the same input.
+    let f32_conv = Conv2d::new(&gpu, spec, &w, b.as_deref(), Conv2dOptions::default()).unwrap();
+    x[0] = 7.0e4;
+    f32_conv.forward(&x, shape).expect("f32 takes 7e4");
+    assert!(!f32_conv.take_range_flag().unwrap());
+}
+
+#[test]
+fn mismatched_kind_and_precision_are_refused() {
+    let gpu = gpu();
+    let spec = S::new(3, 4, 3);
+    let (w, _) = params(&spec, 3);
+    for kind in [KernelKind::Tiled(TileConfig::seed()), KernelKind::Direct] {
+        let err = Conv2d::new(&gpu, spec, &w, None, f16_options(Some(kind), false)).err();
+        assert!(matches!(err, Some(Error::Unsupported(_))), "{kind} with F16Accum32: {err:?}");
+    }
+    let opts = Conv2dOptions { kernel: Some(KernelKind::TiledF16(TileConfig::seed())), ..Default::default() };
+    let err = Conv2d::new(&gpu, spec, &w, None, opts).err();
+    assert!(matches!(err, Some(Error::Unsupported(_))), "tiled-f16 with F32: {err:?}");
+    if !gpu.has_coop_f16() {
+        let kind = KernelKind::Coop(coop_sweep()[0]);
+        let err = Conv2d::new(&gpu, spec, &w, None, f16_options(Some(kind), false)).err();
+        assert!(matches!(err, Some(Error::Unsupported(_))), "{kind} on a device without coop: {err:?}");
+    }
+}
+
+#[test]
+fn coop_kernel_on_ragged_shapes() {
+    let opts = GpuOptions { cooperative_matrix: true, ..Default::default() };
+    let gpu = Arc::new(Gpu::with_options(opts).expect("a wgpu adapter"));
+    if !gpu.has_coop_f16() {
+        eprintln!("skipped: {} has no cooperative matrices (f16 16x16x16, subgroup 32)", gpu.info.name);
+        return;
+    }
+    let limits = gpu.kernel_limits();
+    let explicit: Vec<KernelKind> =
+        coop_sweep().into_iter().map(KernelKind::Coop).filter(|k| k.validate(&limits).is_ok()).take(3).collect();
+    for (name, spec, nhw, relu) in shapes() {
+        let case = case(name, spec, nhw, relu);
+        let conv = f16_conv(&gpu, &case, None, relu);
+        let (kind, _) = conv.kernel();
+        assert!(matches!(kind, KernelKind::Coop(_)), "{name}: default f16 kernel on a coop device is {kind}");
+        check_f16(&gpu, &case, &conv);
+        for kind in &explicit {
+            let conv = f16_conv(&gpu, &case, Some(*kind), relu);
+            assert_eq!(conv.kernel(), (*kind, ConfigSource::Explicit));
+            check_f16(&gpu, &case, &conv);
+        }
+    }
+}
