@@ -247,9 +247,17 @@ pub fn table(report: &BenchReport) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{} | {} {} | {} | {:.1} GFLOP | clock {:?}",
-        report.adapter.name, report.adapter.backend, report.adapter.driver_info, report.problem_text, report.gflop,
-        report.clock
+        "{} | {} {} | {} | {:.3} GFLOP | {}",
+        report.adapter.name,
+        report.adapter.backend,
+        report.adapter.driver_info,
+        report.problem_text,
+        report.gflop,
+        match report.clock {
+            Some(Clock::GpuTimestamps) => "GPU timestamps",
+            Some(Clock::HostWallClock) => "host wall clock (no timestamp queries)",
+            None => "no timings",
+        }
     );
     let _ = writeln!(
         s,
@@ -260,7 +268,7 @@ pub fn table(report: &BenchReport) -> String {
         if let Outcome::Ok { time_ms, tflops, pct_of_peak, speedup_vs_baseline, rel_l2 } = &r.outcome {
             let _ = writeln!(
                 s,
-                "{:<34} {:>9.3} {:>9.3} {:>9.3} {:>8.2} {:>7} {:>8} {:>9.1e}",
+                "{:<34} {:>9.3} {:>9.3} {:>9.3} {:>8.3} {:>7} {:>8} {:>9.1e}",
                 r.kernel,
                 time_ms.median,
                 time_ms.min,
