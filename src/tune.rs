@@ -66,10 +66,12 @@
 //! Each candidate is prepared (built and warmed up) once, then timed in interleaved rounds:
 //! round `r` times every candidate once, starting at candidate `r mod k` (A B C, B C A,
 //! C A B, …), so drift (clocks, temperature, other load) and position effects hit every
-//! candidate alike. On a GPU ([`GpuMeasure`]) one sample is the median GPU-timestamp time
-//! of `reps` back-to-back runs in one submission (`reps` chosen once, from the original's
-//! pilot run, so that a sample is ≥ ~2 ms of GPU time, at most 10), on inputs and weights
-//! drawn from a standard normal distribution (never zeros). The timing source is the
+//! candidate alike. On a device ([`GpuMeasure`]) one sample is the fastest GPU-timestamp
+//! time of `reps` back-to-back runs in one submission (interference only ever slows a run
+//! down, so the minimum of a few is the least disturbed; `reps` is chosen once, from the
+//! original's pilot run, so that a sample covers ≥ ~2 ms of device time, at least 1 on a
+//! GPU and [`MIN_REPS_CPU`] on a CPU adapter, where OS scheduling noise is bursty; at most
+//! 10), on inputs and weights drawn from a standard normal distribution (never zeros). The timing source is the
 //! [`Measure`] trait, so the rule is tested deterministically on the CPU.
 //!
 //! # Decision ([`decide`])
@@ -80,9 +82,12 @@
 //!   (`q3(candidate) < q1(original)`, quartiles of the per-round samples, linear
 //!   interpolation).
 //!
-//! The passing candidate with the largest gain replaces the original (an exact tie goes to
-//! the earlier candidate); if none passes the original is kept. Every row of the report says
-//! median, IQR, gain, verdict and why.
+//! The fastest passing candidate replaces the original — unless an earlier passing
+//! candidate (candidates are ordered by distance from the original: stage changes, warp
+//! changes, both) is within the threshold of it, in which case the earliest such one does:
+//! the further change would itself gain less than the threshold, and preferring the nearer
+//! config keeps near-ties from flipping the decision between runs. If none passes, the
+//! original is kept. Every row of the report says median, IQR, gain, verdict and why.
 
 use crate::cache::{CacheKey, CachedDecision, DeviceKey, TuningCache};
 use crate::config::{KernelLimits, TileConfig};
@@ -117,7 +122,8 @@ pub const MIN_ROUNDS: u32 = 5;
 /// The stability rule, as the report states it.
 pub const STABILITY_RULE: &str = "a candidate replaces the original only if its median gain is >= the threshold \
 AND its inter-quartile range lies entirely below the original's (q3(candidate) < q1(original)); \
-the passing candidate with the largest gain wins, otherwise the original is kept";
+the fastest passing candidate wins unless an earlier (nearer) passing one is within the threshold of it; \
+otherwise the original is kept";
 
 // ---------------------------------------------------------------------------------------
 // Occupancy
@@ -623,10 +629,12 @@ pub fn decide(rows: &mut [CandidateReport], threshold_pct: f64) -> Result<usize>
             passing.push((i, gain));
         }
     }
-    // Largest gain wins; on an exact tie the earlier candidate (max_by keeps the last max,
-    // so iterate in reverse).
-    let best = passing.iter().rev().copied().max_by(|a, b| a.1.total_cmp(&b.1));
-    let chosen = match best {
+    // The fastest passing candidate, unless an earlier passing one — nearer the original:
+    // candidates are ordered stages, warps, warps + stages — is within the threshold of it
+    // (the further change would itself gain less than the threshold). Ties: the earlier.
+    let median = |i: usize| rows[i].summary().map(|s| s.median).unwrap_or(f64::INFINITY);
+    let fastest = passing.iter().copied().min_by(|a, b| median(a.0).total_cmp(&median(b.0)));
+    let chosen = match fastest {
         None => {
             rows[0].verdict = Verdict::Keep;
             rows[0].reason = if rows.len() > 1 && rows[1..].iter().any(|r| r.verdict == Verdict::Reject) {
@@ -636,25 +644,43 @@ pub fn decide(rows: &mut [CandidateReport], threshold_pct: f64) -> Result<usize>
             };
             0
         }
-        Some((bi, bgain)) => {
-            let winner = rows[bi].label.clone();
+        Some((fi, _)) => {
+            let m_fast = median(fi);
+            let within = |i: usize| 100.0 * (median(i) - m_fast) / median(i) < threshold_pct;
+            let (ci, cgain) = passing.iter().copied().find(|&(i, _)| within(i)).unwrap_or((fi, 0.0));
+            let winner = rows[ci].label.clone();
+            let m_win = median(ci);
             for &(i, gain) in &passing {
-                let row = &mut rows[i];
-                let q = row.q3_ms.unwrap_or(f64::NAN);
-                if i == bi {
-                    row.verdict = Verdict::Adopt;
-                    row.reason = format!(
+                let q = rows[i].q3_ms.unwrap_or(f64::NAN);
+                let reason = if i == ci {
+                    let mut r = format!(
                         "gain {gain:.2}% >= {threshold_pct}% and stable (q3 {q:.4} ms < original q1 {:.4} ms)",
                         orig.q1
                     );
+                    if fi != ci {
+                        let _ = write!(
+                            r,
+                            "; {} is only {:.2}% faster (< {threshold_pct}%) and further from the original",
+                            rows[fi].label,
+                            100.0 * (m_win - m_fast) / m_win
+                        );
+                    }
+                    r
+                } else if i == fi {
+                    format!(
+                        "passes (gain {gain:.2}%, stable) but is only {:.2}% faster than {winner} (< {threshold_pct}%), \
+                         which is nearer the original",
+                        100.0 * (m_win - m_fast) / m_win
+                    )
                 } else {
-                    row.verdict = Verdict::Reject;
-                    row.reason = format!("passes (gain {gain:.2}%, stable) but {winner} gains more ({bgain:.2}%)");
-                }
+                    format!("passes (gain {gain:.2}%, stable) but {winner} is chosen ({cgain:.2}%)")
+                };
+                rows[i].verdict = if i == ci { Verdict::Adopt } else { Verdict::Reject };
+                rows[i].reason = reason;
             }
             rows[0].verdict = Verdict::Replaced;
-            rows[0].reason = format!("replaced by {winner} ({bgain:.2}% faster)");
-            bi
+            rows[0].reason = format!("replaced by {winner} ({cgain:.2}% faster)");
+            ci
         }
     };
     Ok(chosen)
@@ -824,6 +850,9 @@ pub fn run_stage(
 // The GPU timing source
 // ---------------------------------------------------------------------------------------
 
+/// Runs per sample at least, on CPU adapters (see [`GpuMeasure`]).
+pub const MIN_REPS_CPU: u32 = 3;
+
 /// Times candidates of one problem on a GPU: one `Conv2d` per config (explicit kernel),
 /// shared random-normal input and an output buffer, GPU timestamps (host clock where the
 /// device has none, marked in the report).
@@ -918,7 +947,8 @@ impl Measure for GpuMeasure {
         if self.reps == 0 {
             // Pilot: one timed run of the first prepared config (the original).
             let t = self.sample(cfg, 1)?.first().copied().unwrap_or(1.0);
-            self.reps = ((2.0 / t.max(1e-6)).ceil() as u32).clamp(1, 10);
+            let floor = if self.gpu.is_cpu() { MIN_REPS_CPU } else { 1 };
+            self.reps = ((2.0 / t.max(1e-6)).ceil() as u32).clamp(floor, 10);
         }
         Ok(())
     }
@@ -926,7 +956,7 @@ impl Measure for GpuMeasure {
         let reps = self.reps.max(1);
         let times = self.sample(cfg, reps)?;
         Summary::of(&times)
-            .map(|s| s.median)
+            .map(|s| s.min)
             .ok_or_else(|| Error::Unsupported(format!("{cfg}: no usable time")))
     }
     fn clock(&self) -> String {

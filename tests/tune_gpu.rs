@@ -1,24 +1,29 @@
 //! The tuner on a real device (lavapipe in CI), on a small problem: two cold tunes reach
-//! the same decision, the decision is cached, and a `Conv2d` built with
-//! `tuning_key_input` runs it (and says so); a cached config the device refuses is never used.
+//! the same decision (or, on a machine so loaded that a winner is unstable in one of them,
+//! that one keeps the original: never two different winners), the decision is cached, and a
+//! `Conv2d` built with `tuning_key_input` runs it (and says so); a cached config the device
+//! refuses is never used.
 
 mod common;
 use common::*;
-use std::sync::Once;
+use std::sync::{Mutex, MutexGuard, Once};
 use std::time::Instant;
 use wgconv::cache::{CachedDecision, TuningCache};
 use wgconv::tune::{self, TuneOptions, Verdict};
 use wgconv::*;
 
 /// Every test of this binary shares one cache directory, set before any GPU work (and so
-/// before any thread of wgpu's could read the environment).
-fn setup() -> TuningCache {
+/// before any thread of wgpu's could read the environment). The tests also take turns on
+/// the device: a pipeline build (LLVM on lavapipe) beside a tune would disturb its timings.
+fn setup() -> (TuningCache, MutexGuard<'static, ()>) {
     static ONCE: Once = Once::new();
+    static TURN: Mutex<()> = Mutex::new(());
     ONCE.call_once(|| {
         let dir = tempfile::Builder::new().prefix("wgconv-tune-gpu-").tempdir().unwrap().keep();
         std::env::set_var(wgconv::cache::DIR_ENV, &dir);
     });
-    TuningCache::open_default().unwrap()
+    let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    (TuningCache::open_default().unwrap(), turn)
 }
 
 fn noop(_: u64, _: u64, _: &str) {}
@@ -28,21 +33,22 @@ fn small() -> (Conv2dSpec, Shape4) {
     (Conv2dSpec::new(16, 64, 3).padding(Padding::uniform(1)).with_bias(true), Shape4::new(1, 16, 32, 32))
 }
 
-/// The anchor's best Triton config: stage and warp neighbours on every profile.
+/// The anchor's best Triton blocks with 2 stages: candidates s3, w8 (the occupancy
+/// estimate suggests it on every profile) and w8 s3 — four, all within lavapipe's 32 KiB.
 fn original() -> TileConfig {
-    TileConfig::parse("m64n64k16-t4x8-w4-s3").unwrap()
+    TileConfig::parse("m64n64k16-t4x8-w4-s2").unwrap()
 }
 
 #[test]
 fn two_cold_tunes_agree_and_conv2d_runs_the_cached_decision() {
-    let cache = setup();
+    let (cache, _turn) = setup();
     let gpu = gpu();
     let (spec, shape) = small();
     let problem = spec.problem(shape).unwrap();
     let opts = TuneOptions {
         threshold_pct: 2.0,
-        rounds: 11,
-        warmup: 2,
+        rounds: 15,
+        warmup: 3,
         reps: 0,
         force: true,
         cache: Some(cache.clone()),
@@ -54,7 +60,22 @@ fn two_cold_tunes_agree_and_conv2d_runs_the_cached_decision() {
     eprintln!("{}{}", b.report.table(), b.report.decision_line());
     eprintln!("two cold tunes: {:.1} s", t.elapsed().as_secs_f64());
     assert!(!a.from_cache && !b.from_cache);
-    assert_eq!(a.report.chosen, b.report.chosen, "the same machine must reach the same decision twice");
+    if a.report.chosen != b.report.chosen {
+        // The one disagreement the rule allows: one tune saw the machine so noisy (another
+        // process taking the CPU lavapipe runs on) that the other's winner was not stable
+        // there, and kept the original — never two different winners.
+        let (kept, won) = match (a.report.chosen == original(), b.report.chosen == original()) {
+            (true, false) => (&a.report, &b.report),
+            (false, true) => (&b.report, &a.report),
+            _ => panic!("two tunes chose two different winners: {} and {}", a.report.chosen, b.report.chosen),
+        };
+        let row = kept.rows.iter().find(|x| x.config == Some(won.chosen)).unwrap();
+        assert!(row.reason.starts_with("unstable"), "kept the original without instability: {}", row.reason);
+        eprintln!(
+            "note: one tune kept the original because {} was unstable under this machine's load: {}",
+            won.chosen, row.reason
+        );
+    }
     assert!(a.store_error.is_none(), "{:?}", a.store_error);
 
     // The report is complete: the original first, every candidate with a verdict and reason,
@@ -118,7 +139,7 @@ fn two_cold_tunes_agree_and_conv2d_runs_the_cached_decision() {
 
 #[test]
 fn cached_config_the_device_refuses_is_never_used() {
-    let cache = setup();
+    let (cache, _turn) = setup();
     let gpu = gpu();
     let spec = Conv2dSpec::new(8, 16, 3).with_bias(false);
     let shape = Shape4::new(1, 8, 12, 12);

@@ -111,6 +111,8 @@ struct JsonOut<'a> {
     /// Cold: the whole command (adapter, device, buffers, builds, rounds). Cached: the lookup
     /// including adapter enumeration.
     wall_ms: f64,
+    /// Of which: wgpu instance creation and adapter enumeration.
+    adapter_enumeration_ms: f64,
     cache_file: Option<String>,
     stored: bool,
     store_error: Option<String>,
@@ -159,7 +161,9 @@ pub fn main(a: Args) -> CliResult {
 
     // 2. The adapter (no device yet: a cached decision needs none).
     let backends = a.backend.map(BackendArg::backends);
+    let t_enum = Instant::now();
     let adapters = enumerate_adapters(backends);
+    let enum_ms = t_enum.elapsed().as_secs_f64() * 1e3;
     let infos: Vec<_> = adapters.iter().map(|x| x.get_info()).collect();
     let env_adapter = std::env::var("WGCONV_ADAPTER").ok();
     let (idx, _) = choose_adapter(&infos, a.adapter.as_deref().or(env_adapter.as_deref())).map_err(|e| {
@@ -205,8 +209,9 @@ pub fn main(a: Args) -> CliResult {
                     ),
                 }
                 println!(
-                    "from the cache {} (tuned {}); lookup took {wall:.1} ms including adapter enumeration, \
-                     no device opened (--force measures again)",
+                    "from the cache {} (tuned {}); lookup took {wall:.1} ms from the start of `wgconv tune`, \
+                     of which {enum_ms:.1} ms wgpu instance + adapter enumeration (driver start-up); no device opened \
+                     (--force measures again)",
                     cache.path().display(),
                     d.tuned_at
                 );
@@ -214,6 +219,7 @@ pub fn main(a: Args) -> CliResult {
                     write_json(path, &JsonOut {
                         from_cache: true,
                         wall_ms: wall,
+                        adapter_enumeration_ms: enum_ms,
                         cache_file: Some(cache.path().display().to_string()),
                         stored: true,
                         store_error: None,
@@ -285,6 +291,7 @@ pub fn main(a: Args) -> CliResult {
         write_json(path, &JsonOut {
             from_cache: false,
             wall_ms: wall,
+            adapter_enumeration_ms: enum_ms,
             cache_file: cache.as_ref().map(|c| c.path().display().to_string()),
             stored: outcome.store_error.is_none(),
             store_error: outcome.store_error.clone(),
