@@ -17,7 +17,8 @@ pub enum Error {
     WrongLength { what: &'static str, expected: usize, got: usize },
 
     #[error("output would be empty: {axis} = {size} (input {input} + padding {pad} is smaller than the dilated kernel {kernel})")]
-    EmptyOutput { axis: &'static str, size: i64, input: u32, pad: u32, kernel: u32 },
+    /// `kernel` is the dilated extent d·(k−1)+1 (u64: it can exceed u32).
+    EmptyOutput { axis: &'static str, size: i64, input: u32, pad: u32, kernel: u64 },
 
     #[error("tile config {config} is refused: {reason}")]
     ConfigRefused { config: String, reason: String },

@@ -253,7 +253,7 @@ impl Conv2dSpec {
                     size: if padded < span { 0 } else { o },
                     input: size,
                     pad: pad_a + pad_b,
-                    kernel: span as u32,
+                    kernel: span as u64,
                 });
             }
             u32::try_from(o).map_err(|_| Error::TooLarge(format!("{axis} = {o}")))

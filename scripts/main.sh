@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# wgconv's main job: the AlexNet conv1 tile-size benchmark, then the micro-tuner, on the best
+# adapter found (discrete GPU first; WGCONV_ADAPTER=<name substring> and WGPU_BACKEND choose).
+# On a CPU adapter (lavapipe) both pick a small batch by themselves and say so.
+# Installs lavapipe first when the machine has no Vulkan driver (see scripts/setup.sh).
+#
+# Usage: bash scripts/main.sh [extra `wgconv bench` arguments, e.g. --batch 64]
+# Writes bench.json, bench.svg and tune.json under ${WGCONV_OUT:-target/wgconv}.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+say() { printf '== %s\n' "$*"; }
+source scripts/setup.sh
+
+OUT=${WGCONV_OUT:-target/wgconv}
+mkdir -p "$OUT"
+say "cargo build --release"
+cargo build --release --quiet
+BIN=target/release/wgconv
+"$BIN" info
+say "wgconv bench (AlexNet conv1): JSON $OUT/bench.json, chart $OUT/bench.svg"
+"$BIN" bench --json "$OUT/bench.json" --svg "$OUT/bench.svg" "$@"
+say "wgconv tune (AlexNet conv1, the seed's config as the original)"
+"$BIN" tune --json "$OUT/tune.json"
