@@ -23,6 +23,19 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
 run() { echo "== wgconv bench $*"; "$BIN" bench "$@"; }
 run --json "$OUT/alexnet.json" --svg "$OUT/alexnet.svg" --direct ${BENCH_ARGS:-}
 [ "$MODE" = quick ] && exit 0
+run --precision f16 --json "$OUT/alexnet-f16.json"
+BEST=${BEST:-m64n96k16-t4x12-w4-s1}
+echo "== fused bias+ReLU vs none (same config; a separate ReLU pass is timed by cudnn_shapes.py below)"
+run --configs "$BEST" --relu
+run --configs "$BEST"
+echo "== wgpu's runtime bounds checks on (WGCONV_RUNTIME_CHECKS=1) for the best config"
+WGCONV_RUNTIME_CHECKS=1 "$BIN" bench --configs "$BEST"
+echo "== wgconv tune: cold (--force), then from the cache"
+export WGCONV_CACHE_DIR=$(mktemp -d)
+TIMEFORMAT="cold tune: %R s wall (process, device and pipelines included)"
+time "$BIN" tune --force
+TIMEFORMAT="cached tune: %R s wall (process start-up included)"
+time "$BIN" tune
 run --batch 32 --in-channels 64 --out-channels 64 --height 56 --width 56 --kernel 3 --stride 1 --padding 1 \
     --json "$OUT/resnet3x3.json"
 run --batch 32 --in-channels 256 --out-channels 64 --height 28 --width 28 --kernel 1 --stride 1 --padding 0 \
