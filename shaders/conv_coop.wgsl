@@ -34,7 +34,10 @@ fn store_b(buf: u32, k: u32, n4: u32, v: vec4<f32>) {
 
 //@FRAGMENT_DECLS
 
-fn multiply(buf: u32, wm0: u32, wn0: u32) {
+// `who` = (wm0, wn0): the warp's first row and column in the block.
+fn multiply(buf: u32, who: vec2<u32>) {
+    let wm0 = who.x;
+    let wn0 = who.y;
     for (var kk = 0u; kk < BK; kk += FRAG) {
         // A fragment (m × k) is column-major in a_tile, B fragment (k × n) row-major in b_tile.
         let a_at = (buf * BK + kk) * A_STRIDE + wm0;
@@ -69,25 +72,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     let wm0 = (warp % WARPS_M) * WARP_M;
     let wn0 = (warp / WARPS_M) * WARP_N;
     //@FRAGMENT_INIT
-    init_rows(t, blk);
-    fetch(0u, t, blk);
-    stash(0u, t);
-    workgroupBarrier();
-
-    for (var kt = 0u; kt < p.k_tiles; kt++) {
-        let has_next = kt + 1u < p.k_tiles;
-        if (has_next) {
-            fetch(kt + 1u, t, blk);       // in flight while the matrix units work
-        }
-        multiply(kt % STAGES, wm0, wn0);
-        if (has_next) {
-            if (STAGES == 1u) {
-                workgroupBarrier();
-            }
-            stash((kt + 1u) % STAGES, t);
-        }
-        workgroupBarrier();
-    }
+    main_loop(t, blk, vec2<u32>(wm0, wn0));
     let scratch = warp * 256u;
     //@FRAGMENT_STORE
     report_range();

@@ -48,7 +48,10 @@ fn acc_get(i: u32, j: u32) -> vec4<f32> {
     }
 }
 
-fn multiply(buf: u32, tm: u32, tn: u32) {
+// `who` = (tm, tn): the invocation's column of A vec4s and of B vec4s.
+fn multiply(buf: u32, who: vec2<u32>) {
+    let tm = who.x;
+    let tn = who.y;
     for (var k = 0u; k < BK; k++) {
         var a: array<vec4<f32>, TM / 4u>;
         var b: array<vec4<f32>, TN / 4u>;
@@ -101,27 +104,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
             acc3[r][j] = vec4<f32>(0.0);
         }
     }
-    init_rows(t, blk);
-    fetch(0u, t, blk);
-    stash(0u, t);
-    workgroupBarrier();
-
     let tm = t % RM;
     let tn = t / RM;
-    for (var kt = 0u; kt < p.k_tiles; kt++) {
-        let has_next = kt + 1u < p.k_tiles;
-        if (has_next) {
-            fetch(kt + 1u, t, blk);       // in flight while we multiply
-        }
-        multiply(kt % STAGES, tm, tn);
-        if (has_next) {
-            if (STAGES == 1u) {
-                workgroupBarrier();       // one buffer: everyone must be done reading it
-            }
-            stash((kt + 1u) % STAGES, t);
-        }
-        workgroupBarrier();
-    }
+    main_loop(t, blk, vec2<u32>(tm, tn));
 
     for (var i = 0u; i < TM; i++) {
         let m_local = ((i / 4u) * RM + tm) * 4u + i % 4u;

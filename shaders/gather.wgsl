@@ -104,6 +104,29 @@ fn stash(buf: u32, t: u32) {
     }
 }
 
+// The K loop both kernels share: the next step's global loads are issued into registers
+// before this step's multiply, then stashed into the next buffer of the STAGES-deep ring.
+fn main_loop(t: u32, blk: Block, who: vec2<u32>) {
+    init_rows(t, blk);
+    fetch(0u, t, blk);
+    stash(0u, t);
+    workgroupBarrier();
+    for (var kt = 0u; kt < p.k_tiles; kt++) {
+        let has_next = kt + 1u < p.k_tiles;
+        if (has_next) {
+            fetch(kt + 1u, t, blk);       // in flight while we multiply
+        }
+        multiply(kt % STAGES, who);
+        if (has_next) {
+            if (STAGES == 1u) {
+                workgroupBarrier();       // one buffer: everyone must be done reading it
+            }
+            stash((kt + 1u) % STAGES, t);
+        }
+        workgroupBarrier();
+    }
+}
+
 // The epilogue of one output element (block-relative m, n): bias (zeros when the conv has
 // none) and activation fused into the store; rows and columns past the problem are skipped.
 // The row's output offset comes from row_info (no division here).

@@ -423,19 +423,7 @@ fn choose_kernel(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -> Resul
         kind.validate(&limits)?;
         return Ok((kind, ConfigSource::Explicit));
     }
-    let wrap = |c: TileConfig| -> Result<KernelKind> {
-        match options.precision {
-            Precision::F32 => Ok(KernelKind::Tiled(c)),
-            Precision::F16Accum32 if gpu.has_coop_f16() => Ok(KernelKind::Coop(c)),
-            Precision::F16Accum32 if gpu.device.features().contains(wgpu::Features::SHADER_F16) => {
-                Ok(KernelKind::TiledF16(c))
-            }
-            Precision::F16Accum32 => Err(Error::Unsupported(format!(
-                "f16 precision needs cooperative matrices or SHADER_F16; {} has neither",
-                gpu.info.name
-            ))),
-        }
-    };
+    let wrap = |c: TileConfig| kind_for(gpu, options.precision, c);
     if let Some(input) = options.tuning_key_input {
         if let Ok(problem) = spec.problem(input) {
             if let Some(cfg) = crate::tune::cached_decision(gpu, &problem) {
@@ -469,6 +457,23 @@ fn choose_kernel(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -> Resul
         Precision::F16Accum32 => {
             Err(Error::Unsupported(format!("no f16 tile config fits {}'s limits", gpu.info.name)))
         }
+    }
+}
+
+/// The tiled kernel that runs a config at a precision on this device: f32 → `Tiled`;
+/// f16 → `Coop` where cooperative matrices are enabled, else `TiledF16` where the device has
+/// `SHADER_F16`, else a refusal (never the f32 kernel under an f16 label).
+pub fn kind_for(gpu: &Gpu, precision: Precision, config: TileConfig) -> Result<KernelKind> {
+    match precision {
+        Precision::F32 => Ok(KernelKind::Tiled(config)),
+        Precision::F16Accum32 if gpu.has_coop_f16() => Ok(KernelKind::Coop(config)),
+        Precision::F16Accum32 if gpu.device.features().contains(wgpu::Features::SHADER_F16) => {
+            Ok(KernelKind::TiledF16(config))
+        }
+        Precision::F16Accum32 => Err(Error::Unsupported(format!(
+            "f16 precision needs cooperative matrices or SHADER_F16; {} has neither",
+            gpu.info.name
+        ))),
     }
 }
 

@@ -6,6 +6,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::sync::Arc;
 use wgconv::bench::{self, BenchOptions, BenchReport, Outcome};
 use wgconv::config::{coop_sweep, default_sweep};
+use wgconv::conv2d::kind_for;
 use wgconv::{Activation, Gpu, GpuOptions, KernelKind, Precision, TileConfig};
 
 #[derive(clap::Args, Debug)]
@@ -69,21 +70,6 @@ impl From<PrecisionArg> for Precision {
     }
 }
 
-/// The kernel kind a config runs as at a precision on this device.
-fn kind_for(gpu: &Gpu, precision: Precision, c: TileConfig) -> CliResult<KernelKind> {
-    match precision {
-        Precision::F32 => Ok(KernelKind::Tiled(c)),
-        Precision::F16Accum32 if gpu.has_coop_f16() => Ok(KernelKind::Coop(c)),
-        Precision::F16Accum32 if gpu.device.features().contains(wgpu::Features::SHADER_F16) => {
-            Ok(KernelKind::TiledF16(c))
-        }
-        Precision::F16Accum32 => Err(super::CliError(format!(
-            "--precision f16: {} has neither cooperative matrices nor SHADER_F16",
-            gpu.info.name
-        ))),
-    }
-}
-
 pub fn main(args: Args) -> CliResult {
     if args.runs < 20 {
         return Err(super::CliError(format!("--runs must be at least 20 (got {})", args.runs)));
@@ -106,13 +92,13 @@ pub fn main(args: Args) -> CliResult {
                 if n == "direct" {
                     Ok(KernelKind::Direct)
                 } else {
-                    kind_for(&gpu, precision, TileConfig::parse(n)?)
+                    Ok(kind_for(&gpu, precision, TileConfig::parse(n)?)?)
                 }
             })
             .collect::<CliResult<_>>()?,
         None => {
             let sweep = if precision == Precision::F16Accum32 && gpu.has_coop_f16() { coop_sweep() } else { default_sweep() };
-            sweep.into_iter().map(|c| kind_for(&gpu, precision, c)).collect::<CliResult<_>>()?
+            sweep.into_iter().map(|c| kind_for(&gpu, precision, c)).collect::<Result<_, _>>()?
         }
     };
     if args.direct && !kernels.contains(&KernelKind::Direct) {
