@@ -69,9 +69,10 @@
 //! candidate alike. On a device ([`GpuMeasure`]) one sample is the fastest GPU-timestamp
 //! time of `reps` back-to-back runs in one submission (interference only ever slows a run
 //! down, so the minimum of a few is the least disturbed; `reps` is chosen once, from the
-//! original's pilot run, so that a sample covers ≥ ~2 ms of device time, at least 1 on a
-//! GPU and [`MIN_REPS_CPU`] on a CPU adapter, where OS scheduling noise is bursty; at most
-//! 10), on inputs and weights drawn from a standard normal distribution (never zeros). The timing source is the
+//! original's pilot run, so that a sample covers [`SAMPLE_MS_GPU`] = 2 ms of device time on
+//! a GPU, [`SAMPLE_MS_CPU`] = 15 ms on a CPU adapter, where OS scheduling noise is bursty;
+//! 1 to 10 runs), on inputs and weights drawn from a standard normal distribution (never
+//! zeros). The timing source is the
 //! [`Measure`] trait, so the rule is tested deterministically on the CPU.
 //!
 //! # Decision ([`decide`])
@@ -82,12 +83,15 @@
 //!   (`q3(candidate) < q1(original)`, quartiles of the per-round samples, linear
 //!   interpolation).
 //!
-//! The fastest passing candidate replaces the original — unless an earlier passing
-//! candidate (candidates are ordered by distance from the original: stage changes, warp
-//! changes, both) is within the threshold of it, in which case the earliest such one does:
-//! the further change would itself gain less than the threshold, and preferring the nearer
-//! config keeps near-ties from flipping the decision between runs. If none passes, the
-//! original is kept. Every row of the report says median, IQR, gain, verdict and why.
+//! Which candidate: among those whose median gain is ≥ the threshold, the fastest — unless
+//! an earlier one (candidates are ordered by distance from the original: stage changes, warp
+//! changes, both) has a median within the threshold of it, in which case the earliest such
+//! one: the further change would itself gain less than the threshold, and preferring the
+//! nearer config keeps near-ties from flipping the decision between runs. That candidate
+//! replaces the original if it is stable; if it is not, the original is kept (a farther
+//! candidate is not promoted in its place, so noise can turn a decision into "keep" but
+//! never into a different winner). Every row of the report says median, IQR, gain, verdict
+//! and why.
 
 use crate::cache::{CacheKey, CachedDecision, DeviceKey, TuningCache};
 use crate::config::{KernelLimits, TileConfig};
@@ -122,8 +126,8 @@ pub const MIN_ROUNDS: u32 = 5;
 /// The stability rule, as the report states it.
 pub const STABILITY_RULE: &str = "a candidate replaces the original only if its median gain is >= the threshold \
 AND its inter-quartile range lies entirely below the original's (q3(candidate) < q1(original)); \
-the fastest passing candidate wins unless an earlier (nearer) passing one is within the threshold of it; \
-otherwise the original is kept";
+of the candidates with gain >= threshold the fastest is meant, or the nearest one within the threshold of it, \
+and if that one is not stable the original is kept";
 
 // ---------------------------------------------------------------------------------------
 // Occupancy
@@ -596,11 +600,20 @@ pub fn gain_pct(candidate: &Summary, original: &Summary) -> f64 {
 
 /// Applies the decision rule to measured rows (`rows[0]` is the original; rows already
 /// `Excluded` or `Skipped` are left alone). Returns the index of the chosen row.
+///
+/// 1. Eligible: candidates whose median gain is ≥ the threshold.
+/// 2. The intended winner: the fastest eligible candidate — unless an earlier eligible one
+///    (nearer the original: candidates are ordered stages, warps, warps + stages) has a
+///    median within the threshold of it, in which case the earliest such one (the further
+///    change would itself gain less than the threshold). Exact ties: the earlier.
+/// 3. It replaces the original only if it is stable (`q3 < original q1`); if it is not, the
+///    original is kept — a faster-looking but farther candidate is not promoted in its place,
+///    so that noise can make a tune keep the original but never pick a different winner.
 pub fn decide(rows: &mut [CandidateReport], threshold_pct: f64) -> Result<usize> {
     let Some(orig) = rows.first().and_then(|r| r.summary()) else {
         return Err(Error::Unsupported("the original config has no measurements".into()));
     };
-    let mut passing: Vec<(usize, f64)> = Vec::new();
+    let mut eligible: Vec<(usize, f64, Summary)> = Vec::new();
     for (i, row) in rows.iter_mut().enumerate().skip(1) {
         if matches!(row.verdict, Verdict::Excluded | Verdict::Skipped) {
             continue;
@@ -612,78 +625,76 @@ pub fn decide(rows: &mut [CandidateReport], threshold_pct: f64) -> Result<usize>
         };
         let gain = gain_pct(&s, &orig);
         row.gain_pct = Some(gain);
+        row.verdict = Verdict::Reject;
         if gain < threshold_pct {
-            row.verdict = Verdict::Reject;
             row.reason = if gain <= 0.0 {
                 format!("not faster: median {:.4} ms vs original {:.4} ms", s.median, orig.median)
             } else {
                 format!("gain {gain:.2}% < threshold {threshold_pct}%")
             };
-        } else if !stable(&s, &orig) {
-            row.verdict = Verdict::Reject;
-            row.reason = format!(
-                "unstable: gain {gain:.2}% >= {threshold_pct}% but the IQRs overlap (q3 {:.4} ms >= original q1 {:.4} ms)",
-                s.q3, orig.q1
-            );
         } else {
-            passing.push((i, gain));
+            eligible.push((i, gain, s));
         }
     }
-    // The fastest passing candidate, unless an earlier passing one — nearer the original:
-    // candidates are ordered stages, warps, warps + stages — is within the threshold of it
-    // (the further change would itself gain less than the threshold). Ties: the earlier.
-    let median = |i: usize| rows[i].summary().map(|s| s.median).unwrap_or(f64::INFINITY);
-    let fastest = passing.iter().copied().min_by(|a, b| median(a.0).total_cmp(&median(b.0)));
-    let chosen = match fastest {
-        None => {
-            rows[0].verdict = Verdict::Keep;
-            rows[0].reason = if rows.len() > 1 && rows[1..].iter().any(|r| r.verdict == Verdict::Reject) {
-                format!("no candidate passed (gain >= {threshold_pct}% and q3 < original q1)")
-            } else {
-                "no other candidate could be measured".into()
-            };
-            0
-        }
-        Some((fi, _)) => {
-            let m_fast = median(fi);
-            let within = |i: usize| 100.0 * (median(i) - m_fast) / median(i) < threshold_pct;
-            let (ci, cgain) = passing.iter().copied().find(|&(i, _)| within(i)).unwrap_or((fi, 0.0));
-            let winner = rows[ci].label.clone();
-            let m_win = median(ci);
-            for &(i, gain) in &passing {
-                let q = rows[i].q3_ms.unwrap_or(f64::NAN);
-                let reason = if i == ci {
-                    let mut r = format!(
-                        "gain {gain:.2}% >= {threshold_pct}% and stable (q3 {q:.4} ms < original q1 {:.4} ms)",
-                        orig.q1
-                    );
-                    if fi != ci {
-                        let _ = write!(
-                            r,
-                            "; {} is only {:.2}% faster (< {threshold_pct}%) and further from the original",
-                            rows[fi].label,
-                            100.0 * (m_win - m_fast) / m_win
-                        );
-                    }
-                    r
-                } else if i == fi {
-                    format!(
-                        "passes (gain {gain:.2}%, stable) but is only {:.2}% faster than {winner} (< {threshold_pct}%), \
-                         which is nearer the original",
-                        100.0 * (m_win - m_fast) / m_win
-                    )
-                } else {
-                    format!("passes (gain {gain:.2}%, stable) but {winner} is chosen ({cgain:.2}%)")
-                };
-                rows[i].verdict = if i == ci { Verdict::Adopt } else { Verdict::Reject };
-                rows[i].reason = reason;
-            }
-            rows[0].verdict = Verdict::Replaced;
-            rows[0].reason = format!("replaced by {winner} ({cgain:.2}% faster)");
-            ci
-        }
+    let unstable_reason = |gain: f64, s: &Summary| {
+        format!(
+            "unstable: gain {gain:.2}% >= {threshold_pct}% but the IQRs overlap (q3 {:.4} ms >= original q1 {:.4} ms)",
+            s.q3, orig.q1
+        )
     };
-    Ok(chosen)
+    let keep_reason = format!("no candidate passed (gain >= {threshold_pct}% and q3 < original q1)");
+    let Some(&(fi, _, fs)) = eligible.iter().min_by(|a, b| a.2.median.total_cmp(&b.2.median)) else {
+        rows[0].verdict = Verdict::Keep;
+        rows[0].reason = if rows[1..].iter().any(|r| r.verdict == Verdict::Reject) {
+            keep_reason
+        } else {
+            "no other candidate could be measured".into()
+        };
+        return Ok(0);
+    };
+    let slower_by = |s: &Summary| 100.0 * (s.median - fs.median) / s.median;
+    let &(wi, wgain, ws) = eligible.iter().find(|(_, _, s)| slower_by(s) < threshold_pct).unwrap_or(&eligible[0]);
+    let winner = rows[wi].label.clone();
+    let fastest = rows[fi].label.clone();
+    let win_stable = stable(&ws, &orig);
+    for &(i, gain, s) in &eligible {
+        let own = if stable(&s, &orig) { format!("gain {gain:.2}%, stable") } else { unstable_reason(gain, &s) };
+        let reason = if i == wi {
+            if !win_stable {
+                unstable_reason(gain, &s)
+            } else {
+                let mut r = format!(
+                    "gain {gain:.2}% >= {threshold_pct}% and stable (q3 {:.4} ms < original q1 {:.4} ms)",
+                    s.q3, orig.q1
+                );
+                if fi != wi {
+                    let _ = write!(
+                        r,
+                        "; {fastest} is only {:.2}% faster (< {threshold_pct}%) and further from the original",
+                        slower_by(&ws)
+                    );
+                }
+                r
+            }
+        } else if !win_stable {
+            format!("{own}; but {winner}, nearer the original and within {threshold_pct}% of the fastest, is unstable: no clear winner")
+        } else if slower_by(&ws) < threshold_pct && i == fi {
+            format!("{own}; only {:.2}% faster than {winner} (< {threshold_pct}%), which is nearer the original", slower_by(&ws))
+        } else {
+            format!("{own}; {winner} is chosen ({wgain:.2}%)")
+        };
+        rows[i].verdict = if i == wi && win_stable { Verdict::Adopt } else { Verdict::Reject };
+        rows[i].reason = reason;
+    }
+    if win_stable {
+        rows[0].verdict = Verdict::Replaced;
+        rows[0].reason = format!("replaced by {winner} ({wgain:.2}% faster)");
+        Ok(wi)
+    } else {
+        rows[0].verdict = Verdict::Keep;
+        rows[0].reason = format!("{keep_reason}: {winner} is unstable");
+        Ok(0)
+    }
 }
 
 /// Progress of a stage: `done` of `total` steps, and what is being done.
@@ -850,8 +861,11 @@ pub fn run_stage(
 // The GPU timing source
 // ---------------------------------------------------------------------------------------
 
-/// Runs per sample at least, on CPU adapters (see [`GpuMeasure`]).
-pub const MIN_REPS_CPU: u32 = 3;
+/// Device time one sample should cover on a GPU, ms (see [`GpuMeasure`]).
+pub const SAMPLE_MS_GPU: f64 = 2.0;
+/// Device time one sample should cover on a CPU adapter, ms: OS scheduling noise is bursty
+/// there, and the fastest of a few runs filters it.
+pub const SAMPLE_MS_CPU: f64 = 15.0;
 
 /// Times candidates of one problem on a GPU: one `Conv2d` per config (explicit kernel),
 /// shared random-normal input and an output buffer, GPU timestamps (host clock where the
@@ -947,8 +961,8 @@ impl Measure for GpuMeasure {
         if self.reps == 0 {
             // Pilot: one timed run of the first prepared config (the original).
             let t = self.sample(cfg, 1)?.first().copied().unwrap_or(1.0);
-            let floor = if self.gpu.is_cpu() { MIN_REPS_CPU } else { 1 };
-            self.reps = ((2.0 / t.max(1e-6)).ceil() as u32).clamp(floor, 10);
+            let target_ms = if self.gpu.is_cpu() { SAMPLE_MS_CPU } else { SAMPLE_MS_GPU };
+            self.reps = ((target_ms / t.max(1e-6)).ceil() as u32).clamp(1, 10);
         }
         Ok(())
     }

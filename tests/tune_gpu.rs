@@ -69,12 +69,9 @@ fn two_cold_tunes_agree_and_conv2d_runs_the_cached_decision() {
             (false, true) => (&b.report, &a.report),
             _ => panic!("two tunes chose two different winners: {} and {}", a.report.chosen, b.report.chosen),
         };
-        let row = kept.rows.iter().find(|x| x.config == Some(won.chosen)).unwrap();
-        assert!(row.reason.starts_with("unstable"), "kept the original without instability: {}", row.reason);
-        eprintln!(
-            "note: one tune kept the original because {} was unstable under this machine's load: {}",
-            won.chosen, row.reason
-        );
+        let why = &kept.rows[0].reason;
+        assert!(why.contains("is unstable"), "kept the original without instability: {why}");
+        eprintln!("note: one tune kept the original ({why}) where the other chose {}", won.chosen);
     }
     assert!(a.store_error.is_none(), "{:?}", a.store_error);
 
