@@ -69,7 +69,10 @@ impl TileConfig {
         stages: u32,
     ) -> Self {
         let per_warp = WARP * thread_m * thread_n;
-        let warps = if per_warp == 0 { 0 } else { block_m * block_n / per_warp };
+        let warps = match (block_m * block_n).checked_div(per_warp) {
+            Some(w) => w,
+            None => 0,
+        };
         TileConfig { block_m, block_n, block_k, thread_m, thread_n, warps, stages }
     }
 
@@ -91,7 +94,7 @@ impl TileConfig {
     fn derive_thread_tile(&mut self) -> Result<()> {
         let threads = self.warps * WARP;
         let cells = self.block_m * self.block_n;
-        if threads == 0 || cells % threads != 0 {
+        if threads == 0 || !cells.is_multiple_of(threads) {
             return Err(self.refuse(format!("{cells} block cells do not split over {threads} invocations")));
         }
         let per = cells / threads;
@@ -99,9 +102,9 @@ impl TileConfig {
         let mut best: Option<(u32, u32)> = None;
         let mut tm = 4;
         while tm <= per {
-            if per % tm == 0 {
+            if per.is_multiple_of(tm) {
                 let tn = per / tm;
-                if tn % 4 == 0 && self.block_m % tm == 0 && self.block_n % tn == 0 {
+                if tn.is_multiple_of(4) && self.block_m.is_multiple_of(tm) && self.block_n.is_multiple_of(tn) {
                     let score = tm.abs_diff(tn);
                     if best.is_none_or(|(bm, bn)| score < bm.abs_diff(bn)) {
                         best = Some((tm, tn));
@@ -157,7 +160,7 @@ impl TileConfig {
             return Err(self.refuse(format!("block_k must be a power of two ≤ 128, got {}", self.block_k)));
         }
         let inv = self.invocations();
-        if inv % self.block_k != 0 || (self.block_m * self.block_k) % inv != 0 {
+        if !inv.is_multiple_of(self.block_k) || !(self.block_m * self.block_k).is_multiple_of(inv) {
             return Err(self.refuse(format!(
                 "the A loader needs block_k | invocations and invocations | block_m·block_k ({} invocations, {}x{})",
                 inv, self.block_m, self.block_k
@@ -169,7 +172,7 @@ impl TileConfig {
     /// Structural checks of the SIMT kernel, independent of any device.
     pub fn check_shape(&self) -> Result<()> {
         self.check_common()?;
-        if self.thread_m == 0 || self.thread_n == 0 || self.thread_m % 4 != 0 || self.thread_n % 4 != 0 {
+        if self.thread_m == 0 || self.thread_n == 0 || !self.thread_m.is_multiple_of(4) || !self.thread_n.is_multiple_of(4) {
             return Err(self.refuse(format!(
                 "register tile {}x{} must be multiples of 4 (vec4 reads from workgroup memory)",
                 self.thread_m, self.thread_n
@@ -186,7 +189,7 @@ impl TileConfig {
                 self.thread_m * self.thread_n
             )));
         }
-        if self.block_m % self.thread_m != 0 || self.block_n % self.thread_n != 0 {
+        if !self.block_m.is_multiple_of(self.thread_m) || !self.block_n.is_multiple_of(self.thread_n) {
             return Err(self.refuse(format!(
                 "register tile {}x{} does not divide the block {}x{}",
                 self.thread_m, self.thread_n, self.block_m, self.block_n
@@ -220,7 +223,7 @@ impl TileConfig {
     /// the warp's lanes by the driver); the most square per-warp tile is chosen.
     pub fn coop_layout(&self) -> Result<(u32, u32, u32, u32)> {
         self.check_common()?;
-        if self.block_m % 16 != 0 || self.block_n % 16 != 0 || self.block_k % 16 != 0 {
+        if !self.block_m.is_multiple_of(16) || !self.block_n.is_multiple_of(16) || !self.block_k.is_multiple_of(16) {
             return Err(self.refuse(format!(
                 "the cooperative-matrix kernel needs block sizes in multiples of 16, got {}x{}x{}",
                 self.block_m, self.block_n, self.block_k
@@ -228,7 +231,7 @@ impl TileConfig {
         }
         let (frags_m, frags_n) = (self.block_m / 16, self.block_n / 16);
         let mut best: Option<(u32, u32, u32, u32)> = None;
-        for wn in (1..=self.warps).filter(|d| self.warps % d == 0) {
+        for wn in (1..=self.warps).filter(|d| self.warps.is_multiple_of(*d)) {
             let wm = self.warps / wn;
             if frags_n % wn != 0 || frags_m % wm != 0 {
                 continue;

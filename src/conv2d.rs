@@ -98,7 +98,7 @@ pub(crate) fn images_per_chunk(problem: &ConvProblem, limits: &wgpu::Limits) -> 
     let slack = limits.min_storage_buffer_offset_alignment as u64;
     // Kernels index bound windows with i32 arithmetic: keep every window under 2^31 elements.
     let cap_elems =
-        ((limits.max_storage_buffer_binding_size as u64).saturating_sub(slack) / 4).min(i32::MAX as u64 - slack);
+        (limits.max_storage_buffer_binding_size.saturating_sub(slack) / 4).min(i32::MAX as u64 - slack);
     let per_in = problem.input.per_image();
     let per_out = problem.output.per_image();
     let fit = cap_elems / per_in.max(per_out);

@@ -186,13 +186,13 @@ impl Conv2dSpec {
         if self.groups == 0 {
             return Err(Error::spec("groups must be positive, got 0"));
         }
-        if self.in_channels % self.groups != 0 {
+        if !self.in_channels.is_multiple_of(self.groups) {
             return Err(Error::spec(format!(
                 "groups = {} does not divide in_channels = {}",
                 self.groups, self.in_channels
             )));
         }
-        if self.out_channels % self.groups != 0 {
+        if !self.out_channels.is_multiple_of(self.groups) {
             return Err(Error::spec(format!(
                 "groups = {} does not divide out_channels = {}",
                 self.groups, self.out_channels
