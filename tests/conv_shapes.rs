@@ -9,10 +9,12 @@
 mod common;
 use common::*;
 use wgconv::config::default_sweep;
-use wgconv::{reference, Activation, ConfigSource, Conv2d, Conv2dOptions, KernelKind, Shape4};
+use wgconv::{reference, Activation, ConfigSource, Conv2d, Conv2dOptions, KernelKind, Precision, Shape4};
 use wgconv::{Conv2dSpec as S, Padding as P};
 
-/// Runs one shape on the default kernel (which must be a tiled config) and the direct one.
+/// Runs one shape on the default kernel (which must be a tiled config) and the direct one,
+/// and on the default f16 kernel where the device has one (cooperative matrices on GPUs that
+/// offer them, the f16 SIMT kernel on lavapipe) at the f16 tolerance.
 fn check(name: &str, spec: S, [n, h, w]: [u32; 3]) {
     let gpu = gpu();
     let case = Case::new(name, spec, Shape4::new(n, spec.in_channels, h, w));
@@ -23,6 +25,12 @@ fn check(name: &str, spec: S, [n, h, w]: [u32; 3]) {
     case.check_encode(&gpu, &default);
     let direct = case.conv(&gpu, Some(KernelKind::Direct));
     case.check_encode(&gpu, &direct);
+    if has_f16(&gpu) {
+        let f16 = case.conv_at(&gpu, None, Precision::F16Accum32);
+        let (kind, _) = f16.kernel();
+        assert!(matches!(kind, KernelKind::Coop(_) | KernelKind::TiledF16(_)), "{name}: f16 kernel is {kind}");
+        case.check_encode(&gpu, &f16);
+    }
 }
 
 macro_rules! shapes {

@@ -5,14 +5,34 @@
 use rand::{Rng, SeedableRng};
 use rand_distr::StandardNormal;
 use std::sync::{Arc, OnceLock};
-use wgconv::{reference, Conv2d, Conv2dOptions, Conv2dSpec, ConvProblem, Gpu, GpuOptions, KernelKind, Shape4};
+use wgconv::{reference, Conv2d, Conv2dOptions, Conv2dSpec, ConvProblem, Gpu, GpuOptions, KernelKind, Precision, Shape4};
 
 /// The tolerance of the fp32 path against the f64 reference.
 pub const TOL_F32: f64 = 1e-5;
 
+/// The test binary's one device (one device per process: creating several at once hangs
+/// NVIDIA's Linux driver). Cooperative matrices are enabled where the adapter has them, so
+/// the f16 tests reach the matrix-unit kernel there; f32 kernels are unaffected.
 pub fn gpu() -> Arc<Gpu> {
     static GPU: OnceLock<Arc<Gpu>> = OnceLock::new();
-    GPU.get_or_init(|| Arc::new(Gpu::new().expect("a wgpu adapter (lavapipe in CI)"))).clone()
+    GPU.get_or_init(|| {
+        let opts = GpuOptions { cooperative_matrix: true, ..Default::default() };
+        Arc::new(Gpu::with_options(opts).expect("a wgpu adapter (lavapipe in CI)"))
+    })
+    .clone()
+}
+
+/// Whether the device has an f16 path (cooperative matrices or SHADER_F16).
+pub fn has_f16(gpu: &Gpu) -> bool {
+    gpu.has_coop_f16() || gpu.device.features().contains(wgpu::Features::SHADER_F16)
+}
+
+/// The tolerance of a kernel's precision: 1e-5 for f32, 1e-3 for f16 operands.
+pub fn tolerance(kind: &KernelKind) -> f64 {
+    match kind.precision() {
+        Precision::F32 => TOL_F32,
+        Precision::F16Accum32 => wgconv::bench::F16_TOLERANCE,
+    }
 }
 
 /// Standard-normal values from a seed: never zeros, different per call site.
@@ -112,7 +132,12 @@ impl Case {
 
     /// Builds the op on `gpu` (`kind: None`: the library's default choice).
     pub fn conv(&self, gpu: &Arc<Gpu>, kind: Option<KernelKind>) -> Conv2d {
-        let opts = Conv2dOptions { kernel: kind, ..Default::default() };
+        self.conv_at(gpu, kind, Precision::F32)
+    }
+
+    /// Builds the op at a precision (`kind: None`: the library's default for it).
+    pub fn conv_at(&self, gpu: &Arc<Gpu>, kind: Option<KernelKind>, precision: Precision) -> Conv2d {
+        let opts = Conv2dOptions { kernel: kind, precision, ..Default::default() };
         Conv2d::new(gpu, self.spec, &self.w, self.b.as_deref(), opts)
             .unwrap_or_else(|e| panic!("{}: {e}", self.label(&format!("{kind:?}"))))
     }
@@ -121,14 +146,14 @@ impl Case {
     pub fn check_encode(&self, gpu: &Gpu, conv: &Conv2d) {
         let (kind, _) = conv.kernel();
         let got = run_poisoned(gpu, conv, &self.x, self.shape);
-        assert_close(&self.label(&format!("encode, {kind}")), &got, &self.want, TOL_F32);
+        assert_close(&self.label(&format!("encode, {kind}")), &got, &self.want, tolerance(&kind));
     }
 
     /// Runs through `forward` (host slices) and checks against the reference.
     pub fn check_forward(&self, conv: &Conv2d) {
         let (kind, _) = conv.kernel();
         let got = conv.forward(&self.x, self.shape).unwrap_or_else(|e| panic!("{}: {e}", self.label("forward")));
-        assert_close(&self.label(&format!("forward, {kind}")), &got, &self.want, TOL_F32);
+        assert_close(&self.label(&format!("forward, {kind}")), &got, &self.want, tolerance(&kind));
     }
 }
 
