@@ -17,10 +17,17 @@ const FLAG_RELU: u32 = 1u;
 
 @group(0) @binding(0) var<uniform> p: Params;
 
-// ReLU as PyTorch's: NaN stays NaN (NaN < 0 is false).
+// NaN, tested on the bits: Vulkan drivers may assume float arithmetic sees no NaN (no float
+// controls are requested), and NVIDIA's turned `select(v, 0.0, v < 0.0)` into a max that maps
+// NaN to 0 (tests/activation.rs on the H100). Integer tests cannot be folded away.
+fn is_nan(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
+}
+
+// ReLU as PyTorch's: NaN stays NaN.
 fn activate(v: f32) -> f32 {
     if ((p.flags & FLAG_RELU) != 0u) {
-        return select(v, 0.0, v < 0.0);
+        return select(v, 0.0, v < 0.0 && !is_nan(v));
     }
     return v;
 }

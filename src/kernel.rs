@@ -95,7 +95,7 @@ pub(crate) const DIRECT_WORKGROUP: u32 = 64;
 const PRELUDE_F32: &str = "fn to_operand(v: f32) -> f32 {\n    return v;\n}\nfn report_range() {}\n";
 
 /// Operands rounded to f16. A value beyond f16's range is clamped, so no infinity enters
-/// the sums (NaN stays NaN), and noted in a private flag that `report_range` publishes once
+/// the sums (NaN stays NaN: `is_nan` tests the bits, a clamp may drop it), and noted in a private flag that `report_range` publishes once
 /// at the end: an atomic inside the gather loop kept the compiler from overlapping the
 /// loads (1.76 ms → see BENCHMARKS.md, run 7). The host then refuses the result.
 const PRELUDE_F16: &str = "@group(0) @binding(6) var<storage, read_write> range_flag: atomic<u32>;
@@ -103,7 +103,7 @@ const F16_MAX: f32 = 65504.0;
 var<private> out_of_range: bool = false;
 fn to_operand(v: f32) -> f32 {
     out_of_range = out_of_range || abs(v) > F16_MAX;
-    return f32(f16(clamp(v, -F16_MAX, F16_MAX)));
+    return select(f32(f16(clamp(v, -F16_MAX, F16_MAX))), v, is_nan(v));
 }
 fn report_range() {
     if (out_of_range) {

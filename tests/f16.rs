@@ -273,3 +273,28 @@ fn coop_kernel_on_ragged_shapes() {
         }
     }
 }
+
+/// NaN in the input stays NaN through the f16 operands, the sums and the ReLU: exactly the
+/// outputs whose receptive field holds the NaN are NaN (the f16 conversion must not clamp
+/// it away, the ReLU must not turn it into 0; both are tested on the bits in the kernels).
+#[test]
+fn nan_input_stays_nan_through_f16_and_relu() {
+    let gpu = gpu();
+    let spec = S::new(3, 17, 3).stride(2, 1).padding(P::new(1, 0, 2, 1)).with_bias(true);
+    let mut case = case("nan_f16", spec, [2, 13, 11], true);
+    case.x[5 * 11 + 6] = f32::NAN;
+    let last = case.x.len() - 1;
+    case.x[last] = f32::NAN;
+    let want: Vec<f32> = reference::conv2d(&case.problem, &case.x, &case.w, case.b.as_deref())
+        .unwrap()
+        .into_iter()
+        .map(reference::relu)
+        .collect();
+    let conv = f16_conv(&gpu, &case, None, true);
+    let got = run_poisoned(&gpu, &conv, &case.x, case.shape);
+    let nan_got: Vec<usize> = (0..got.len()).filter(|&i| got[i].is_nan()).collect();
+    let nan_want: Vec<usize> = (0..want.len()).filter(|&i| want[i].is_nan()).collect();
+    assert!(!nan_want.is_empty());
+    assert_eq!(nan_got, nan_want, "{}: NaN positions", conv.kernel().0);
+    assert!(!conv.take_range_flag().unwrap(), "NaN is not a range error");
+}
