@@ -424,7 +424,8 @@ fn choose_kernel(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -> Resul
         return Ok((kind, ConfigSource::Explicit));
     }
     let wrap = |c: TileConfig| kind_for(gpu, options.precision, c);
-    if let Some(input) = options.tuning_key_input {
+    // The tuner measures the f32 kernel: its decisions are not reused for the f16 kernels.
+    if let (Some(input), Precision::F32) = (options.tuning_key_input, options.precision) {
         if let Ok(problem) = spec.problem(input) {
             if let Some(cfg) = crate::tune::cached_decision(gpu, &problem) {
                 let kind = wrap(cfg)?;

@@ -102,6 +102,11 @@ pub fn choose_adapter(infos: &[wgpu::AdapterInfo], substring: Option<&str>) -> R
         .ok_or_else(|| Error::NoAdapter(" (is a Vulkan, Metal, DX12 or GL driver installed?)".into()))
 }
 
+/// `WGCONV_RUNTIME_CHECKS=1`: keep wgpu's runtime bounds checks in the kernels.
+pub fn runtime_checks_from_env() -> bool {
+    std::env::var("WGCONV_RUNTIME_CHECKS").is_ok_and(|v| v != "0")
+}
+
 /// Whether an adapter offers what the cooperative-matrix kernel needs: the experimental
 /// feature, an f16×f16→f32 16×16×16 configuration, and subgroups of exactly 32 (the kernel
 /// derives warps from the invocation index).
@@ -161,7 +166,7 @@ impl Gpu {
             trace: wgpu::Trace::Off,
         }))
         .map_err(|e| Error::Device { adapter: infos[idx].name.clone(), reason: e.to_string() })?;
-        let checks = opts.runtime_checks || std::env::var("WGCONV_RUNTIME_CHECKS").is_ok_and(|v| v != "0");
+        let checks = opts.runtime_checks || runtime_checks_from_env();
         let mut gpu = Gpu::assemble(device, queue, infos[idx].clone(), checks);
         gpu.coop_f16 = coop_f16;
         Ok(gpu)
@@ -176,6 +181,11 @@ impl Gpu {
 
     fn assemble(device: wgpu::Device, queue: wgpu::Queue, info: wgpu::AdapterInfo, runtime_checks: bool) -> Self {
         Gpu { device, queue, info, pipelines: PipelineCache::default(), runtime_checks, coop_f16: false }
+    }
+
+    /// Whether the kernels keep wgpu's runtime bounds checks (part of the tuning cache key).
+    pub fn runtime_checks(&self) -> bool {
+        self.runtime_checks
     }
 
     /// Whether the f16 path can use cooperative matrices on this device (only known for

@@ -16,6 +16,9 @@ pub enum Clock {
 
 /// Times `runs` executions of `plan` after `warmup` untimed ones; milliseconds per run.
 pub fn time_plan(gpu: &Gpu, plan: &ConvPlan, warmup: u32, runs: u32) -> Result<(Vec<f64>, Clock)> {
+    if runs == 0 {
+        return Err(Error::Unsupported("time_plan needs at least one timed run".into()));
+    }
     for _ in 0..warmup {
         let mut enc = gpu.device.create_command_encoder(&Default::default());
         plan.encode(&mut enc, None);

@@ -64,9 +64,9 @@ pub fn parse_pads(s: &str) -> Result<[i64; 4], String> {
 }
 
 impl ShapeArgs {
-    /// The problem, with the batch defaulting to `default_batch`.
-    pub fn problem(&self, default_batch: u32) -> CliResult<ConvProblem> {
-        let spec = Conv2dSpec::from_signed(
+    /// The convolution the flags describe (signed values checked with their names).
+    pub fn spec(&self) -> CliResult<Conv2dSpec> {
+        Ok(Conv2dSpec::from_signed(
             self.in_channels,
             self.out_channels,
             self.kernel,
@@ -75,7 +75,12 @@ impl ShapeArgs {
             self.dilation,
             self.groups,
             !self.no_bias,
-        )?;
+        )?)
+    }
+
+    /// The problem, with the batch defaulting to `default_batch`.
+    pub fn problem(&self, default_batch: u32) -> CliResult<ConvProblem> {
+        let spec = self.spec()?;
         let n = self.batch.unwrap_or(default_batch);
         Ok(spec.problem(Shape4::new(n, spec.in_channels, self.height, self.width))?)
     }

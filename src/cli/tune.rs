@@ -2,6 +2,7 @@
 //! decision table, the tuning cache, and how long it took.
 
 use super::run::BackendArg;
+use super::shape::ShapeArgs;
 use super::{CliError, CliResult};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use wgconv::cache::TuningCache;
 use wgconv::config::KernelLimits;
 use wgconv::gpu::{choose_adapter, enumerate_adapters};
 use wgconv::tune::{self, TuneOptions, TuneReport};
-use wgconv::{Conv2dSpec, Gpu, GpuOptions, Shape4, TileConfig};
+use wgconv::{Gpu, GpuOptions, Shape4, TileConfig};
 
 #[derive(clap::Args)]
 #[command(
@@ -33,36 +34,8 @@ wgconv tune --config m64n64k16-t4x8-w4-s3\n  \
 wgconv tune --batch 8 --in-channels 64 --height 56 --width 56 --out-channels 64 --kernel 3 --stride 1 --padding 1"
 )]
 pub struct Args {
-    /// Batch N (default: 256 on a GPU, 2 on a CPU adapter)
-    #[arg(long, value_name = "N")]
-    batch: Option<u32>,
-    /// Input channels C_in
-    #[arg(long, value_name = "C", default_value_t = 3)]
-    in_channels: u32,
-    /// Input height H
-    #[arg(long, value_name = "H", default_value_t = 224)]
-    height: u32,
-    /// Input width W
-    #[arg(long, value_name = "W", default_value_t = 224)]
-    width: u32,
-    /// Output channels C_out
-    #[arg(long, value_name = "C", default_value_t = 96)]
-    out_channels: u32,
-    /// Kernel size: K, or KH,KW
-    #[arg(long, value_name = "K|KH,KW", default_value = "11")]
-    kernel: String,
-    /// Stride: S, or SH,SW
-    #[arg(long, value_name = "S|SH,SW", default_value = "4")]
-    stride: String,
-    /// Zero padding: P, PH,PW, or PT,PL,PB,PR
-    #[arg(long, value_name = "P|PH,PW|PT,PL,PB,PR", default_value = "2")]
-    padding: String,
-    /// Dilation: D, or DH,DW
-    #[arg(long, value_name = "D|DH,DW", default_value = "1")]
-    dilation: String,
-    /// Groups (must divide C_in and C_out)
-    #[arg(long, value_name = "G", default_value_t = 1)]
-    groups: u32,
+    #[command(flatten)]
+    shape: ShapeArgs,
     /// The original tile config, e.g. m64n64k16-t4x8-w4-s3 (default: the seed's)
     #[arg(long, value_name = "NAME")]
     config: Option<String>,
@@ -89,22 +62,6 @@ pub struct Args {
     backend: Option<BackendArg>,
 }
 
-fn ints(flag: &str, raw: &str, counts: &[usize]) -> CliResult<Vec<u32>> {
-    let v: Vec<u32> = raw
-        .split(',')
-        .map(|t| t.trim().parse::<u32>().map_err(|_| CliError(format!("{flag} {raw}: {t:?} is not a non-negative integer"))))
-        .collect::<CliResult<_>>()?;
-    if !counts.contains(&v.len()) {
-        return Err(CliError(format!("{flag} {raw}: {} values, expected {counts:?}", v.len())));
-    }
-    Ok(v)
-}
-
-fn pair(flag: &str, raw: &str) -> CliResult<[u32; 2]> {
-    let v = ints(flag, raw, &[1, 2])?;
-    Ok([v[0], *v.last().unwrap_or(&v[0])])
-}
-
 #[derive(serde::Serialize)]
 struct JsonOut<'a> {
     from_cache: bool,
@@ -128,25 +85,7 @@ pub fn main(a: Args) -> CliResult {
     if a.rounds < tune::MIN_ROUNDS {
         return Err(CliError(format!("--rounds {}: at least {} are needed for quartiles", a.rounds, tune::MIN_ROUNDS)));
     }
-    let kernel = pair("--kernel", &a.kernel)?;
-    let stride = pair("--stride", &a.stride)?;
-    let dilation = pair("--dilation", &a.dilation)?;
-    let p = ints("--padding", &a.padding, &[1, 2, 4])?;
-    let pads = match p.len() {
-        1 => [p[0]; 4],
-        2 => [p[0], p[1], p[0], p[1]],
-        _ => [p[0], p[1], p[2], p[3]],
-    };
-    let spec = Conv2dSpec::from_signed(
-        a.in_channels as i64,
-        a.out_channels as i64,
-        [kernel[0] as i64, kernel[1] as i64],
-        [stride[0] as i64, stride[1] as i64],
-        pads.map(|v| v as i64),
-        [dilation[0] as i64, dilation[1] as i64],
-        a.groups as i64,
-        true,
-    )?;
+    let spec = a.shape.spec()?;
     let original = match &a.config {
         Some(name) => {
             let c = TileConfig::parse(name).map_err(|e| CliError(format!("--config {name}: {e}")))?;
@@ -155,8 +94,9 @@ pub fn main(a: Args) -> CliResult {
         }
         None => TileConfig::seed(),
     };
-    if let Some(b) = a.batch {
-        spec.problem(Shape4::new(b, a.in_channels, a.height, a.width))?;
+    let input = |n: u32| Shape4::new(n, spec.in_channels, a.shape.height, a.shape.width);
+    if let Some(b) = a.shape.batch {
+        spec.problem(input(b))?;
     }
 
     // 2. The adapter (no device yet: a cached decision needs none).
@@ -175,16 +115,16 @@ pub fn main(a: Args) -> CliResult {
     let info = infos[idx].clone();
     let limits = KernelLimits::from(&adapters[idx].limits());
     let is_cpu = info.device_type == wgpu::DeviceType::Cpu;
-    let batch = a.batch.unwrap_or(if is_cpu { 2 } else { 256 });
-    let problem = spec.problem(Shape4::new(batch, a.in_channels, a.height, a.width))?;
-    if a.batch.is_none() && is_cpu {
+    let batch = a.shape.batch.unwrap_or(if is_cpu { 2 } else { 256 });
+    let problem = spec.problem(input(batch))?;
+    if a.shape.batch.is_none() && is_cpu {
         eprintln!(
             "wgconv: {} is a CPU adapter: tuning a batch of N = 2 instead of 256 (set --batch to change)",
             info.name
         );
     }
     // As Gpu::with_options decides it (runtime checks key the cache).
-    let runtime_checks = std::env::var("WGCONV_RUNTIME_CHECKS").is_ok_and(|v| v != "0");
+    let runtime_checks = wgconv::gpu::runtime_checks_from_env();
     let cache = TuningCache::open_default();
     if cache.is_none() {
         eprintln!("wgconv: no cache directory (set WGCONV_CACHE_DIR): the decision will not be kept");
