@@ -172,7 +172,11 @@ impl TileConfig {
     /// Structural checks of the SIMT kernel, independent of any device.
     pub fn check_shape(&self) -> Result<()> {
         self.check_common()?;
-        if self.thread_m == 0 || self.thread_n == 0 || !self.thread_m.is_multiple_of(4) || !self.thread_n.is_multiple_of(4) {
+        if self.thread_m == 0
+            || self.thread_n == 0
+            || !self.thread_m.is_multiple_of(4)
+            || !self.thread_n.is_multiple_of(4)
+        {
             return Err(self.refuse(format!(
                 "register tile {}x{} must be multiples of 4 (vec4 reads from workgroup memory)",
                 self.thread_m, self.thread_n

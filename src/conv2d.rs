@@ -97,8 +97,7 @@ fn round_up(v: u32, to: u32) -> u32 {
 pub(crate) fn images_per_chunk(problem: &ConvProblem, limits: &wgpu::Limits) -> Result<u32> {
     let slack = limits.min_storage_buffer_offset_alignment as u64;
     // Kernels index bound windows with i32 arithmetic: keep every window under 2^31 elements.
-    let cap_elems =
-        (limits.max_storage_buffer_binding_size.saturating_sub(slack) / 4).min(i32::MAX as u64 - slack);
+    let cap_elems = (limits.max_storage_buffer_binding_size.saturating_sub(slack) / 4).min(i32::MAX as u64 - slack);
     let per_in = problem.input.per_image();
     let per_out = problem.output.per_image();
     let fit = cap_elems / per_in.max(per_out);
@@ -455,9 +454,7 @@ fn choose_kernel(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -> Resul
     }
     match options.precision {
         Precision::F32 => Ok((KernelKind::Direct, ConfigSource::Fallback)),
-        Precision::F16Accum32 => {
-            Err(Error::Unsupported(format!("no f16 tile config fits {}'s limits", gpu.info.name)))
-        }
+        Precision::F16Accum32 => Err(Error::Unsupported(format!("no f16 tile config fits {}'s limits", gpu.info.name))),
     }
 }
 

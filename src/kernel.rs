@@ -178,8 +178,7 @@ fn coop_body(fm: u32, fn_: u32) -> String {
     for (i, j) in &frags {
         mma.push_str(&format!("        acc_{i}_{j} = coopMultiplyAdd(a_{i}, b_{j}, acc_{i}_{j});\n"));
     }
-    let init: String =
-        frags.iter().map(|(i, j)| format!("    acc_{i}_{j} = coop_mat16x16<f32, C>();\n")).collect();
+    let init: String = frags.iter().map(|(i, j)| format!("    acc_{i}_{j} = coop_mat16x16<f32, C>();\n")).collect();
     let store: String = frags
         .iter()
         .map(|(i, j)| {
@@ -223,7 +222,8 @@ pub fn portable_targets(kind: &KernelKind) -> &'static [&'static str] {
 /// portable, without any device.
 pub fn check_portable(kind: &KernelKind) -> Result<()> {
     use naga::back;
-    let err = |stage: &'static str| move |e: &dyn std::fmt::Display| Error::Wgpu { stage, message: format!("{kind}: {e}") };
+    let err =
+        |stage: &'static str| move |e: &dyn std::fmt::Display| Error::Wgpu { stage, message: format!("{kind}: {e}") };
     let src = source(kind);
     let module = naga::front::wgsl::parse_str(&src).map_err(|e| err("naga parse")(&e.emit_to_string(&src)))?;
     let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
@@ -244,7 +244,9 @@ pub fn check_portable(kind: &KernelKind) -> Result<()> {
                 // Shader model 6.2 is the first with 16-bit types.
                 let opts = back::hlsl::Options { shader_model: back::hlsl::ShaderModel::V6_2, ..Default::default() };
                 let pipe = back::hlsl::PipelineOptions::default();
-                back::hlsl::Writer::new(&mut hlsl, &opts, &pipe).write(&module, &info, None).map_err(|e| err("HLSL")(&e))?;
+                back::hlsl::Writer::new(&mut hlsl, &opts, &pipe)
+                    .write(&module, &info, None)
+                    .map_err(|e| err("HLSL")(&e))?;
             }
             _ => {
                 let opts = back::glsl::Options { version: back::glsl::Version::Desktop(430), ..Default::default() };

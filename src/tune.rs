@@ -133,10 +133,27 @@ and if that one is not stable the original is kept";
 // Occupancy
 // ---------------------------------------------------------------------------------------
 
+/// Which occupancy profile an adapter gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProfileName {
+    Nvidia,
+    Generic,
+}
+
+impl std::fmt::Display for ProfileName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ProfileName::Nvidia => "nvidia",
+            ProfileName::Generic => "generic",
+        })
+    }
+}
+
 /// What one multiprocessor (SM, CU) holds, for the occupancy estimate.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct OccupancyProfile {
-    pub name: &'static str,
+    pub name: ProfileName,
     /// 32-bit registers per multiprocessor.
     pub regs_per_sm: u32,
     /// Registers per invocation are allocated in multiples of this.
@@ -154,7 +171,7 @@ pub struct OccupancyProfile {
 impl OccupancyProfile {
     /// NVIDIA Ampere/Ada/Hopper-class SM (H100: 228 KiB shared memory per SM).
     pub const NVIDIA: OccupancyProfile = OccupancyProfile {
-        name: "nvidia",
+        name: ProfileName::Nvidia,
         regs_per_sm: 65536,
         reg_alloc_unit: 8,
         max_regs_per_invocation: 255,
@@ -165,7 +182,7 @@ impl OccupancyProfile {
     };
     /// Unknown and CPU adapters: a conservative desktop-GPU compute unit.
     pub const GENERIC: OccupancyProfile = OccupancyProfile {
-        name: "generic",
+        name: ProfileName::Generic,
         regs_per_sm: 65536,
         reg_alloc_unit: 4,
         max_regs_per_invocation: 255,
@@ -312,7 +329,11 @@ pub fn candidates(original: &TileConfig, profile: &OccupancyProfile) -> Candidat
     let (w, s) = (original.warps, original.stages);
     for s2 in stage_neighbours(s) {
         let c = original.with_stages(s2);
-        list.push(Candidate { config: c, change: format!("stages {s}→{s2}"), occupancy: estimate_occupancy(&c, profile) });
+        list.push(Candidate {
+            config: c,
+            change: format!("stages {s}→{s2}"),
+            occupancy: estimate_occupancy(&c, profile),
+        });
     }
     let mut suggested = Vec::new();
     let neighbours = [w / 2, w.saturating_mul(2)];
@@ -541,7 +562,7 @@ pub struct TuneReport {
     pub problem: ConvProblem,
     pub adapter: String,
     pub backend: String,
-    pub profile: OccupancyProfileReport,
+    pub profile: OccupancyProfile,
     pub original: TileConfig,
     pub chosen: TileConfig,
     /// The chosen config's median gain over the original, percent (0 when kept).
@@ -558,34 +579,6 @@ pub struct TuneReport {
     /// Wall time of the stage (building, warm-up and rounds), milliseconds.
     pub elapsed_ms: f64,
     pub tuned_at: String,
-}
-
-/// The profile as the report records it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct OccupancyProfileReport {
-    pub name: String,
-    pub regs_per_sm: u32,
-    pub reg_alloc_unit: u32,
-    pub max_regs_per_invocation: u32,
-    pub smem_per_sm: u32,
-    pub smem_reserved_per_workgroup: u32,
-    pub max_invocations_per_sm: u32,
-    pub max_workgroups_per_sm: u32,
-}
-
-impl From<&OccupancyProfile> for OccupancyProfileReport {
-    fn from(p: &OccupancyProfile) -> Self {
-        OccupancyProfileReport {
-            name: p.name.to_string(),
-            regs_per_sm: p.regs_per_sm,
-            reg_alloc_unit: p.reg_alloc_unit,
-            max_regs_per_invocation: p.max_regs_per_invocation,
-            smem_per_sm: p.smem_per_sm,
-            smem_reserved_per_workgroup: p.smem_reserved_per_workgroup,
-            max_invocations_per_sm: p.max_invocations_per_sm,
-            max_workgroups_per_sm: p.max_workgroups_per_sm,
-        }
-    }
 }
 
 /// Whether `candidate` is stably faster than `original`: `q3(candidate) < q1(original)`.
@@ -679,7 +672,10 @@ pub fn decide(rows: &mut [CandidateReport], threshold_pct: f64) -> Result<usize>
         } else if !win_stable {
             format!("{own}; but {winner}, nearer the original and within {threshold_pct}% of the fastest, is unstable: no clear winner")
         } else if slower_by(&ws) < threshold_pct && i == fi {
-            format!("{own}; only {:.2}% faster than {winner} (< {threshold_pct}%), which is nearer the original", slower_by(&ws))
+            format!(
+                "{own}; only {:.2}% faster than {winner} (< {threshold_pct}%), which is nearer the original",
+                slower_by(&ws)
+            )
         } else {
             format!("{own}; {winner} is chosen ({wgain:.2}%)")
         };
@@ -934,10 +930,7 @@ impl GpuMeasure {
     }
 
     fn sample(&mut self, cfg: &TileConfig, runs: u32) -> Result<Vec<f64>> {
-        let (_, plan) = self
-            .prepared
-            .get(cfg)
-            .ok_or_else(|| Error::Unsupported(format!("{cfg} was not prepared")))?;
+        let (_, plan) = self.prepared.get(cfg).ok_or_else(|| Error::Unsupported(format!("{cfg} was not prepared")))?;
         let (times, clock) = timing::time_plan(&self.gpu, plan, 0, runs)?;
         self.clock = Some(clock);
         Ok(times)
@@ -969,9 +962,7 @@ impl Measure for GpuMeasure {
     fn measure(&mut self, cfg: &TileConfig) -> Result<f64> {
         let reps = self.reps.max(1);
         let times = self.sample(cfg, reps)?;
-        Summary::of(&times)
-            .map(|s| s.min)
-            .ok_or_else(|| Error::Unsupported(format!("{cfg}: no usable time")))
+        Summary::of(&times).map(|s| s.min).ok_or_else(|| Error::Unsupported(format!("{cfg}: no usable time")))
     }
     fn clock(&self) -> String {
         match self.clock {
@@ -1064,7 +1055,7 @@ pub fn tune(
         problem: *problem,
         adapter: gpu.info.name.clone(),
         backend: format!("{:?}", gpu.info.backend),
-        profile: (&profile).into(),
+        profile,
         original,
         chosen: stage.chosen,
         gain_pct: stage.gain_pct,
@@ -1105,7 +1096,7 @@ fn minimal_report(gpu: &Gpu, problem: &ConvProblem, d: &CachedDecision) -> TuneR
         problem: *problem,
         adapter: gpu.info.name.clone(),
         backend: format!("{:?}", gpu.info.backend),
-        profile: (&OccupancyProfile::for_adapter(&gpu.info)).into(),
+        profile: OccupancyProfile::for_adapter(&gpu.info),
         original: d.original,
         chosen: d.config,
         gain_pct: d.gain_pct,
@@ -1131,7 +1122,10 @@ pub fn cached_decision(gpu: &Gpu, problem: &ConvProblem) -> Option<TileConfig> {
     match d.config.validate(&gpu.kernel_limits()) {
         Ok(()) => Some(d.config),
         Err(e) => {
-            log::warn!("tuning cache {}: cached config refused by the device, ignoring it: {e}", cache.path().display());
+            log::warn!(
+                "tuning cache {}: cached config refused by the device, ignoring it: {e}",
+                cache.path().display()
+            );
             None
         }
     }
@@ -1175,7 +1169,8 @@ impl TuneReport {
                 r.reason.clone(),
             ]);
         }
-        let widths: Vec<usize> = (0..11).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+        let widths: Vec<usize> =
+            (0..11).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
         let mut out = String::new();
         for (i, r) in rows.iter().enumerate() {
             let mut line = String::new();

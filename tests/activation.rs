@@ -2,18 +2,12 @@
 //! bias on/off × ReLU on/off on ragged shapes, for the default tiled kernel and the direct
 //! kernel; and NaN propagation (a NaN in the input or the bias stays NaN through ReLU).
 
+mod common;
+use common::{gpu, run_poisoned_with, TOL_F32};
 use rand::{Rng, SeedableRng};
-use std::sync::{Arc, OnceLock};
 use wgconv::{
     reference, Activation, ConfigSource, Conv2d, Conv2dOptions, Conv2dSpec, Gpu, KernelKind, Padding, Shape4,
 };
-
-const TOL_F32: f64 = 1e-5;
-
-fn gpu() -> Arc<Gpu> {
-    static GPU: OnceLock<Arc<Gpu>> = OnceLock::new();
-    GPU.get_or_init(|| Arc::new(Gpu::new().expect("a wgpu adapter (lavapipe in CI)"))).clone()
-}
 
 fn rand_vec(len: usize, seed: u64) -> Vec<f32> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -23,24 +17,8 @@ fn rand_vec(len: usize, seed: u64) -> Vec<f32> {
 /// Runs `conv` through `encode` into an output buffer poisoned with a sentinel first
 /// (not NaN: NaN outputs are expected in the NaN tests), and returns what the GPU wrote.
 fn run_poisoned(gpu: &Gpu, conv: &Conv2d, input: &[f32], shape: Shape4) -> (Vec<f32>, f32) {
-    use wgpu::util::DeviceExt;
     const POISON: f32 = -1.2345e30;
-    let problem = conv.spec().problem(shape).unwrap();
-    let x = gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-        label: Some("test input"),
-        contents: bytemuck::cast_slice(input),
-        usage: wgpu::BufferUsages::STORAGE,
-    });
-    let poison = vec![POISON; problem.output.len() as usize];
-    let y = gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-        label: Some("test output"),
-        contents: bytemuck::cast_slice(&poison),
-        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
-    });
-    let mut enc = gpu.device.create_command_encoder(&Default::default());
-    conv.encode(&mut enc, shape, &x, &y).unwrap();
-    gpu.queue.submit([enc.finish()]);
-    (gpu.read_buffer::<f32>(&y, 0, problem.output.len() as usize).unwrap(), POISON)
+    (run_poisoned_with(gpu, conv, input, shape, POISON, 0).0, POISON)
 }
 
 /// The ragged shapes: block edges cut in M (N·OH·OW), in N (C_out per group) and in K.
@@ -143,8 +121,7 @@ fn assert_nan_positions(what: &str, got: &[f32], want: &[f32]) -> usize {
         got[mismatched[0]],
         want[mismatched[0]]
     );
-    let (g, w): (Vec<f32>, Vec<f32>) =
-        got.iter().zip(want).filter(|(_, w)| !w.is_nan()).map(|(&g, &w)| (g, w)).unzip();
+    let (g, w): (Vec<f32>, Vec<f32>) = got.iter().zip(want).filter(|(_, w)| !w.is_nan()).map(|(&g, &w)| (g, w)).unzip();
     let err = reference::relative_l2(&g, &w);
     assert!(err <= TOL_F32, "{what}: relative L2 of the finite outputs {err:.3e}");
     want.iter().filter(|v| v.is_nan()).count()

@@ -9,8 +9,22 @@ use std::process::{Command, Output};
 
 /// The small problem every run here uses (N=2, 3→17 channels, 24×20, 3×3 stride 2 pad 1).
 const SMALL: &[&str] = &[
-    "--batch", "2", "--in-channels", "3", "--height", "24", "--width", "20", "--out-channels", "17", "--kernel", "3",
-    "--stride", "2", "--padding", "1",
+    "--batch",
+    "2",
+    "--in-channels",
+    "3",
+    "--height",
+    "24",
+    "--width",
+    "20",
+    "--out-channels",
+    "17",
+    "--kernel",
+    "3",
+    "--stride",
+    "2",
+    "--padding",
+    "1",
 ];
 
 fn wgconv(dir: &Path, args: &[&str]) -> Output {
@@ -40,8 +54,10 @@ fn row<'a>(table: &'a str, kernel: &str) -> Option<&'a str> {
 fn bench_small_problem_table_json_svg_and_refusal() {
     let dir = tempfile::tempdir().unwrap();
     let configs = "m32n64k32-t4x4-w4-s2,m64n32k32-t4x4-w4-s2,m64n64k16-t8x4-w4-s3,direct,m128n128k32-t8x8-w8-s4";
-    let (out, stdout, stderr) =
-        bench(dir.path(), &["--runs", "20", "--warmup", "1", "--configs", configs, "--json", "b.json", "--svg", "b.svg"]);
+    let (out, stdout, stderr) = bench(
+        dir.path(),
+        &["--runs", "20", "--warmup", "1", "--configs", configs, "--json", "b.json", "--svg", "b.svg"],
+    );
     assert!(out.status.success(), "exit {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
 
     // The table: header, one row per kernel, fastest first, the refused config last.
@@ -122,7 +138,18 @@ fn bench_f16_precision_runs_the_f16_kernel() {
     let dir = tempfile::tempdir().unwrap();
     let (out, stdout, stderr) = bench(
         dir.path(),
-        &["--precision", "f16", "--runs", "20", "--warmup", "1", "--configs", "m32n64k32-t4x4-w4-s2,m64n32k32-t4x4-w4-s2", "--json", "f.json"],
+        &[
+            "--precision",
+            "f16",
+            "--runs",
+            "20",
+            "--warmup",
+            "1",
+            "--configs",
+            "m32n64k32-t4x4-w4-s2,m64n32k32-t4x4-w4-s2",
+            "--json",
+            "f.json",
+        ],
     );
     assert!(out.status.success(), "exit {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
     let json: Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("f.json")).unwrap()).unwrap();
@@ -148,7 +175,10 @@ fn bench_f16_precision_runs_the_f16_kernel() {
 #[test]
 fn bench_default_batch_on_cpu_adapter_is_small() {
     let dir = tempfile::tempdir().unwrap();
-    let out = wgconv(dir.path(), &["bench", "--configs", "m32n64k32-t4x4-w4-s2", "--runs", "20", "--warmup", "0", "--json", "d.json"]);
+    let out = wgconv(
+        dir.path(),
+        &["bench", "--configs", "m32n64k32-t4x4-w4-s2", "--runs", "20", "--warmup", "0", "--json", "d.json"],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);

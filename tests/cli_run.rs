@@ -314,7 +314,8 @@ fn fixture_itself_runs() {
 fn refuses_float64_input() {
     let f = Fixture::new();
     let mut buf = Vec::new();
-    let mut w = npyz::WriteOptions::<f64>::new().default_dtype().shape(&[1, 3, 8, 8]).writer(&mut buf).begin_nd().unwrap();
+    let mut w =
+        npyz::WriteOptions::<f64>::new().default_dtype().shape(&[1, 3, 8, 8]).writer(&mut buf).begin_nd().unwrap();
     w.extend((0..192).map(|i| i as f64)).unwrap();
     w.finish().unwrap();
     f.write("x64.npy", &buf);
@@ -337,7 +338,8 @@ fn refuses_big_endian_float32() {
 fn refuses_int_weight() {
     let f = Fixture::new();
     let mut buf = Vec::new();
-    let mut w = npyz::WriteOptions::<i32>::new().default_dtype().shape(&[4, 3, 3, 3]).writer(&mut buf).begin_nd().unwrap();
+    let mut w =
+        npyz::WriteOptions::<i32>::new().default_dtype().shape(&[4, 3, 3, 3]).writer(&mut buf).begin_nd().unwrap();
     w.extend(0..108).unwrap();
     w.finish().unwrap();
     f.write("wi.npy", &buf);
@@ -374,7 +376,12 @@ fn refuses_truncated_header() {
     let f = Fixture::new();
     let bytes = npy_bytes(&[1, 3, 8, 8], &rand_vec(192, 1));
     f.write("xh.npy", &bytes[..30]);
-    f.refused(&[("--input", "xh.npy")], &[], &["--input", "xh.npy", "not a valid .npy file", "truncated header"], false);
+    f.refused(
+        &[("--input", "xh.npy")],
+        &[],
+        &["--input", "xh.npy", "not a valid .npy file", "truncated header"],
+        false,
+    );
 }
 
 #[test]
@@ -409,7 +416,8 @@ fn refuses_garbage_header() {
 fn refuses_absurd_header_shape() {
     let f = Fixture::new();
     let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    let mut text = "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 4294967296, 1), }".to_string();
+    let mut text =
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 4294967296, 1), }".to_string();
     while !(10 + text.len() + 1).is_multiple_of(16) {
         text.push(' ');
     }
@@ -494,7 +502,12 @@ fn refuses_negative_padding() {
 #[test]
 fn refuses_negative_padding_one_side() {
     let f = Fixture::new();
-    f.refused(&[], &["--padding=1,2,-3,0"], &["--padding 1,2,-3,0", "padding bottom must not be negative, got -3"], false);
+    f.refused(
+        &[],
+        &["--padding=1,2,-3,0"],
+        &["--padding 1,2,-3,0", "padding bottom must not be negative, got -3"],
+        false,
+    );
 }
 
 #[test]
@@ -583,7 +596,10 @@ fn refuses_output_in_missing_directory() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("--output") && stderr.contains("no/such/dir") && stderr.contains("cannot create"), "{stderr}");
+    assert!(
+        stderr.contains("--output") && stderr.contains("no/such/dir") && stderr.contains("cannot create"),
+        "{stderr}"
+    );
     assert!(!y.exists());
 }
 
@@ -601,7 +617,9 @@ fn run_help_explains_with_examples() {
     let out = run(&["run", "--help"]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    for needle in ["nn.Conv2d", "--input", "--weight", "--bias", "--padding", "PT,PL,PB,PR", "--relu", "--config", "Examples:"] {
+    for needle in
+        ["nn.Conv2d", "--input", "--weight", "--bias", "--padding", "PT,PL,PB,PR", "--relu", "--config", "Examples:"]
+    {
         assert!(text.contains(needle), "run --help lacks {needle:?}:\n{text}");
     }
 }

@@ -188,9 +188,21 @@ fn every_sweep_config_on_ragged_shapes() {
 fn forward_host_path() {
     let gpu = gpu();
     let cases = [
-        Case::new("forward_asym", S::new(3, 17, 3).stride(2, 1).padding(P::new(1, 0, 2, 1)).with_bias(true), Shape4::new(2, 3, 13, 11)),
-        Case::new("forward_depthwise", S::new(6, 12, 3).groups(6).dilation(2, 2).padding(P::uniform(2)), Shape4::new(3, 6, 9, 8)),
-        Case::new("forward_11x11", S::new(3, 96, 11).stride(4, 4).padding(P::uniform(2)).with_bias(true), Shape4::new(1, 3, 35, 31)),
+        Case::new(
+            "forward_asym",
+            S::new(3, 17, 3).stride(2, 1).padding(P::new(1, 0, 2, 1)).with_bias(true),
+            Shape4::new(2, 3, 13, 11),
+        ),
+        Case::new(
+            "forward_depthwise",
+            S::new(6, 12, 3).groups(6).dilation(2, 2).padding(P::uniform(2)),
+            Shape4::new(3, 6, 9, 8),
+        ),
+        Case::new(
+            "forward_11x11",
+            S::new(3, 96, 11).stride(4, 4).padding(P::uniform(2)).with_bias(true),
+            Shape4::new(1, 3, 35, 31),
+        ),
     ];
     for case in &cases {
         for kind in [None, Some(KernelKind::Direct)] {
@@ -234,7 +246,11 @@ fn bias_on_and_off() {
 #[test]
 fn fused_relu() {
     let gpu = gpu();
-    let case = Case::new("relu", S::new(4, 19, 3).stride(2, 2).padding(P::uniform(1)).with_bias(true), Shape4::new(2, 4, 11, 10));
+    let case = Case::new(
+        "relu",
+        S::new(4, 19, 3).stride(2, 2).padding(P::uniform(1)).with_bias(true),
+        Shape4::new(2, 4, 11, 10),
+    );
     let want: Vec<f32> = case.want.iter().map(|&v| reference::relu(v)).collect();
     assert!(want.contains(&0.0) && want.iter().any(|&v| v > 0.0));
     for kind in [None, Some(KernelKind::Direct)] {
@@ -258,12 +274,13 @@ fn one_op_many_input_sizes() {
         let first = Case::with_seed("sizes", spec, Shape4::new(1, 3, 4, 4), seed);
         let conv = first.conv(&gpu, kind);
         for (i, [n, h, w]) in sizes.into_iter().enumerate() {
-            let mut case = Case::with_seed(&format!("sizes_{i}"), spec, Shape4::new(n, 3, h, w), seed.wrapping_add(i as u64 * 7));
+            let mut case =
+                Case::with_seed(&format!("sizes_{i}"), spec, Shape4::new(n, 3, h, w), seed.wrapping_add(i as u64 * 7));
             // Same weights as the op was built with.
             case.w = first.w.clone();
             case.b = first.b.clone();
             case.want = reference_out(&case.problem, &case.x, &case.w, case.b.as_deref());
-            let (got, tail) = run_poisoned_tail(&gpu, &conv, &case.x, case.shape, 37);
+            let (got, tail) = run_poisoned_with(&gpu, &conv, &case.x, case.shape, f32::NAN, 37);
             assert_close(&case.label(&format!("{}", conv.kernel().0)), &got, &case.want, TOL_F32);
             assert!(tail.iter().all(|v| v.is_nan()), "{}: wrote past the output", case.label("tail"));
         }

@@ -131,10 +131,16 @@ fn negative_attributes_from_signed() {
     invalid_spec(bad([1, 1], [0, 0, 0, -6], [1, 1]), &["padding right", "-6"]);
     invalid_spec(S::from_signed(3, 4, [3, -3], [1, 1], [0; 4], [1, 1], 1, false), &["kernel width", "-3"]);
     invalid_spec(S::from_signed(-3, 4, [3, 3], [1, 1], [0; 4], [1, 1], 1, false), &["in_channels", "-3"]);
-    invalid_spec(S::from_signed(3, 4, [3, 3], [1 << 33, 1], [0; 4], [1, 1], 1, false), &["stride height", "8589934592"]);
+    invalid_spec(
+        S::from_signed(3, 4, [3, 3], [1 << 33, 1], [0; 4], [1, 1], 1, false),
+        &["stride height", "8589934592"],
+    );
     // The same attributes, valid, give the spec the builder gives.
     let ok = S::from_signed(3, 4, [3, 5], [2, 1], [1, 0, 2, 1], [1, 2], 1, true).unwrap();
-    assert_eq!(ok, S::new(3, 4, 3).kernel_hw(3, 5).stride(2, 1).padding(P::new(1, 0, 2, 1)).dilation(1, 2).with_bias(true));
+    assert_eq!(
+        ok,
+        S::new(3, 4, 3).kernel_hw(3, 5).stride(2, 1).padding(P::new(1, 0, 2, 1)).dilation(1, 2).with_bias(true)
+    );
 }
 
 #[test]
@@ -244,7 +250,12 @@ fn buffers(in_bytes: u64, out_bytes: u64) -> (wgpu::Buffer, wgpu::Buffer) {
 fn buffers_with(in_bytes: u64, out_bytes: u64, usage: wgpu::BufferUsages) -> (wgpu::Buffer, wgpu::Buffer) {
     let gpu = gpu();
     let mk = |size| {
-        gpu.device.create_buffer(&wgpu::BufferDescriptor { label: Some("test"), size, usage, mapped_at_creation: false })
+        gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("test"),
+            size,
+            usage,
+            mapped_at_creation: false,
+        })
     };
     (mk(in_bytes), mk(out_bytes))
 }

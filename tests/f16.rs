@@ -23,16 +23,41 @@ use wgconv::{Conv2dSpec as S, KernelKind, Padding as P, Precision, Shape4, TileC
 /// 17, 96, bias on and off, ReLU on and off, N = 1..3. `(name, spec, [N, H, W], relu)`.
 fn shapes() -> Vec<(&'static str, S, [u32; 3], bool)> {
     vec![
-        ("stride2x1_asym_pad_cout17_bias", S::new(3, 17, 3).stride(2, 1).padding(P::new(1, 0, 2, 1)).with_bias(true), [2, 13, 11], false),
+        (
+            "stride2x1_asym_pad_cout17_bias",
+            S::new(3, 17, 3).stride(2, 1).padding(P::new(1, 0, 2, 1)).with_bias(true),
+            [2, 13, 11],
+            false,
+        ),
         ("dilation2_relu_n3", S::new(3, 8, 3).dilation(2, 2).padding(P::uniform(2)), [3, 12, 12], true),
         ("groups3_stride2_bias", S::new(6, 9, 3).groups(3).stride(2, 2).with_bias(true), [1, 11, 12], false),
-        ("depthwise_3x3_bias_relu", S::new(8, 8, 3).groups(8).padding(P::uniform(1)).with_bias(true), [2, 10, 10], true),
+        (
+            "depthwise_3x3_bias_relu",
+            S::new(8, 8, 3).groups(8).padding(P::uniform(1)).with_bias(true),
+            [2, 10, 10],
+            true,
+        ),
         ("cout1_bias", S::new(3, 1, 3).padding(P::uniform(1)).with_bias(true), [2, 9, 7], false),
         ("cout3_stride3x2_relu", S::new(5, 3, 3).stride(3, 2), [1, 10, 12], true),
-        ("cout96_5x5_stride2_bias", S::new(3, 96, 5).stride(2, 2).padding(P::uniform(2)).with_bias(true), [1, 15, 13], false),
+        (
+            "cout96_5x5_stride2_bias",
+            S::new(3, 96, 5).stride(2, 2).padding(P::uniform(2)).with_bias(true),
+            [1, 15, 13],
+            false,
+        ),
         ("k1x1_stride2_pad1_cout17_n3", S::new(16, 17, 1).stride(2, 2).padding(P::uniform(1)), [3, 9, 8], false),
-        ("k11_stride4_cout17_bias_relu", S::new(3, 17, 11).stride(4, 4).padding(P::uniform(2)).with_bias(true), [2, 31, 27], true),
-        ("groups4_dilation2_asym_pad", S::new(8, 12, 3).groups(4).stride(2, 1).dilation(2, 2).padding(P::new(2, 1, 0, 3)), [2, 13, 9], false),
+        (
+            "k11_stride4_cout17_bias_relu",
+            S::new(3, 17, 11).stride(4, 4).padding(P::uniform(2)).with_bias(true),
+            [2, 31, 27],
+            true,
+        ),
+        (
+            "groups4_dilation2_asym_pad",
+            S::new(8, 12, 3).groups(4).stride(2, 1).dilation(2, 2).padding(P::new(2, 1, 0, 3)),
+            [2, 13, 9],
+            false,
+        ),
     ]
 }
 
@@ -149,7 +174,10 @@ fn f16_operands_are_rounded_and_accumulated_in_f32() {
     let diff = reference::relative_l2(&y16, &y32);
     assert!(diff > 1e-6, "{}: f16 and f32 results differ by only {diff:.2e}: operands not rounded?", case.label("f16"));
     assert!(diff < 1e-3, "{}: f16 differs from f32 by {diff:.2e}", case.label("f16"));
-    eprintln!("f16 vs f32: relative L2 {diff:.2e}; f16 vs f64 reference {:.2e}", reference::relative_l2(&y16, &case.want));
+    eprintln!(
+        "f16 vs f32: relative L2 {diff:.2e}; f16 vs f64 reference {:.2e}",
+        reference::relative_l2(&y16, &case.want)
+    );
     if matches!(conv.kernel().0, KernelKind::TiledF16(_)) {
         let round = |v: &[f32]| -> Vec<f32> { v.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect() };
         let want = reference_out(&case.problem, &round(&case.x), &round(&case.w), case.b.as_deref());

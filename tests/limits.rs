@@ -28,7 +28,11 @@ fn batch_chunking_encode_and_forward() {
     // Large enough for the seed config's packed weights (K and C_out padded to whole
     // blocks: 32 × 64 floats = 8192 B, bound whole) and for two images.
     let seed = TileConfig::seed();
-    let packed = (spec.k_total().div_ceil(seed.block_k) * seed.block_k * spec.out_channels.div_ceil(seed.block_n) * seed.block_n) as u64 * 4;
+    let packed = (spec.k_total().div_ceil(seed.block_k)
+        * seed.block_k
+        * spec.out_channels.div_ceil(seed.block_n)
+        * seed.block_n) as u64
+        * 4;
     let binding = packed.max(2 * per_out * 4) + 32;
     assert_eq!(binding, 8224);
     let _serial = serial();
@@ -54,7 +58,7 @@ fn batch_chunking_encode_and_forward() {
         assert_eq!(plan.chunks() as u64, (case.shape.n as u64).div_ceil(per_chunk), "{}", conv.kernel().0);
         assert!(plan.chunks() > 1);
         // encode (NaN-poisoned output, with a poisoned tail that must stay untouched) and forward.
-        let (got, tail) = run_poisoned_tail(&gpu, &conv, &case.x, case.shape, 61);
+        let (got, tail) = run_poisoned_with(&gpu, &conv, &case.x, case.shape, f32::NAN, 61);
         assert_close(&case.label(&format!("chunked encode, {}", conv.kernel().0)), &got, &case.want, TOL_F32);
         assert!(tail.iter().all(|v| v.is_nan()), "{}: wrote past the output", case.label("tail"));
         case.check_forward(&conv);
@@ -88,7 +92,10 @@ fn buffers(gpu: &wgconv::Gpu, case: &Case) -> (wgpu::Buffer, wgpu::Buffer) {
             mapped_at_creation: false,
         })
     };
-    (mk(case.problem.input.len(), wgpu::BufferUsages::COPY_DST), mk(case.problem.output.len(), wgpu::BufferUsages::COPY_SRC))
+    (
+        mk(case.problem.input.len(), wgpu::BufferUsages::COPY_DST),
+        mk(case.problem.output.len(), wgpu::BufferUsages::COPY_SRC),
+    )
 }
 
 /// At most 16 workgroups per dimension: grids of up to 256 workgroups are folded into
@@ -100,9 +107,11 @@ fn grid_folding_tiled_and_direct() {
     assert_eq!(gpu.limits().max_compute_workgroups_per_dimension, 16);
     let cfg = TileConfig::seed();
     // Tiled (32×64 blocks): M = 2·15·13 = 390 → 13 M tiles; C_out 70 → 2 N tiles: 26 workgroups.
-    let tiled = Case::new("fold_tiled", S::new(3, 70, 3).padding(P::uniform(1)).with_bias(true), Shape4::new(2, 3, 15, 13));
+    let tiled =
+        Case::new("fold_tiled", S::new(3, 70, 3).padding(P::uniform(1)).with_bias(true), Shape4::new(2, 3, 15, 13));
     // Grouped: 35 channels per group → 1 N tile, 13 M tiles, 2 groups: 26 workgroups.
-    let grouped = Case::new("fold_grouped", S::new(4, 70, 3).groups(2).padding(P::uniform(1)), Shape4::new(2, 4, 15, 13));
+    let grouped =
+        Case::new("fold_grouped", S::new(4, 70, 3).groups(2).padding(P::uniform(1)), Shape4::new(2, 4, 15, 13));
     for case in [&tiled, &grouped] {
         let conv = case.conv(&gpu, Some(KernelKind::Tiled(cfg)));
         case.check_encode(&gpu, &conv);
@@ -145,7 +154,10 @@ fn config_over_device_limits_is_refused() {
     match &e {
         Error::ConfigRefused { config, reason } => {
             assert_eq!(config, &seed.name());
-            assert!(reason.contains(&seed.workgroup_bytes().to_string()) && reason.contains(&limit.to_string()), "{reason}");
+            assert!(
+                reason.contains(&seed.workgroup_bytes().to_string()) && reason.contains(&limit.to_string()),
+                "{reason}"
+            );
         }
         other => panic!("expected ConfigRefused, got {other:?}"),
     }
@@ -206,7 +218,11 @@ fn default_falls_back_to_a_config_that_fits() {
         .into_iter()
         .find(|c| c.validate(&limits).is_ok())
         .expect("no sweep config needs less workgroup memory than the default: this test needs one");
-    let case = Case::new("fallback", S::new(5, 19, 3).stride(2, 1).padding(P::uniform(1)).with_bias(true), Shape4::new(2, 5, 9, 13));
+    let case = Case::new(
+        "fallback",
+        S::new(5, 19, 3).stride(2, 1).padding(P::uniform(1)).with_bias(true),
+        Shape4::new(2, 5, 9, 13),
+    );
     let conv = case.conv(&gpu, None);
     assert_eq!(conv.kernel(), (KernelKind::Tiled(expected), ConfigSource::Fallback));
     case.check_encode(&gpu, &conv);

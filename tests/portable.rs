@@ -26,7 +26,8 @@ fn every_sweep_config_is_portable() {
     let mut kinds: Vec<KernelKind> = default_sweep().into_iter().map(KernelKind::Tiled).collect();
     kinds.push(KernelKind::Tiled(default_config()));
     let failures: Vec<String> = std::thread::scope(|s| {
-        let handles: Vec<_> = kinds.iter().map(|k| s.spawn(move || check_portable(k).map_err(|e| format!("{k}: {e}")))).collect();
+        let handles: Vec<_> =
+            kinds.iter().map(|k| s.spawn(move || check_portable(k).map_err(|e| format!("{k}: {e}")))).collect();
         handles.into_iter().filter_map(|h| h.join().unwrap().err()).collect()
     });
     assert!(failures.is_empty(), "{} kernels not portable:\n{}", failures.len(), failures.join("\n"));

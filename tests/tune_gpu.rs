@@ -45,14 +45,8 @@ fn two_cold_tunes_agree_and_conv2d_runs_the_cached_decision() {
     let gpu = gpu();
     let (spec, shape) = small();
     let problem = spec.problem(shape).unwrap();
-    let opts = TuneOptions {
-        threshold_pct: 2.0,
-        rounds: 15,
-        warmup: 3,
-        reps: 0,
-        force: true,
-        cache: Some(cache.clone()),
-    };
+    let opts =
+        TuneOptions { threshold_pct: 2.0, rounds: 15, warmup: 3, reps: 0, force: true, cache: Some(cache.clone()) };
     let t = Instant::now();
     let a = tune::tune(&gpu, &problem, original(), &opts, &mut noop).unwrap();
     let b = tune::tune(&gpu, &problem, original(), &opts, &mut noop).unwrap();
@@ -99,8 +93,8 @@ fn two_cold_tunes_agree_and_conv2d_runs_the_cached_decision() {
 
     // Cached: the same decision without measuring.
     let t = Instant::now();
-    let cached = tune::tune(&gpu, &problem, original(), &TuneOptions { force: false, ..opts.clone() }, &mut noop)
-        .unwrap();
+    let cached =
+        tune::tune(&gpu, &problem, original(), &TuneOptions { force: false, ..opts.clone() }, &mut noop).unwrap();
     assert!(cached.from_cache);
     assert_eq!(cached.report.chosen, b.report.chosen);
     eprintln!("cached lookup: {:.2} ms", t.elapsed().as_secs_f64() * 1e3);
@@ -158,9 +152,8 @@ fn cached_config_the_device_refuses_is_never_used() {
     assert_eq!(cache.lookup(&key).map(|d| d.config), Some(huge));
     assert_eq!(tune::cached_decision(&gpu, &problem), None);
     let (w, _) = params(&spec, 5);
-    let conv =
-        Conv2d::new(&gpu, spec, &w, None, Conv2dOptions { tuning_key_input: Some(shape), ..Default::default() })
-            .unwrap();
+    let conv = Conv2d::new(&gpu, spec, &w, None, Conv2dOptions { tuning_key_input: Some(shape), ..Default::default() })
+        .unwrap();
     let (kind, source) = conv.kernel();
     assert_ne!(source, ConfigSource::TuningCache);
     assert_ne!(kind, KernelKind::Tiled(huge));

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use wgconv::config::KernelLimits;
 use wgconv::tune::{
     candidates, decide, estimate_occupancy, run_stage, CandidateReport, CandidateSet, Measure, OccupancyProfile,
-    TuneOptions, Verdict,
+    ProfileName, TuneOptions, Verdict,
 };
 use wgconv::{Error, Result, TileConfig};
 
@@ -61,7 +61,10 @@ impl Measure for Noisy {
     fn prepare(&mut self, cfg: &TileConfig) -> Result<()> {
         self.prepared.push(*cfg);
         if self.fail_build.contains(cfg) {
-            return Err(Error::Wgpu { stage: "pipeline creation", message: format!("{cfg}: shader failed to compile") });
+            return Err(Error::Wgpu {
+                stage: "pipeline creation",
+                message: format!("{cfg}: shader failed to compile"),
+            });
         }
         Ok(())
     }
@@ -215,7 +218,13 @@ fn failing_and_refused_candidates_are_excluded_and_reported() {
     let mut m = Noisy::new(7);
     for (i, c) in cfgs.iter().enumerate() {
         // The last one (w8 s4, also refused) would be 4 % faster: exclusion must win.
-        let t = if i == 5 { 0.96 } else if i == 1 { 0.97 } else { 1.0 };
+        let t = if i == 5 {
+            0.96
+        } else if i == 1 {
+            0.97
+        } else {
+            1.0
+        };
         m = m.with(*c, t, 0.001);
     }
     m.fail_build.insert(broken);
@@ -235,7 +244,12 @@ fn failing_and_refused_candidates_are_excluded_and_reported() {
     assert!(!m.prepared.iter().any(|c| c.stages == 4));
     assert!(!m.calls.iter().any(|c| *c == broken || c.stages == 4));
     // The rest is decided as usual: stages 3→2 is 3 % faster (s4 refused).
-    assert_eq!(r.chosen, orig.with_stages(2), "{:?}", r.rows.iter().map(|x| (&x.label, x.verdict, &x.reason)).collect::<Vec<_>>());
+    assert_eq!(
+        r.chosen,
+        orig.with_stages(2),
+        "{:?}",
+        r.rows.iter().map(|x| (&x.label, x.verdict, &x.reason)).collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -504,7 +518,10 @@ fn every_candidate_keeps_blocks_and_moves_stages_by_one() {
 #[test]
 fn nvidia_profile_is_picked_by_vendor() {
     use wgpu::DeviceType::{Cpu, DiscreteGpu};
-    assert_eq!(OccupancyProfile::for_device(0x10de, "NVIDIA H100 80GB HBM3", DiscreteGpu).name, "nvidia");
-    assert_eq!(OccupancyProfile::for_device(0x10005, "llvmpipe (LLVM 15.0.6, 256 bits)", Cpu).name, "generic");
-    assert_eq!(OccupancyProfile::for_device(0x1002, "AMD Radeon RX 7900 XTX", DiscreteGpu).name, "generic");
+    assert_eq!(OccupancyProfile::for_device(0x10de, "NVIDIA H100 80GB HBM3", DiscreteGpu).name, ProfileName::Nvidia);
+    assert_eq!(
+        OccupancyProfile::for_device(0x10005, "llvmpipe (LLVM 15.0.6, 256 bits)", Cpu).name,
+        ProfileName::Generic
+    );
+    assert_eq!(OccupancyProfile::for_device(0x1002, "AMD Radeon RX 7900 XTX", DiscreteGpu).name, ProfileName::Generic);
 }

@@ -97,7 +97,8 @@ pub fn main(args: Args) -> CliResult {
             })
             .collect::<CliResult<_>>()?,
         None => {
-            let sweep = if precision == Precision::F16Accum32 && gpu.has_coop_f16() { coop_sweep() } else { default_sweep() };
+            let sweep =
+                if precision == Precision::F16Accum32 && gpu.has_coop_f16() { coop_sweep() } else { default_sweep() };
             sweep.into_iter().map(|c| kind_for(&gpu, precision, c)).collect::<Result<_, _>>()?
         }
     };

@@ -188,7 +188,10 @@ fn print_text(r: &Report) {
         let s = &a.summary;
         println!();
         println!("[{}] {}{}", a.index, s.name, if a.chosen { "  <- wgconv would use this" } else { "" });
-        println!("    backend {}, device type {}, vendor 0x{:04x}, device 0x{:04x}", s.backend, s.device_type, a.vendor, a.device);
+        println!(
+            "    backend {}, device type {}, vendor 0x{:04x}, device 0x{:04x}",
+            s.backend, s.device_type, a.vendor, a.device
+        );
         println!("    driver: {}", [s.driver.trim(), s.driver_info.trim()].join(" ").trim());
         let l = &a.limits;
         println!("    limits:");

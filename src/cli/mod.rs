@@ -5,10 +5,10 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 mod bench;
-mod shape;
 mod info;
 mod npy;
 mod run;
+mod shape;
 mod tune;
 
 #[derive(Parser)]

@@ -225,8 +225,12 @@ impl PendingOutput {
         let dtype = npyz::DType::new_scalar(F32_LE.parse().expect("a valid type string"));
         {
             let file = std::io::BufWriter::new(self.temp.as_file_mut());
-            let mut writer =
-                npyz::WriteOptions::<f32>::new().dtype(dtype).shape(shape).writer(file).begin_nd().map_err(write_err)?;
+            let mut writer = npyz::WriteOptions::<f32>::new()
+                .dtype(dtype)
+                .shape(shape)
+                .writer(file)
+                .begin_nd()
+                .map_err(write_err)?;
             writer.extend(data.iter().copied()).map_err(write_err)?;
             writer.finish().map_err(write_err)?;
         }

@@ -175,15 +175,11 @@ pub fn main(a: Args) -> CliResult {
     flag_check("--stride", &a.stride, Conv2dSpec::from_signed(1, 1, [1, 1], stride, [0; 4], [1, 1], 1, false))?;
     flag_check("--padding", &a.padding, Conv2dSpec::from_signed(1, 1, [1, 1], [1, 1], pads, [1, 1], 1, false))?;
     flag_check("--dilation", &a.dilation, Conv2dSpec::from_signed(1, 1, [1, 1], [1, 1], [0; 4], dilation, 1, false))?;
-    flag_check(
-        "--groups",
-        &a.groups,
-        {
-            // Channels that any positive `groups` divides: only the sign and zero are checked here.
-            let c = groups.saturating_abs().max(1);
-            Conv2dSpec::from_signed(c, c, [1, 1], [1, 1], [0; 4], [1, 1], groups, false)
-        },
-    )?;
+    flag_check("--groups", &a.groups, {
+        // Channels that any positive `groups` divides: only the sign and zero are checked here.
+        let c = groups.saturating_abs().max(1);
+        Conv2dSpec::from_signed(c, c, [1, 1], [1, 1], [0; 4], [1, 1], groups, false)
+    })?;
     let kernel = a.config.as_deref().map(parse_config).transpose()?;
 
     // 2. The files, and their shapes against each other and the flags.
@@ -258,12 +254,13 @@ pub fn main(a: Args) -> CliResult {
 
     // 4. The GPU.
     let backends = a.backend.map(BackendArg::backends);
-    let gpu = Gpu::with_options(GpuOptions { adapter: a.adapter.clone(), backends, ..Default::default() })
-        .map_err(|e| match (&e, &a.adapter, a.backend) {
+    let gpu = Gpu::with_options(GpuOptions { adapter: a.adapter.clone(), backends, ..Default::default() }).map_err(
+        |e| match (&e, &a.adapter, a.backend) {
             (Error::NoAdapter(_), Some(sub), _) => CliError(format!("--adapter {sub}: {e}")),
             (Error::NoAdapter(_), None, Some(bk)) => CliError(format!("--backend {}: {e}", bk.name())),
             _ => CliError(e.to_string()),
-        })?;
+        },
+    )?;
     let gpu = Arc::new(gpu);
     if a.verbose {
         let s = gpu.summary();
@@ -339,7 +336,11 @@ fn gpu_time(gpu: &Gpu, conv: &Conv2d, shape: Shape4, x: &[f32]) -> String {
     match timing::time_plan(gpu, &plan, 0, 1) {
         Ok((times, timing::Clock::GpuTimestamps)) => {
             let n = plan.chunks();
-            format!("GPU time: {:.3} ms (timestamp queries, 1 run, {n} dispatch{})", times[0], if n == 1 { "" } else { "es" })
+            format!(
+                "GPU time: {:.3} ms (timestamp queries, 1 run, {n} dispatch{})",
+                times[0],
+                if n == 1 { "" } else { "es" }
+            )
         }
         Ok((times, timing::Clock::HostWallClock)) => format!(
             "GPU time: not available (the device has no TIMESTAMP_QUERY); host wall-clock {:.3} ms for 1 run \

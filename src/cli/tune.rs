@@ -106,12 +106,11 @@ pub fn main(a: Args) -> CliResult {
     let enum_ms = t_enum.elapsed().as_secs_f64() * 1e3;
     let infos: Vec<_> = adapters.iter().map(|x| x.get_info()).collect();
     let env_adapter = std::env::var("WGCONV_ADAPTER").ok();
-    let (idx, _) = choose_adapter(&infos, a.adapter.as_deref().or(env_adapter.as_deref())).map_err(|e| {
-        match &a.adapter {
+    let (idx, _) =
+        choose_adapter(&infos, a.adapter.as_deref().or(env_adapter.as_deref())).map_err(|e| match &a.adapter {
             Some(sub) => CliError(format!("--adapter {sub}: {e}")),
             None => CliError(e.to_string()),
-        }
-    })?;
+        })?;
     let info = infos[idx].clone();
     let limits = KernelLimits::from(&adapters[idx].limits());
     let is_cpu = info.device_type == wgpu::DeviceType::Cpu;
@@ -156,15 +155,18 @@ pub fn main(a: Args) -> CliResult {
                     d.tuned_at
                 );
                 if let (Some(path), Some(r)) = (&a.json, &report) {
-                    write_json(path, &JsonOut {
-                        from_cache: true,
-                        wall_ms: wall,
-                        adapter_enumeration_ms: enum_ms,
-                        cache_file: Some(cache.path().display().to_string()),
-                        stored: true,
-                        store_error: None,
-                        report: r,
-                    })?;
+                    write_json(
+                        path,
+                        &JsonOut {
+                            from_cache: true,
+                            wall_ms: wall,
+                            adapter_enumeration_ms: enum_ms,
+                            cache_file: Some(cache.path().display().to_string()),
+                            stored: true,
+                            store_error: None,
+                            report: r,
+                        },
+                    )?;
                 }
                 return Ok(());
             }
@@ -228,15 +230,18 @@ pub fn main(a: Args) -> CliResult {
         (None, None) => {}
     }
     if let Some(path) = &a.json {
-        write_json(path, &JsonOut {
-            from_cache: false,
-            wall_ms: wall,
-            adapter_enumeration_ms: enum_ms,
-            cache_file: cache.as_ref().map(|c| c.path().display().to_string()),
-            stored: outcome.store_error.is_none(),
-            store_error: outcome.store_error.clone(),
-            report: r,
-        })?;
+        write_json(
+            path,
+            &JsonOut {
+                from_cache: false,
+                wall_ms: wall,
+                adapter_enumeration_ms: enum_ms,
+                cache_file: cache.as_ref().map(|c| c.path().display().to_string()),
+                stored: outcome.store_error.is_none(),
+                store_error: outcome.store_error.clone(),
+                report: r,
+            },
+        )?;
     }
     Ok(())
 }

@@ -5,7 +5,9 @@
 use rand::{Rng, SeedableRng};
 use rand_distr::StandardNormal;
 use std::sync::{Arc, OnceLock};
-use wgconv::{reference, Conv2d, Conv2dOptions, Conv2dSpec, ConvProblem, Gpu, GpuOptions, KernelKind, Precision, Shape4};
+use wgconv::{
+    reference, Conv2d, Conv2dOptions, Conv2dSpec, ConvProblem, Gpu, GpuOptions, KernelKind, Precision, Shape4,
+};
 
 /// The tolerance of the fp32 path against the f64 reference.
 pub const TOL_F32: f64 = 1e-5;
@@ -55,23 +57,38 @@ pub fn params(spec: &Conv2dSpec, seed: u64) -> (Vec<f32>, Option<Vec<f32>>) {
 /// Runs `conv` through `encode` on buffers it owns, the output poisoned with NaN first,
 /// and returns what the GPU wrote.
 pub fn run_poisoned(gpu: &Gpu, conv: &Conv2d, input: &[f32], shape: Shape4) -> Vec<f32> {
+    run_poisoned_with(gpu, conv, input, shape, f32::NAN, 0).0
+}
+
+/// Like [`run_poisoned`] with another poison value (a NaN test needs a non-NaN one) and
+/// `extra` more poisoned elements after the output: returns the output and that tail, which
+/// must still hold the poison (nothing written past the output).
+pub fn run_poisoned_with(
+    gpu: &Gpu,
+    conv: &Conv2d,
+    input: &[f32],
+    shape: Shape4,
+    poison: f32,
+    extra: usize,
+) -> (Vec<f32>, Vec<f32>) {
     use wgpu::util::DeviceExt;
-    let problem = conv.spec().problem(shape).unwrap();
+    let out_len = conv.spec().problem(shape).unwrap().output.len() as usize;
     let x = gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
         label: Some("test input"),
         contents: bytemuck::cast_slice(input),
         usage: wgpu::BufferUsages::STORAGE,
     });
-    let poison = vec![f32::NAN; problem.output.len() as usize];
     let y = gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
         label: Some("test output"),
-        contents: bytemuck::cast_slice(&poison),
+        contents: bytemuck::cast_slice(&vec![poison; out_len + extra]),
         usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
     });
     let mut enc = gpu.device.create_command_encoder(&Default::default());
     conv.encode(&mut enc, shape, &x, &y).unwrap();
     gpu.queue.submit([enc.finish()]);
-    gpu.read_buffer::<f32>(&y, 0, problem.output.len() as usize).unwrap()
+    let mut all = gpu.read_buffer::<f32>(&y, 0, out_len + extra).unwrap();
+    let tail = all.split_off(out_len);
+    (all, tail)
 }
 
 /// Asserts `got` matches the reference within `tol` (relative L2) and has no NaN.
@@ -155,31 +172,6 @@ impl Case {
         let got = conv.forward(&self.x, self.shape).unwrap_or_else(|e| panic!("{}: {e}", self.label("forward")));
         assert_close(&self.label(&format!("forward, {kind}")), &got, &self.want, tolerance(&kind));
     }
-}
-
-/// Like [`run_poisoned`], with `extra` more NaN elements after the output: returns the
-/// output and the tail, which must still be NaN (nothing written past the output).
-pub fn run_poisoned_tail(gpu: &Gpu, conv: &Conv2d, input: &[f32], shape: Shape4, extra: usize) -> (Vec<f32>, Vec<f32>) {
-    use wgpu::util::DeviceExt;
-    let problem = conv.spec().problem(shape).unwrap();
-    let out_len = problem.output.len() as usize;
-    let x = gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-        label: Some("test input"),
-        contents: bytemuck::cast_slice(input),
-        usage: wgpu::BufferUsages::STORAGE,
-    });
-    let poison = vec![f32::NAN; out_len + extra];
-    let y = gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-        label: Some("test output"),
-        contents: bytemuck::cast_slice(&poison),
-        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
-    });
-    let mut enc = gpu.device.create_command_encoder(&Default::default());
-    conv.encode(&mut enc, shape, &x, &y).unwrap();
-    gpu.queue.submit([enc.finish()]);
-    let mut all = gpu.read_buffer::<f32>(&y, 0, out_len + extra).unwrap();
-    let tail = all.split_off(out_len);
-    (all, tail)
 }
 
 /// Serialises the tests that open their own devices: creating (and using) several Vulkan
