@@ -40,11 +40,7 @@ fn kernels(gpu: &Gpu) -> Vec<KernelKind> {
         eprintln!("configs bench: the seed {seed} does not fit {}: left out", gpu.info.name);
     }
     kinds.extend(
-        default_sweep()
-            .into_iter()
-            .map(KernelKind::Tiled)
-            .filter(|k| *k != seed && fits(k))
-            .take(SWEEP_CONFIGS),
+        default_sweep().into_iter().map(KernelKind::Tiled).filter(|k| *k != seed && fits(k)).take(SWEEP_CONFIGS),
     );
     kinds.push(KernelKind::Direct);
     kinds

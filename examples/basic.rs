@@ -21,7 +21,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let conv = Conv2d::new(&gpu, spec, &weight, Some(&bias), Conv2dOptions::default())?;
     let y = conv.forward(&input, shape)?;
     let err = reference::relative_l2(&y, &want);
-    println!("forward on {}: output {}, kernel {}, rel. L2 error {err:.1e}", gpu.info.name, problem.output, conv.kernel().0);
+    println!(
+        "forward on {}: output {}, kernel {}, rel. L2 error {err:.1e}",
+        gpu.info.name,
+        problem.output,
+        conv.kernel().0
+    );
     if err.is_nan() || err > 1e-5 {
         return Err(format!("forward: relative L2 error {err:e} > 1e-5").into());
     }
@@ -29,10 +34,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 2. Bring your own device: wgconv records into your encoder, on your buffers.
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
     let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions::default()))?;
-    let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
-        required_limits: adapter.limits(),
-        ..Default::default()
-    }))?;
+    let (device, queue) = pollster::block_on(
+        adapter.request_device(&wgpu::DeviceDescriptor { required_limits: adapter.limits(), ..Default::default() }),
+    )?;
     let my_gpu = Arc::new(Gpu::from_device(device.clone(), queue.clone()));
     let relu = Conv2dOptions { activation: Activation::Relu, ..Default::default() };
     let conv = Conv2d::new(&my_gpu, spec, &weight, Some(&bias), relu)?;
