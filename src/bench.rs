@@ -38,7 +38,8 @@ pub struct BenchOptions {
     pub warmup: u32,
     pub runs: u32,
     pub activation: Activation,
-    /// FP32 peak for the "% of peak" column (TFLOP/s).
+    /// Peak of the units the kernels run on, for the "% of peak" column (TFLOP/s); `None`:
+    /// [`known_peak`] per kernel, where the adapter is in its table.
     pub peak_tflops: Option<f64>,
     pub seed: u64,
 }
@@ -99,13 +100,16 @@ impl BenchReport {
     }
 }
 
-/// A known FP32 (non-tensor) peak for an adapter name, TFLOP/s (datasheet).
-pub fn known_fp32_peak(adapter_name: &str) -> Option<f64> {
+/// A known datasheet peak (TFLOP/s, dense) for the units a kernel runs on: the FP32 SIMT
+/// rate for the f32 and f16-SIMT kernels (the latter rounds operands but multiplies in f32),
+/// the f16 tensor rate with f32 accumulation for the cooperative-matrix kernel.
+pub fn known_peak(adapter_name: &str, kind: &KernelKind) -> Option<f64> {
     let n = adapter_name.to_lowercase();
-    [("h100", 67.0), ("h200", 67.0), ("4090", 82.6), ("a100", 19.5)]
-        .iter()
-        .find(|(k, _)| n.contains(k))
-        .map(|&(_, v)| v)
+    let table: &[(&str, f64)] = match kind {
+        KernelKind::Coop(_) => &[("h100", 989.4), ("h200", 989.4), ("4090", 165.2), ("a100", 312.0)],
+        _ => &[("h100", 67.0), ("h200", 67.0), ("4090", 82.6), ("a100", 19.5)],
+    };
+    table.iter().find(|(k, _)| n.contains(k)).map(|&(_, v)| v)
 }
 
 fn randn(len: usize, rng: &mut rand::rngs::StdRng) -> Vec<f32> {
@@ -209,7 +213,7 @@ pub fn run(gpu: &Arc<Gpu>, opts: &BenchOptions, mut progress: impl FnMut(usize, 
             Ok(Outcome::Ok {
                 time_ms: time,
                 tflops,
-                pct_of_peak: opts.peak_tflops.map(|p| 100.0 * tflops / p),
+                pct_of_peak: opts.peak_tflops.or_else(|| known_peak(&gpu.info.name, kind)).map(|p| 100.0 * tflops / p),
                 speedup_vs_baseline: None,
                 rel_l2: err,
             })

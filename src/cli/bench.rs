@@ -34,7 +34,8 @@ pub struct Args {
     /// Untimed warm-up runs per config
     #[arg(long, default_value_t = 5)]
     warmup: u32,
-    /// FP32 peak in TFLOP/s for the "% peak" column (default: a known table by adapter name)
+    /// Peak in TFLOP/s for the "% peak" column (default: a known datasheet table by adapter name:
+    /// FP32 for the f32 and f16-SIMT kernels, f16 tensor for cooperative matrices)
     #[arg(long)]
     peak_tflops: Option<f64>,
     /// Fuse a ReLU into the store
@@ -111,7 +112,7 @@ pub fn main(args: Args) -> CliResult {
         warmup: args.warmup,
         runs: args.runs,
         activation: if args.relu { Activation::Relu } else { Activation::None },
-        peak_tflops: args.peak_tflops.or_else(|| bench::known_fp32_peak(&gpu.info.name)),
+        peak_tflops: args.peak_tflops,
         seed: 0x00c0_ffee,
     };
     let bar = ProgressBar::new(opts.kernels.len() as u64);
