@@ -2,9 +2,9 @@
 // matrices: f16 operands (rounded by the precision prelude), f32 accumulation, f32 in and
 // out of memory. Same operand loaders as conv_tiled.wgsl (gather.wgsl), A and B staged in
 // workgroup memory as f16; each warp owns FM×FN 16×16 accumulator fragments covering a
-// (16·FM)×(16·FN) sub-block. Lines marked `@generated` in the header and the fragment
-// statements come from src/kernel.rs (one statement per fragment: WGSL cannot index an
-// array of cooperative matrices). Warps are local_invocation_index / 32: the host only
+// (16·FM)×(16·FN) sub-block. The header (tile constants, WARPS_M/N, FM/FN) and the
+// per-fragment statements at the `//@FRAGMENT_*` markers come from src/kernel.rs (one
+// statement per fragment: WGSL cannot index an array of cooperative matrices). Warps are local_invocation_index / 32: the host only
 // builds this kernel where the subgroup size is 32.
 // CPU twin: src/reference.rs (conv2d) with operands rounded to f16.
 

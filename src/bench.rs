@@ -118,8 +118,11 @@ fn randn(len: usize, rng: &mut rand::rngs::StdRng) -> Vec<f32> {
 
 /// Runs the sweep; `progress(i, n, kernel)` is called before each kernel.
 pub fn run(gpu: &Arc<Gpu>, opts: &BenchOptions, mut progress: impl FnMut(usize, usize, &str)) -> Result<BenchReport> {
-    let problem = opts.problem;
+    // Re-derive the problem: `ConvProblem`'s fields are public and `with_batch` does not check.
+    let problem = opts.problem.spec.problem(opts.problem.input)?;
     let spec = problem.spec;
+    gpu.check_buffer("the benchmark input", problem.input.len().saturating_mul(4), false)?;
+    gpu.check_buffer("the benchmark output", problem.output.len().saturating_mul(4), false)?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(opts.seed);
     let x = randn(problem.input.len() as usize, &mut rng);
     let w = randn(spec.weight_len(), &mut rng);

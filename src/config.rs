@@ -12,6 +12,9 @@
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 
+/// Largest block side (and register-tile side) a config may name.
+pub const MAX_BLOCK: u32 = 4096;
+
 /// Invocations of one warp (NVIDIA) — the unit Triton's `num_warps` counts in.
 pub const WARP: u32 = 32;
 /// The warp counts the vocabulary allows (Triton's `num_warps`).
@@ -68,8 +71,8 @@ impl TileConfig {
         thread_n: u32,
         stages: u32,
     ) -> Self {
-        let per_warp = WARP * thread_m * thread_n;
-        let warps = match (block_m * block_n).checked_div(per_warp) {
+        let per_warp = WARP.saturating_mul(thread_m).saturating_mul(thread_n);
+        let warps = match block_m.saturating_mul(block_n).checked_div(per_warp) {
             Some(w) => w,
             None => 0,
         };
@@ -92,6 +95,7 @@ impl TileConfig {
     }
 
     fn derive_thread_tile(&mut self) -> Result<()> {
+        self.check_bounds()?;
         let threads = self.warps * WARP;
         let cells = self.block_m * self.block_n;
         if threads == 0 || !cells.is_multiple_of(threads) {
@@ -126,7 +130,7 @@ impl TileConfig {
     }
 
     pub fn invocations(&self) -> u32 {
-        self.warps * WARP
+        self.warps.saturating_mul(WARP)
     }
     /// Invocations along M and N: `(block_m / thread_m, block_n / thread_n)`.
     pub fn thread_grid(&self) -> (u32, u32) {
@@ -147,8 +151,26 @@ impl TileConfig {
         Error::ConfigRefused { config: self.to_string(), reason: reason.into() }
     }
 
+    /// Sizes beyond any device, refused first so that the products below cannot overflow
+    /// (configs also come from the command line and the tuning-cache file).
+    fn check_bounds(&self) -> Result<()> {
+        let dims = [("block_m", self.block_m), ("block_n", self.block_n), ("block_k", self.block_k)];
+        for (name, v) in dims {
+            if v == 0 || v > MAX_BLOCK {
+                return Err(self.refuse(format!("{name} must be 1..={MAX_BLOCK}, got {v}")));
+            }
+        }
+        for (name, v) in [("thread_m", self.thread_m), ("thread_n", self.thread_n)] {
+            if v > MAX_BLOCK {
+                return Err(self.refuse(format!("{name} must be at most {MAX_BLOCK}, got {v}")));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks shared by both kernels: warps, stages, block_k and the A loader's split.
     fn check_common(&self) -> Result<()> {
+        self.check_bounds()?;
         let pow2 = |v: u32| v.is_power_of_two();
         if !WARP_CHOICES.contains(&self.warps) {
             return Err(self.refuse(format!("warps must be one of {WARP_CHOICES:?}, got {}", self.warps)));

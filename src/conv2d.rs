@@ -55,8 +55,12 @@ pub struct Conv2d {
     kernel: Arc<Kernel>,
     weight: wgpu::Buffer,
     bias: wgpu::Buffer,
-    /// Set by the f16 kernels when an input value is beyond f16's range.
+    /// Set by the f16 kernels when an input value is beyond f16's range; `range_snapshot`
+    /// receives it so that reading and clearing happen in one submission.
     range_flag: wgpu::Buffer,
+    range_snapshot: wgpu::Buffer,
+    /// Held by `forward` on f16 kernels: concurrent calls would share the range flag.
+    forward_lock: Mutex<()>,
     /// Gather tables of the tiled kernel, by input (H, W).
     gather_tables: Mutex<HashMap<(u32, u32), Arc<wgpu::Buffer>>>,
 }
@@ -88,10 +92,6 @@ impl ConvPlan {
     }
 }
 
-fn round_up(v: u32, to: u32) -> u32 {
-    v.div_ceil(to) * to
-}
-
 /// Images per chunk so that each chunk's input and output windows (plus the alignment
 /// slack of their binding offsets) fit the binding limit and i32 element arithmetic.
 pub(crate) fn images_per_chunk(problem: &ConvProblem, limits: &wgpu::Limits) -> Result<u32> {
@@ -114,6 +114,9 @@ pub(crate) fn images_per_chunk(problem: &ConvProblem, limits: &wgpu::Limits) -> 
 
 /// Splits `total` workgroups over x and y, each ≤ `max_per_dim`.
 pub(crate) fn fold_grid(total: u32, max_per_dim: u32) -> Result<[u32; 2]> {
+    if max_per_dim == 0 {
+        return Err(Error::Unsupported("the device allows no workgroups per dimension".into()));
+    }
     let x = total.clamp(1, max_per_dim);
     let y = total.div_ceil(x);
     if y > max_per_dim {
@@ -145,6 +148,11 @@ impl Conv2d {
             _ => {}
         }
         let (kind, source) = choose_kernel(gpu, &spec, &options)?;
+        let packed_len = match kind.config() {
+            Some(cfg) => packed_weight_len(&spec, &cfg),
+            None => spec.weight_len() as u64,
+        };
+        gpu.check_buffer("the packed weights", packed_len.saturating_mul(4), true)?;
         let kernel = gpu.pipelines.get_or_build(&gpu.device, kind, gpu.runtime_checks)?;
         let packed = match &kind {
             KernelKind::Tiled(cfg) => pack_weights(&spec, weight, cfg),
@@ -180,6 +188,12 @@ impl Conv2d {
             contents: bytemuck::bytes_of(&0u32),
             usage: storage | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
         });
+        let range_snapshot = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("wgconv f16 range flag snapshot"),
+            size: 4,
+            usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
         scope.finish("weight upload")?;
         Ok(Conv2d {
             gpu: gpu.clone(),
@@ -191,6 +205,8 @@ impl Conv2d {
             weight,
             bias,
             range_flag,
+            range_snapshot,
+            forward_lock: Mutex::new(()),
             gather_tables: Mutex::new(HashMap::new()),
         })
     }
@@ -213,9 +229,10 @@ impl Conv2d {
     /// (`[N, C_out, OH, OW]` f32). Both buffers need `STORAGE` usage.
     pub fn plan(&self, shape: Shape4, input: &wgpu::Buffer, output: &wgpu::Buffer) -> Result<ConvPlan> {
         let problem = self.spec.problem(shape)?;
-        for (what, buf, elems) in
-            [("input buffer", input, problem.input.len()), ("output buffer", output, problem.output.len())]
-        {
+        for (what, buf, elems) in [
+            ("input buffer (bytes)", input, problem.input.len()),
+            ("output buffer (bytes)", output, problem.output.len()),
+        ] {
             if buf.size() < elems * 4 {
                 return Err(Error::WrongLength { what, expected: (elems * 4) as usize, got: buf.size() as usize });
             }
@@ -274,7 +291,7 @@ impl Conv2d {
             let workgroups = match self.kind.config() {
                 Some(cfg) => {
                     params.k_tiles = s.k_total().div_ceil(cfg.block_k);
-                    params.n_pad = round_up(s.out_channels_per_group(), cfg.block_n);
+                    params.n_pad = s.out_channels_per_group().next_multiple_of(cfg.block_n);
                     params.m_tiles = m_total.div_ceil(cfg.block_m);
                     params.n_tiles = params.n_pad / cfg.block_n;
                     let total = params.m_tiles as u64 * params.n_tiles as u64 * s.groups as u64;
@@ -355,13 +372,21 @@ impl Conv2d {
             mapped_at_creation: false,
         });
         scope.finish("buffer creation")?;
-        let mut out = Vec::with_capacity(problem.output.len() as usize);
+        let _turn = match self.kind.precision() {
+            Precision::F16Accum32 => Some(self.forward_lock.lock().unwrap_or_else(|e| e.into_inner())),
+            Precision::F32 => None,
+        };
+        let mut out = Vec::new();
+        out.try_reserve_exact(problem.output.len() as usize)
+            .map_err(|_| Error::TooLarge(format!("{} output elements on the host", problem.output.len())))?;
         for chunk in input.chunks(per_chunk as usize * in_img) {
             let n = (chunk.len() / in_img) as u32;
             let scope = ErrorScope::push(dev);
             self.gpu.queue.write_buffer(&in_buf, 0, bytemuck::cast_slice(chunk));
             let plan = self.plan(Shape4 { n, ..chunk_in }, &in_buf, &out_buf)?;
             let mut enc = dev.create_command_encoder(&Default::default());
+            // A flag left by earlier `encode` work is not this call's business.
+            enc.clear_buffer(&self.range_flag, 0, None);
             plan.encode(&mut enc, None);
             self.gpu.queue.submit([enc.finish()]);
             scope.finish("dispatch")?;
@@ -381,8 +406,12 @@ impl Conv2d {
         if self.kind.precision() == Precision::F32 {
             return Ok(false);
         }
-        let flag = self.gpu.read_buffer::<u32>(&self.range_flag, 0, 1)?;
-        self.gpu.queue.write_buffer(&self.range_flag, 0, bytemuck::bytes_of(&0u32));
+        // Snapshot and clear in one submission: work queued in between is not lost.
+        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(&self.range_flag, 0, &self.range_snapshot, 0, 4);
+        enc.clear_buffer(&self.range_flag, 0, None);
+        self.gpu.queue.submit([enc.finish()]);
+        let flag = self.gpu.read_buffer::<u32>(&self.range_snapshot, 0, 1)?;
         Ok(flag.first().copied().unwrap_or(0) != 0)
     }
 
@@ -393,6 +422,8 @@ impl Conv2d {
         if let Some(t) = tables.get(&key) {
             return Ok(t.clone());
         }
+        let k_pad = self.spec.k_total().next_multiple_of(cfg.block_k) as u64;
+        self.gpu.check_buffer("the gather table", k_pad * 16, true)?;
         let rows = gather_rows(&self.spec, problem.input.h, problem.input.w, cfg.block_k)?;
         let buf = Arc::new(self.gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some("wgconv gather table"),
@@ -502,11 +533,18 @@ pub(crate) fn round_to_f16(values: &mut [f32], what: &'static str) -> Result<()>
 
 /// Weights as the tiled kernel reads them: `[groups][k_pad][n_pad]`, K padded to whole
 /// `block_k` steps and the group's output channels to whole `block_n` blocks, zeros beyond.
+/// Elements of [`pack_weights`]' output.
+pub(crate) fn packed_weight_len(spec: &Conv2dSpec, cfg: &TileConfig) -> u64 {
+    spec.groups as u64
+        * spec.k_total().next_multiple_of(cfg.block_k) as u64
+        * spec.out_channels_per_group().next_multiple_of(cfg.block_n) as u64
+}
+
 pub(crate) fn pack_weights(spec: &Conv2dSpec, weight: &[f32], cfg: &TileConfig) -> Vec<f32> {
     let k = spec.k_total() as usize;
-    let k_pad = round_up(spec.k_total(), cfg.block_k) as usize;
+    let k_pad = spec.k_total().next_multiple_of(cfg.block_k) as usize;
     let cout_g = spec.out_channels_per_group() as usize;
-    let n_pad = round_up(spec.out_channels_per_group(), cfg.block_n) as usize;
+    let n_pad = spec.out_channels_per_group().next_multiple_of(cfg.block_n) as usize;
     let mut packed = vec![0.0f32; spec.groups as usize * k_pad * n_pad];
     for g in 0..spec.groups as usize {
         for n in 0..cout_g {
@@ -529,7 +567,7 @@ pub(crate) fn gather_rows(spec: &Conv2dSpec, h: u32, w: u32, block_k: u32) -> Re
     if span_h >= 1 << 29 || span_w >= 1 << 29 {
         return Err(Error::TooLarge(format!("dilated kernel {}x{}", span_h + 1, span_w + 1)));
     }
-    let k_pad = round_up(spec.k_total(), block_k);
+    let k_pad = spec.k_total().next_multiple_of(block_k);
     Ok((0..k_pad)
         .map(|k| {
             if k >= spec.k_total() {
@@ -550,6 +588,7 @@ mod tests {
 
     #[test]
     fn fold_grid_splits_and_refuses() {
+        assert!(fold_grid(10, 0).is_err());
         assert_eq!(fold_grid(10, 65535).unwrap(), [10, 1]);
         assert_eq!(fold_grid(70000, 65535).unwrap(), [65535, 2]);
         assert_eq!(fold_grid(16, 4).unwrap(), [4, 4]);

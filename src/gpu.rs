@@ -4,7 +4,6 @@
 use crate::config::KernelLimits;
 use crate::error::{Error, Result};
 use crate::kernel::PipelineCache;
-use std::sync::Arc;
 
 /// How to pick and open a device.
 #[derive(Debug, Clone, Default)]
@@ -18,7 +17,8 @@ pub struct GpuOptions {
     /// Tests use this to force batch chunking and grid folding on small shapes.
     pub limits: Option<wgpu::Limits>,
     /// Keep wgpu's runtime bounds checks in the kernels (default off: our kernels guard
-    /// every access themselves; also `WGCONV_RUNTIME_CHECKS=1`).
+    /// every access themselves; also `WGCONV_RUNTIME_CHECKS=1`, which `Gpu::from_device`
+    /// honours too). Measured cost on the H100: 22× (BENCHMARKS.md).
     pub runtime_checks: bool,
     /// Enable wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX where the adapter offers f16×f16→f32
     /// 16×16×16 with subgroup size 32 (the matrix-unit path of `Precision::F16Accum32`).
@@ -176,7 +176,7 @@ impl Gpu {
     /// whatever limits and features that device was created with.
     pub fn from_device(device: wgpu::Device, queue: wgpu::Queue) -> Self {
         let info = device.adapter_info();
-        Gpu::assemble(device, queue, info, false)
+        Gpu::assemble(device, queue, info, runtime_checks_from_env())
     }
 
     fn assemble(device: wgpu::Device, queue: wgpu::Queue, info: wgpu::AdapterInfo, runtime_checks: bool) -> Self {
@@ -218,12 +218,34 @@ impl Gpu {
             .map_err(|e| Error::Wgpu { stage: "poll", message: e.to_string() })
     }
 
+    /// Refuses a buffer the device cannot create or bind whole (`create_buffer_init` would
+    /// panic instead of reporting it).
+    pub(crate) fn check_buffer(&self, what: &str, bytes: u64, bound_whole: bool) -> Result<()> {
+        let l = self.device.limits();
+        let cap =
+            if bound_whole { l.max_buffer_size.min(l.max_storage_buffer_binding_size) } else { l.max_buffer_size };
+        if bytes > cap {
+            return Err(Error::TooLarge(format!("{what} needs {bytes} B, over the device's {cap} B")));
+        }
+        Ok(())
+    }
+
     /// Copies a buffer range back to the host (the buffer needs COPY_SRC).
     pub fn read_buffer<T: bytemuck::Pod>(&self, buffer: &wgpu::Buffer, offset: u64, len: usize) -> Result<Vec<T>> {
-        let bytes = (len * std::mem::size_of::<T>()) as u64;
+        let bytes = len
+            .checked_mul(std::mem::size_of::<T>())
+            .ok_or_else(|| Error::TooLarge(format!("reading {len} elements")))? as u64;
         if bytes == 0 {
             return Ok(Vec::new());
         }
+        if !buffer.usage().contains(wgpu::BufferUsages::COPY_SRC) || offset.saturating_add(bytes) > buffer.size() {
+            return Err(Error::Unsupported(format!(
+                "cannot read {bytes} B at {offset} from a buffer of {} B with usage {:?}",
+                buffer.size(),
+                buffer.usage()
+            )));
+        }
+        let scope = ErrorScope::push(&self.device);
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("wgconv readback"),
             size: bytes,
@@ -233,6 +255,7 @@ impl Gpu {
         let mut enc = self.device.create_command_encoder(&Default::default());
         enc.copy_buffer_to_buffer(buffer, offset, &staging, 0, bytes);
         self.queue.submit([enc.finish()]);
+        scope.finish("read-back")?;
         let slice = staging.slice(..);
         let (tx, rx) = std::sync::mpsc::channel();
         slice.map_async(wgpu::MapMode::Read, move |r| {
@@ -272,6 +295,3 @@ impl ErrorScope {
         }
     }
 }
-
-/// A shared handle, for the places that keep a context alive.
-pub type SharedGpu = Arc<Gpu>;

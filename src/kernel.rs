@@ -82,9 +82,11 @@ pub enum Precision {
     F32,
     /// Operands rounded to f16 inside the kernel, f32 accumulation; tensors stay f32 in
     /// memory. On cooperative-matrix devices this runs on the matrix units. Relative L2
-    /// error ~3e-4 on normal data (bound: 1e-3, tested). Inputs or weights beyond f16's
-    /// range (|x| > 65504) are refused with [`crate::Error::F16Range`], never turned into
-    /// infinities.
+    /// error ~3e-4 on normal data (bound: 1e-3, tested). Values beyond f16's range
+    /// (|x| > 65504) never become infinities: weights are refused at upload with
+    /// [`crate::Error::F16Range`]; inputs are clamped in the kernel and flagged, `forward`
+    /// then returns `F16Range`, and callers of `encode`/`plan` must check
+    /// [`crate::Conv2d::take_range_flag`] before using a result.
     F16Accum32,
 }
 
@@ -95,9 +97,10 @@ pub(crate) const DIRECT_WORKGROUP: u32 = 64;
 const PRELUDE_F32: &str = "fn to_operand(v: f32) -> f32 {\n    return v;\n}\nfn report_range() {}\n";
 
 /// Operands rounded to f16. A value beyond f16's range is clamped, so no infinity enters
-/// the sums (NaN stays NaN: `is_nan` tests the bits, a clamp may drop it), and noted in a private flag that `report_range` publishes once
-/// at the end: an atomic inside the gather loop kept the compiler from overlapping the
-/// loads (1.76 ms → see BENCHMARKS.md, run 7). The host then refuses the result.
+/// the sums (NaN stays NaN: `is_nan` tests the bits, a clamp may drop it), and noted in a
+/// private flag that `report_range` publishes once at the end: an atomic inside the gather
+/// loop kept the compiler from overlapping the loads (the f16 kernel took 1.76 ms instead of
+/// 0.96 ms on the H100, BENCHMARKS.md). The host then refuses the result.
 const PRELUDE_F16: &str = "@group(0) @binding(6) var<storage, read_write> range_flag: atomic<u32>;
 const F16_MAX: f32 = 65504.0;
 var<private> out_of_range: bool = false;
@@ -222,6 +225,14 @@ pub fn portable_targets(kind: &KernelKind) -> &'static [&'static str] {
 /// portable, without any device.
 pub fn check_portable(kind: &KernelKind) -> Result<()> {
     use naga::back;
+    // `source` assumes a structurally valid config.
+    match kind {
+        KernelKind::Tiled(c) | KernelKind::TiledF16(c) => c.check_shape()?,
+        KernelKind::Coop(c) => {
+            c.coop_layout()?;
+        }
+        KernelKind::Direct => {}
+    }
     let err =
         |stage: &'static str| move |e: &dyn std::fmt::Display| Error::Wgpu { stage, message: format!("{kind}: {e}") };
     let src = source(kind);
@@ -358,10 +369,13 @@ fn build(device: &wgpu::Device, kind: &KernelKind, runtime_checks: bool) -> Resu
         device.create_shader_module(desc)
     } else {
         // SAFETY: wgpu's runtime checks guard out-of-bounds indexing. Every global access
-        // of our kernels is guarded by its own range test (A by the padding test, B and the
-        // gather table by host-side zero padding to whole tiles, outputs by m/n tests), and
-        // workgroup arrays are indexed by compile-time-bounded loops; the GPU-vs-CPU test
-        // suite runs with the checks off. Measured gain on the H100: see BENCHMARKS.md.
+        // of our kernels is guarded by its own range test: A by the padding test (sound
+        // because `Conv2dSpec::problem` keeps padded extents below 2^29, so the gather
+        // table's -2^30 sentinel never lands in range), B and the gather table by host-side
+        // zero padding to whole tiles, outputs by m/n tests; chunking keeps every bound
+        // window under 2^31 elements. Workgroup arrays are indexed by compile-time-bounded
+        // loops. The GPU-vs-CPU suite runs with the checks off. With them on, AlexNet conv1
+        // takes 22× longer on the H100 (BENCHMARKS.md).
         unsafe { device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
     };
     let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {

@@ -18,6 +18,11 @@ pub fn conv2d_images(
     bias: Option<&[f32]>,
     images: std::ops::Range<u32>,
 ) -> Result<Vec<f32>> {
+    // `ConvProblem`'s fields are public: re-derive it rather than trust them.
+    let problem = &problem.spec.problem(problem.input)?;
+    if images.start > images.end || images.end > problem.input.n {
+        return Err(Error::spec(format!("images {images:?} outside the batch of {}", problem.input.n)));
+    }
     let s = &problem.spec;
     check_len("input", problem.input.len() as usize, input.len())?;
     check_len("weight", s.weight_len(), weight.len())?;

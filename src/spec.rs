@@ -4,6 +4,9 @@
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 
+/// Input size plus padding along one axis must stay below this (2^29): see `problem`.
+pub const MAX_PADDED_EXTENT: i64 = 1 << 29;
+
 /// A 4-D NCHW shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Shape4 {
@@ -198,7 +201,8 @@ impl Conv2dSpec {
                 self.groups, self.out_channels
             )));
         }
-        // Kernels index K and the weights with 32-bit arithmetic.
+        // Kernels index K and the weights with 32-bit arithmetic (the packed, tile-padded
+        // weights are checked against the device's binding size when a Conv2d is built).
         let k = self.in_channels_per_group() as u64 * self.kernel[0] as u64 * self.kernel[1] as u64;
         if k > i32::MAX as u64 || k * self.out_channels as u64 > i32::MAX as u64 {
             return Err(Error::TooLarge(format!(
@@ -245,17 +249,27 @@ impl Conv2dSpec {
         }
         let out_dim = |axis, size: u32, pad_a: u32, pad_b: u32, k: u32, d: u32, s: u32| {
             let padded = size as i64 + pad_a as i64 + pad_b as i64;
+            // The kernels locate taps with i32 coordinates in the padded plane, and the gather
+            // table marks padded K rows with an offset of -2^30 that must never land back in
+            // range: every coordinate stays below 2^29 in size.
+            if padded >= MAX_PADDED_EXTENT {
+                return Err(Error::TooLarge(format!(
+                    "{axis}: input {size} + padding {} = {padded} (at most {} with padding)",
+                    pad_a as u64 + pad_b as u64,
+                    MAX_PADDED_EXTENT - 1
+                )));
+            }
             let span = d as i64 * (k as i64 - 1) + 1;
-            let o = (padded - span).div_euclid(s as i64) + 1;
-            if padded < span || o < 1 {
+            if padded < span {
                 return Err(Error::EmptyOutput {
                     axis,
-                    size: if padded < span { 0 } else { o },
+                    size: 0,
                     input: size,
-                    pad: pad_a + pad_b,
+                    pad: pad_a.saturating_add(pad_b),
                     kernel: span as u64,
                 });
             }
+            let o = (padded - span) / s as i64 + 1;
             u32::try_from(o).map_err(|_| Error::TooLarge(format!("{axis} = {o}")))
         };
         let p = self.padding;

@@ -14,10 +14,13 @@ pub enum Clock {
     HostWallClock,
 }
 
+/// Most runs one call times: two timestamps each, and a query set holds at most 4096.
+pub const MAX_TIMED_RUNS: u32 = 2048;
+
 /// Times `runs` executions of `plan` after `warmup` untimed ones; milliseconds per run.
 pub fn time_plan(gpu: &Gpu, plan: &ConvPlan, warmup: u32, runs: u32) -> Result<(Vec<f64>, Clock)> {
-    if runs == 0 {
-        return Err(Error::Unsupported("time_plan needs at least one timed run".into()));
+    if runs == 0 || runs > MAX_TIMED_RUNS {
+        return Err(Error::Unsupported(format!("time_plan times 1 to {MAX_TIMED_RUNS} runs, not {runs}")));
     }
     for _ in 0..warmup {
         let mut enc = gpu.device.create_command_encoder(&Default::default());
@@ -105,8 +108,11 @@ impl Summary {
     }
 }
 
-/// Linear-interpolated quantile of sorted data.
+/// Linear-interpolated quantile of sorted data (NaN for no data).
 pub fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
     let pos = q * (sorted.len() - 1) as f64;
     let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
     sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)

@@ -83,15 +83,16 @@
 //!   (`q3(candidate) < q1(original)`, quartiles of the per-round samples, linear
 //!   interpolation).
 //!
-//! Which candidate: among those whose median gain is ≥ the threshold, the fastest — unless
-//! an earlier one (candidates are ordered by distance from the original: stage changes, warp
-//! changes, both) has a median within the threshold of it, in which case the earliest such
-//! one: the further change would itself gain less than the threshold, and preferring the
-//! nearer config keeps near-ties from flipping the decision between runs. That candidate
-//! replaces the original if it is stable; if it is not, the original is kept (a farther
-//! candidate is not promoted in its place, so noise can turn a decision into "keep" but
-//! never into a different winner). Every row of the report says median, IQR, gain, verdict
-//! and why.
+//! Which candidate: the candidates whose median gain is ≥ the threshold are walked in order
+//! of distance from the original (stage changes, warp changes, both); the nearest is the
+//! current choice, and a farther one displaces it only by beating it the way any candidate
+//! must beat the original — median ≥ threshold faster *and* IQR entirely below the current
+//! choice's. So two farther candidates that are near-ties (on lavapipe, stages 2 and 3 of
+//! the same warps differ by noise) never flip the decision between runs: the nearer stays.
+//! The choice replaces the original if it is stable against it; if it is not, the original
+//! is kept (no other candidate is promoted in its place, so noise can turn a decision into
+//! "keep" but never into a different winner). Every row of the report says median, IQR,
+//! gain, verdict and why.
 
 use crate::cache::{CacheKey, CachedDecision, DeviceKey, TuningCache};
 use crate::config::{KernelLimits, TileConfig};
@@ -126,8 +127,8 @@ pub const MIN_ROUNDS: u32 = 5;
 /// The stability rule, as the report states it.
 pub const STABILITY_RULE: &str = "a candidate replaces the original only if its median gain is >= the threshold \
 AND its inter-quartile range lies entirely below the original's (q3(candidate) < q1(original)); \
-of the candidates with gain >= threshold the fastest is meant, or the nearest one within the threshold of it, \
-and if that one is not stable the original is kept";
+of the candidates with gain >= threshold the nearest is meant, displaced by a farther one only if that one is \
+>= threshold faster than it with its IQR entirely below, and if the meant one is not stable the original is kept";
 
 // ---------------------------------------------------------------------------------------
 // Occupancy
@@ -595,10 +596,10 @@ pub fn gain_pct(candidate: &Summary, original: &Summary) -> f64 {
 /// `Excluded` or `Skipped` are left alone). Returns the index of the chosen row.
 ///
 /// 1. Eligible: candidates whose median gain is ≥ the threshold.
-/// 2. The intended winner: the fastest eligible candidate — unless an earlier eligible one
-///    (nearer the original: candidates are ordered stages, warps, warps + stages) has a
-///    median within the threshold of it, in which case the earliest such one (the further
-///    change would itself gain less than the threshold). Exact ties: the earlier.
+/// 2. The intended winner: walking the eligible ones in order (nearer the original first:
+///    stages, warps, warps + stages), a farther candidate displaces the current choice only
+///    if its median is ≥ the threshold faster than the current's and its IQR lies entirely
+///    below the current's (`q3 < current q1`).
 /// 3. It replaces the original only if it is stable (`q3 < original q1`); if it is not, the
 ///    original is kept — a faster-looking but farther candidate is not promoted in its place,
 ///    so that noise can make a tune keep the original but never pick a different winner.
@@ -645,8 +646,17 @@ pub fn decide(rows: &mut [CandidateReport], threshold_pct: f64) -> Result<usize>
         };
         return Ok(0);
     };
-    let slower_by = |s: &Summary| 100.0 * (s.median - fs.median) / s.median;
-    let &(wi, wgain, ws) = eligible.iter().find(|(_, _, s)| slower_by(s) < threshold_pct).unwrap_or(&eligible[0]);
+    // Nearest first; a farther candidate displaces the current choice only by beating it as
+    // a candidate must beat the original.
+    let mut w = 0;
+    for k in 1..eligible.len() {
+        let (cs, cur) = (eligible[k].2, eligible[w].2);
+        if gain_pct(&cs, &cur) >= threshold_pct && stable(&cs, &cur) {
+            w = k;
+        }
+    }
+    let &(wi, wgain, ws) = &eligible[w];
+    let over_winner = |s: &Summary| gain_pct(s, &ws);
     let winner = rows[wi].label.clone();
     let fastest = rows[fi].label.clone();
     let win_stable = stable(&ws, &orig);
@@ -661,20 +671,35 @@ pub fn decide(rows: &mut [CandidateReport], threshold_pct: f64) -> Result<usize>
                     s.q3, orig.q1
                 );
                 if fi != wi {
-                    let _ = write!(
-                        r,
-                        "; {fastest} is only {:.2}% faster (< {threshold_pct}%) and further from the original",
-                        slower_by(&ws)
-                    );
+                    let g = over_winner(&fs);
+                    if g < threshold_pct {
+                        let _ = write!(
+                            r,
+                            "; {fastest} is only {g:.2}% faster (< {threshold_pct}%) and further from the original"
+                        );
+                    } else {
+                        let _ = write!(
+                            r,
+                            "; {fastest} is {g:.2}% faster but not stably (q3 {:.4} ms >= q1 {:.4} ms) and further from the original",
+                            fs.q3, ws.q1
+                        );
+                    }
                 }
                 r
             }
         } else if !win_stable {
-            format!("{own}; but {winner}, nearer the original and within {threshold_pct}% of the fastest, is unstable: no clear winner")
-        } else if slower_by(&ws) < threshold_pct && i == fi {
+            format!(
+                "{own}; but {winner}, nearer the original and not clearly beaten by it, is unstable: no clear winner"
+            )
+        } else if s.median < ws.median && i > wi && over_winner(&s) < threshold_pct {
             format!(
                 "{own}; only {:.2}% faster than {winner} (< {threshold_pct}%), which is nearer the original",
-                slower_by(&ws)
+                over_winner(&s)
+            )
+        } else if s.median < ws.median {
+            format!(
+                "{own}; not clearly faster than {winner} ({:.2}%: needs >= {threshold_pct}% with its q3 below {winner}'s q1)",
+                over_winner(&s)
             )
         } else {
             format!("{own}; {winner} is chosen ({wgain:.2}%)")

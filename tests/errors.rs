@@ -269,11 +269,11 @@ fn buffer_too_small_for_encode() {
         let mut enc = gpu.device.create_command_encoder(&Default::default());
         let (x, y) = buffers(179 * 4, 240 * 4);
         let e = op.encode(&mut enc, shape, &x, &y).unwrap_err();
-        assert_eq!(e, Error::WrongLength { what: "input buffer", expected: 720, got: 716 });
+        assert_eq!(e, Error::WrongLength { what: "input buffer (bytes)", expected: 720, got: 716 });
         assert_names(&e, &["input buffer", "716", "720"]);
         let (x, y) = buffers(180 * 4, 239 * 4);
         let e = op.encode(&mut enc, shape, &x, &y).unwrap_err();
-        assert_eq!(e, Error::WrongLength { what: "output buffer", expected: 960, got: 956 });
+        assert_eq!(e, Error::WrongLength { what: "output buffer (bytes)", expected: 960, got: 956 });
         assert_names(&e, &["output buffer", "956", "960"]);
         // Right sizes, but not storage buffers.
         let (x, y) = buffers_with(180 * 4, 240 * 4, wgpu::BufferUsages::COPY_DST);
@@ -286,4 +286,55 @@ fn buffer_too_small_for_encode() {
         gpu.queue.submit([enc.finish()]);
         gpu.wait().unwrap();
     }
+}
+
+/// Padding so large that tap coordinates would leave i32's safe range (and the gather
+/// table's out-of-range sentinel could land back in range: an out-of-bounds read with the
+/// runtime checks off) is refused up front.
+#[test]
+fn padding_beyond_the_coordinate_range_is_refused() {
+    let big = (1u32 << 30) + 1;
+    let spec = S::new(1, 1, 1).stride(1 << 30, 1 << 30).padding(P::new(0, 0, big, big));
+    let e = spec.problem(Shape4::new(1, 1, 1, 1)).unwrap_err();
+    assert!(matches!(e, Error::TooLarge(_)), "{e:?}");
+    assert_names(&e, &["output height", &(big as u64 + 1).to_string()]);
+}
+
+/// Tile configs come from the command line and the cache file: absurd sizes are refused
+/// with a reason, never an arithmetic overflow.
+#[test]
+fn absurd_tile_configs_are_refused_not_overflowed() {
+    for name in ["m4294967295n4294967295k32-t4x4-w4-s2", "m64n64k16-t4294967295x4294967295-w4-s2"] {
+        let c = wgconv::TileConfig::parse(name).unwrap();
+        let r = std::panic::catch_unwind(|| c.check_shape());
+        assert!(matches!(r, Ok(Err(Error::ConfigRefused { .. }))), "{name}: {r:?}");
+        let r = std::panic::catch_unwind(|| c.coop_layout());
+        assert!(matches!(r, Ok(Err(Error::ConfigRefused { .. }))), "{name}: {r:?}");
+    }
+    let r = std::panic::catch_unwind(|| wgconv::TileConfig::new(u32::MAX, u32::MAX, 16, u32::MAX, 2));
+    assert!(matches!(r, Ok(Err(Error::ConfigRefused { .. }))), "{r:?}");
+}
+
+/// The reference and the benchmark re-check hand-built problems (their fields are public).
+#[test]
+fn hand_built_problems_are_rechecked() {
+    let spec = S::new(3, 4, 3);
+    let p = spec.problem(Shape4::new(2, 3, 8, 8)).unwrap();
+    let x = vec![1.0; p.input.len() as usize];
+    let w = vec![1.0; spec.weight_len()];
+    let e = wgconv::reference::conv2d_images(&p, &x, &w, None, 1..3).unwrap_err();
+    assert_names(&e, &["1..3", "2"]);
+    let mut zero_groups = p;
+    zero_groups.spec.groups = 0;
+    assert!(wgconv::reference::conv2d(&zero_groups, &x, &w, None).is_err());
+    let opts = wgconv::bench::BenchOptions {
+        problem: p.with_batch(0),
+        kernels: vec![wgconv::KernelKind::Direct],
+        warmup: 0,
+        runs: 1,
+        activation: wgconv::Activation::None,
+        peak_tflops: None,
+        seed: 1,
+    };
+    assert!(wgconv::bench::run(&gpu(), &opts, |_, _, _| {}).is_err());
 }

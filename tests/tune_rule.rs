@@ -525,3 +525,34 @@ fn nvidia_profile_is_picked_by_vendor() {
     );
     assert_eq!(OccupancyProfile::for_device(0x1002, "AMD Radeon RX 7900 XTX", DiscreteGpu).name, ProfileName::Generic);
 }
+
+/// A farther candidate displaces a nearer eligible one only as a candidate displaces the
+/// original: ≥ threshold faster AND its IQR entirely below. Two farther near-ties whose
+/// order noise decides (lavapipe: stages 2 and 3 of the same warps) must not flip the
+/// decision between runs — the nearer stays.
+#[test]
+fn a_farther_candidate_must_beat_the_nearer_choice_stably() {
+    let orig = anchor();
+    let set = candidates(&orig, &OccupancyProfile::NVIDIA);
+    let cfgs: Vec<TileConfig> = set.candidates.iter().map(|c| c.config).collect();
+    let o = vec![1.0, 1.002, 0.998, 1.0, 1.001, 0.999, 1.0, 1.0];
+    let near = vec![0.96, 0.962, 0.958, 0.96, 0.961, 0.959, 0.96, 0.96]; // steady, 4 % faster
+    let slow = vec![1.01; 8];
+    // 2.6 % faster than `near` by median, but spread over it: not a clear win.
+    let noisy_far = vec![0.90, 0.97, 0.935, 0.935, 0.965, 0.91, 0.935, 0.96];
+    let seqs = [o.clone(), near.clone(), slow.clone(), slow.clone(), noisy_far, slow.clone()];
+    let mut m = Replay(cfgs.iter().zip(seqs).map(|(c, s)| (*c, (s, 0))).collect());
+    let r = run_stage(&set, Some(&lenient()), &mut m, &opts(2.0, 8), &mut noop).unwrap();
+    assert_eq!(r.chosen, cfgs[1], "{:?}", r.rows.iter().map(|x| (&x.label, &x.reason)).collect::<Vec<_>>());
+    let f = row(&r.rows, &cfgs[4]);
+    assert_eq!(f.verdict, Verdict::Reject);
+    assert!(f.reason.contains("not clearly faster"), "{}", f.reason);
+
+    // The same farther candidate, steady and 6 % faster than `near`: it wins.
+    let steady_far = vec![0.90; 8];
+    let seqs = [o, near, slow.clone(), slow.clone(), steady_far, slow];
+    let mut m = Replay(cfgs.iter().zip(seqs).map(|(c, s)| (*c, (s, 0))).collect());
+    let r = run_stage(&set, Some(&lenient()), &mut m, &opts(2.0, 8), &mut noop).unwrap();
+    assert_eq!(r.chosen, cfgs[4]);
+    assert_eq!(row(&r.rows, &cfgs[4]).verdict, Verdict::Adopt);
+}
