@@ -3,7 +3,7 @@
 //! `wgconv bench` prints, saves and charts what this returns.
 
 use crate::config::TileConfig;
-use crate::conv2d::{Activation, Conv2d, Conv2dOptions};
+use crate::conv2d::{Activation, Conv2d, Conv2dOptions, ConvPlan};
 use crate::error::{Error, Result};
 use crate::gpu::{AdapterSummary, ErrorScope, Gpu};
 use crate::kernel::KernelKind;
@@ -166,63 +166,76 @@ pub fn run(gpu: &Arc<Gpu>, opts: &BenchOptions, mut progress: impl FnMut(usize, 
     let baseline = opts.kernels.first().map(|k| k.to_string()).unwrap_or_default();
     let mut results = Vec::new();
     let mut clock = None;
+    // Two passes: every kernel is built, run once and checked before any is timed, so that
+    // the driver's compilation of one pipeline (possibly finishing in the background) cannot
+    // fall into another's timed runs (BENCHMARKS.md: the in-sweep shift of run 21).
     let n = opts.kernels.len();
-    for (i, kind) in opts.kernels.iter().enumerate() {
-        progress(i, n, &kind.to_string());
-        let config = kind.config();
-        let outcome = (|| -> Result<Outcome> {
+    let checked: Vec<std::result::Result<(Conv2d, ConvPlan, f64), Outcome>> = opts
+        .kernels
+        .iter()
+        .enumerate()
+        .map(|(i, kind)| {
+            progress(i, 2 * n, &format!("checking {kind}"));
             if let Err(e) = kind.validate(&limits) {
-                return Ok(Outcome::Refused {
+                return Err(Outcome::Refused {
                     reason: match e {
                         Error::ConfigRefused { reason, .. } => reason,
                         e => e.to_string(),
                     },
                 });
             }
-            let conv = Conv2d::new(
-                gpu,
-                spec,
-                &w,
-                b.as_deref(),
-                Conv2dOptions {
+            let check = || -> Result<(Conv2d, ConvPlan, f64)> {
+                let options = Conv2dOptions {
                     kernel: Some(*kind),
                     activation: opts.activation,
                     precision: kind.precision(),
                     ..Default::default()
-                },
-            )?;
-            let plan = conv.plan(problem.input, &in_buf, &out_buf)?;
-            for &img in &sampled {
-                gpu.queue.write_buffer(&out_buf, img as u64 * per_out as u64 * 4, bytemuck::cast_slice(&poison));
-            }
-            let mut enc = dev.create_command_encoder(&Default::default());
-            plan.encode(&mut enc, None);
-            gpu.queue.submit([enc.finish()]);
-            let mut err: f64 = 0.0;
-            for (&img, want) in sampled.iter().zip(&want) {
-                let got = gpu.read_buffer::<f32>(&out_buf, img as u64 * per_out as u64 * 4, per_out)?;
-                err = err.max(reference::relative_l2(&got, want));
-            }
-            let (times, c) = time_plan(gpu, &plan, opts.warmup, opts.runs)?;
-            clock = Some(c);
-            let time = Summary::of(&times).ok_or_else(|| Error::Unsupported("no timings".into()))?;
-            if conv.take_range_flag()? {
-                return Ok(Outcome::Failed { reason: "input beyond f16's range".into() });
-            }
-            if err.is_nan() || err > tolerance(kind.precision()) {
-                return Ok(Outcome::Wrong { rel_l2: err, time_ms: Some(time) });
-            }
-            let tflops = problem.flops() / (time.median * 1e-3) / 1e12;
-            Ok(Outcome::Ok {
-                time_ms: time,
-                tflops,
-                pct_of_peak: opts.peak_tflops.or_else(|| known_peak(&gpu.info.name, kind)).map(|p| 100.0 * tflops / p),
-                speedup_vs_baseline: None,
-                rel_l2: err,
-            })
-        })()
-        .unwrap_or_else(|e| Outcome::Failed { reason: e.to_string() });
-        results.push(KernelResult { kernel: kind.to_string(), config, outcome });
+                };
+                let conv = Conv2d::new(gpu, spec, &w, b.as_deref(), options)?;
+                let plan = conv.plan(problem.input, &in_buf, &out_buf)?;
+                for &img in &sampled {
+                    gpu.queue.write_buffer(&out_buf, img as u64 * per_out as u64 * 4, bytemuck::cast_slice(&poison));
+                }
+                let mut enc = dev.create_command_encoder(&Default::default());
+                plan.encode(&mut enc, None);
+                gpu.queue.submit([enc.finish()]);
+                let mut err: f64 = 0.0;
+                for (&img, want) in sampled.iter().zip(&want) {
+                    let got = gpu.read_buffer::<f32>(&out_buf, img as u64 * per_out as u64 * 4, per_out)?;
+                    err = err.max(reference::relative_l2(&got, want));
+                }
+                Ok((conv, plan, err))
+            };
+            check().map_err(|e| Outcome::Failed { reason: e.to_string() })
+        })
+        .collect();
+    for (i, (kind, checked)) in opts.kernels.iter().zip(checked).enumerate() {
+        progress(n + i, 2 * n, &format!("timing {kind}"));
+        let outcome = match checked {
+            Err(outcome) => outcome,
+            Ok((conv, plan, err)) => (|| -> Result<Outcome> {
+                let (times, c) = time_plan(gpu, &plan, opts.warmup, opts.runs)?;
+                clock = Some(c);
+                let time = Summary::of(&times).ok_or_else(|| Error::Unsupported("no timings".into()))?;
+                if conv.take_range_flag()? {
+                    return Ok(Outcome::Failed { reason: "input beyond f16's range".into() });
+                }
+                if err.is_nan() || err > tolerance(kind.precision()) {
+                    return Ok(Outcome::Wrong { rel_l2: err, time_ms: Some(time) });
+                }
+                let tflops = problem.flops() / (time.median * 1e-3) / 1e12;
+                let peak = opts.peak_tflops.or_else(|| known_peak(&gpu.info.name, kind));
+                Ok(Outcome::Ok {
+                    time_ms: time,
+                    tflops,
+                    pct_of_peak: peak.map(|p| 100.0 * tflops / p),
+                    speedup_vs_baseline: None,
+                    rel_l2: err,
+                })
+            })()
+            .unwrap_or_else(|e| Outcome::Failed { reason: e.to_string() }),
+        };
+        results.push(KernelResult { kernel: kind.to_string(), config: kind.config(), outcome });
     }
     let base_ms = results.first().and_then(|r| r.median_ms());
     for r in &mut results {

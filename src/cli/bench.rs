@@ -120,7 +120,8 @@ pub fn main(args: Args) -> CliResult {
         ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let report = bench::run(&gpu, &opts, |i, _, name| {
+    let report = bench::run(&gpu, &opts, |i, total, name| {
+        bar.set_length(total as u64);
         bar.set_position(i as u64);
         bar.set_message(name.to_string());
     })?;
