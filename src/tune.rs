@@ -495,7 +495,7 @@ impl TuneOptions {
 }
 
 /// The verdict on one row of the report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     /// The original, and it stays.
@@ -505,6 +505,7 @@ pub enum Verdict {
     /// The winner.
     Adopt,
     /// Measured, not good enough (or not the best).
+    #[default]
     Reject,
     /// Refused by the device, failed to build or to run.
     Excluded,
@@ -526,7 +527,7 @@ impl std::fmt::Display for Verdict {
 }
 
 /// One row of the report.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct CandidateReport {
     /// The config (absent for a warp count with no register tile).
     pub config: Option<TileConfig>,
@@ -729,15 +730,7 @@ fn blank_row(c: &Candidate) -> CandidateReport {
         warps: c.config.warps,
         stages: c.config.stages,
         occupancy: Some(c.occupancy.clone()),
-        median_ms: None,
-        q1_ms: None,
-        q3_ms: None,
-        min_ms: None,
-        max_ms: None,
-        gain_pct: None,
-        samples_ms: Vec::new(),
-        verdict: Verdict::Reject,
-        reason: String::new(),
+        ..Default::default()
     }
 }
 
@@ -864,15 +857,9 @@ pub fn run_stage(
             warps: s.warps,
             stages: s.stages,
             occupancy: s.occupancy.clone(),
-            median_ms: None,
-            q1_ms: None,
-            q3_ms: None,
-            min_ms: None,
-            max_ms: None,
-            gain_pct: None,
-            samples_ms: Vec::new(),
             verdict: Verdict::Skipped,
             reason: s.reason.clone(),
+            ..Default::default()
         });
     }
     Ok(StageResult { chosen, gain_pct: gain, rows, notes })
