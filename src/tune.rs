@@ -328,14 +328,21 @@ pub fn candidates(original: &TileConfig, profile: &OccupancyProfile) -> Candidat
     let mut skipped = Vec::new();
     let mut notes = Vec::new();
     let (w, s) = (original.warps, original.stages);
-    for s2 in stage_neighbours(s) {
-        let c = original.with_stages(s2);
-        list.push(Candidate {
-            config: c,
-            change: format!("stages {s}→{s2}"),
-            occupancy: estimate_occupancy(&c, profile),
-        });
-    }
+    // `base` with stages ±1, labelled after `prefix` (empty for the original itself).
+    let stage_changes = |base: &TileConfig, prefix: &str| -> Vec<Candidate> {
+        stage_neighbours(s)
+            .into_iter()
+            .map(|s2| {
+                let c = base.with_stages(s2);
+                Candidate {
+                    config: c,
+                    change: format!("{prefix}stages {s}→{s2}"),
+                    occupancy: estimate_occupancy(&c, profile),
+                }
+            })
+            .collect()
+    };
+    list.extend(stage_changes(original, ""));
     let mut suggested = Vec::new();
     let neighbours = [w / 2, w.saturating_mul(2)];
     for w2 in neighbours.into_iter().filter(|v| TUNE_WARPS.contains(v) && *v != w) {
@@ -392,14 +399,7 @@ pub fn candidates(original: &TileConfig, profile: &OccupancyProfile) -> Candidat
         notes.push(format!("{why}: included"));
     }
     for (c, label, _, _) in &suggested {
-        for s2 in stage_neighbours(s) {
-            let c2 = c.with_stages(s2);
-            list.push(Candidate {
-                config: c2,
-                change: format!("{label}, stages {s}→{s2}"),
-                occupancy: estimate_occupancy(&c2, profile),
-            });
-        }
+        list.extend(stage_changes(c, &format!("{label}, ")));
     }
     if list.len() > MAX_CANDIDATES {
         for c in list.split_off(MAX_CANDIDATES) {
