@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::gpu::{AdapterSummary, ErrorScope, Gpu};
 use crate::kernel::KernelKind;
 use crate::reference;
-use crate::spec::{ConvProblem, Shape4};
+use crate::spec::ConvProblem;
 use crate::timing::{time_plan, Clock, Summary};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -320,17 +320,4 @@ pub fn table(report: &BenchReport) -> String {
         }
     }
     s
-}
-
-/// The problem shape for a batch override (`None`: keep the problem's).
-pub fn with_batch(problem: ConvProblem, batch: Option<u32>) -> ConvProblem {
-    match batch {
-        Some(n) => problem.with_batch(n),
-        None => problem,
-    }
-}
-
-/// AlexNet conv1 at a batch.
-pub fn alexnet_problem(batch: u32) -> Result<ConvProblem> {
-    crate::spec::Conv2dSpec::alexnet_conv1().problem(Shape4::new(batch, 3, 224, 224))
 }

@@ -102,6 +102,11 @@ pub fn choose_adapter(infos: &[wgpu::AdapterInfo], substring: Option<&str>) -> R
         .ok_or_else(|| Error::NoAdapter(" (is a Vulkan, Metal, DX12 or GL driver installed?)".into()))
 }
 
+/// The adapter name substring in force: the one given, else `WGCONV_ADAPTER`.
+pub fn adapter_substring(explicit: Option<&str>) -> Option<String> {
+    explicit.map(str::to_owned).or_else(|| std::env::var("WGCONV_ADAPTER").ok())
+}
+
 /// `WGCONV_RUNTIME_CHECKS=1`: keep wgpu's runtime bounds checks in the kernels.
 pub fn runtime_checks_from_env() -> bool {
     std::env::var("WGCONV_RUNTIME_CHECKS").is_ok_and(|v| v != "0")
@@ -139,8 +144,7 @@ impl Gpu {
     pub fn with_options(opts: GpuOptions) -> Result<Self> {
         let adapters = enumerate_adapters(opts.backends);
         let infos: Vec<_> = adapters.iter().map(|a| a.get_info()).collect();
-        let env_adapter = std::env::var("WGCONV_ADAPTER").ok();
-        let (idx, why) = choose_adapter(&infos, opts.adapter.as_deref().or(env_adapter.as_deref()))?;
+        let (idx, why) = choose_adapter(&infos, adapter_substring(opts.adapter.as_deref()).as_deref())?;
         let adapter = &adapters[idx];
         log::info!("wgconv: using {} ({:?}): {why}", infos[idx].name, infos[idx].backend);
         let limits = opts.limits.clone().unwrap_or_else(|| adapter.limits());

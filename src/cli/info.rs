@@ -5,7 +5,7 @@ use super::run::BackendArg;
 use super::CliResult;
 use serde::Serialize;
 use wgconv::config::{default_sweep, KernelLimits};
-use wgconv::gpu::{choose_adapter, enumerate_adapters, AdapterSummary};
+use wgconv::gpu::{adapter_substring, choose_adapter, enumerate_adapters, AdapterSummary};
 
 #[derive(clap::Args)]
 #[command(
@@ -245,9 +245,8 @@ fn print_text(r: &Report) {
 pub fn main(args: Args) -> CliResult {
     let adapters = enumerate_adapters(args.backend.map(BackendArg::backends));
     let infos: Vec<_> = adapters.iter().map(|a| a.get_info()).collect();
-    let env_adapter = std::env::var("WGCONV_ADAPTER").ok();
-    let substring = args.adapter.as_deref().or(env_adapter.as_deref());
-    let (chosen, reason) = match choose_adapter(&infos, substring) {
+    let substring = adapter_substring(args.adapter.as_deref());
+    let (chosen, reason) = match choose_adapter(&infos, substring.as_deref()) {
         Ok((i, why)) => (Some(i), why),
         Err(e) => (None, e.to_string()),
     };

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use wgconv::cache::TuningCache;
 use wgconv::config::KernelLimits;
-use wgconv::gpu::{choose_adapter, enumerate_adapters};
+use wgconv::gpu::{adapter_substring, choose_adapter, enumerate_adapters};
 use wgconv::tune::{self, TuneOptions, TuneReport};
 use wgconv::{Gpu, GpuOptions, Shape4, TileConfig};
 
@@ -105,9 +105,8 @@ pub fn main(a: Args) -> CliResult {
     let adapters = enumerate_adapters(backends);
     let enum_ms = t_enum.elapsed().as_secs_f64() * 1e3;
     let infos: Vec<_> = adapters.iter().map(|x| x.get_info()).collect();
-    let env_adapter = std::env::var("WGCONV_ADAPTER").ok();
     let (idx, _) =
-        choose_adapter(&infos, a.adapter.as_deref().or(env_adapter.as_deref())).map_err(|e| match &a.adapter {
+        choose_adapter(&infos, adapter_substring(a.adapter.as_deref()).as_deref()).map_err(|e| match &a.adapter {
             Some(sub) => CliError(format!("--adapter {sub}: {e}")),
             None => CliError(e.to_string()),
         })?;

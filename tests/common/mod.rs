@@ -10,7 +10,7 @@ use wgconv::{
 };
 
 /// The tolerance of the fp32 path against the f64 reference.
-pub const TOL_F32: f64 = 1e-5;
+pub const TOL_F32: f64 = wgconv::bench::F32_TOLERANCE;
 
 /// The test binary's one device (one device per process: creating several at once hangs
 /// NVIDIA's Linux driver). Cooperative matrices are enabled where the adapter has them, so
@@ -31,10 +31,7 @@ pub fn has_f16(gpu: &Gpu) -> bool {
 
 /// The tolerance of a kernel's precision: 1e-5 for f32, 1e-3 for f16 operands.
 pub fn tolerance(kind: &KernelKind) -> f64 {
-    match kind.precision() {
-        Precision::F32 => TOL_F32,
-        Precision::F16Accum32 => wgconv::bench::F16_TOLERANCE,
-    }
+    wgconv::bench::tolerance(kind.precision())
 }
 
 /// Standard-normal values from a seed: never zeros, different per call site.
