@@ -255,6 +255,12 @@ impl TileConfig {
                 self.block_m, self.block_n, self.block_k
             )));
         }
+        self.fragment_layout(MAX_FRAGMENTS)
+    }
+
+    /// The most square split of the block's 16×16 fragments over the warps, at most
+    /// `max_fragments` per warp: `(warps_m, warps_n, fm, fn)`.
+    fn fragment_layout(&self, max_fragments: u32) -> Result<(u32, u32, u32, u32)> {
         let (frags_m, frags_n) = (self.block_m / 16, self.block_n / 16);
         let mut best: Option<(u32, u32, u32, u32)> = None;
         for wn in (1..=self.warps).filter(|d| self.warps.is_multiple_of(*d)) {
@@ -263,7 +269,7 @@ impl TileConfig {
                 continue;
             }
             let (fm, fn_) = (frags_m / wm, frags_n / wn);
-            if fm * fn_ > MAX_FRAGMENTS {
+            if fm * fn_ > max_fragments {
                 continue;
             }
             if best.is_none_or(|(_, _, bm, bn)| fm.abs_diff(fn_) < bm.abs_diff(bn)) {
@@ -272,10 +278,48 @@ impl TileConfig {
         }
         best.ok_or_else(|| {
             self.refuse(format!(
-                "{} warps cannot split {}x{} 16x16 fragments into at most {MAX_FRAGMENTS} per warp",
+                "{} warps cannot split {}x{} 16x16 fragments into at most {max_fragments} per warp",
                 self.warps, frags_m, frags_n
             ))
         })
+    }
+
+    /// The warp layout of the row-band cooperative-matrix kernel (`shaders/conv_band.wgsl`),
+    /// as [`TileConfig::coop_layout`]. There `block_m` counts the output positions of a
+    /// workgroup (whole 16-column fragments of up to `block_m / 16` rows), `block_k` is the
+    /// band depth CP (channel × column-phase slots per band column, a multiple of 16), and
+    /// there is one band buffer (`stages` = 1): the K loop runs out of it without barriers.
+    pub fn band_layout(&self) -> Result<(u32, u32, u32, u32)> {
+        self.check_bounds()?;
+        if !WARP_CHOICES.contains(&self.warps) {
+            return Err(self.refuse(format!("warps must be one of {WARP_CHOICES:?}, got {}", self.warps)));
+        }
+        if self.stages != 1 {
+            return Err(self.refuse(format!("the row-band kernel has one band buffer (stages 1), got {}", self.stages)));
+        }
+        if !self.block_m.is_multiple_of(16) || !self.block_n.is_multiple_of(16) || !self.block_k.is_multiple_of(16) {
+            return Err(self.refuse(format!(
+                "the row-band kernel needs block sizes in multiples of 16, got {}x{}x{}",
+                self.block_m, self.block_n, self.block_k
+            )));
+        }
+        if self.block_k > 128 {
+            return Err(self.refuse(format!("band depth block_k must be at most 128, got {}", self.block_k)));
+        }
+        self.fragment_layout(MAX_BAND_FRAGMENTS)
+    }
+
+    /// Workgroup memory of the row-band kernel besides its band: one 16×16 f32 scratch
+    /// fragment per warp. The band's size depends on the problem (see `conv2d`).
+    pub fn band_scratch_bytes(&self) -> u64 {
+        self.warps as u64 * 1024
+    }
+
+    /// Checks the config for the row-band kernel against a device's limits (the band itself
+    /// is checked against the problem when the op is planned).
+    pub fn validate_band(&self, limits: &KernelLimits) -> Result<()> {
+        self.band_layout()?;
+        self.check_device(limits, self.band_scratch_bytes())
     }
 
     /// Workgroup memory of the cooperative-matrix kernel: f16 A and B stages (rows padded by
@@ -406,6 +450,30 @@ pub fn coop_sweep() -> Vec<TileConfig> {
         T::with_thread_tile(128, 128, 32, 8, 8, 2),
         T::with_thread_tile(64, 64, 32, 4, 8, 2),
     ]
+}
+
+/// Accumulator fragments one warp may own in the row-band kernel: its operands come from
+/// workgroup memory without a gather, so registers go to a larger warp tile (fewer operand
+/// loads per multiply).
+pub const MAX_BAND_FRAGMENTS: u32 = 12;
+
+/// The declared sweep of the row-band cooperative-matrix kernel (`wgconv bench --precision f16`).
+pub fn band_sweep() -> Vec<TileConfig> {
+    use TileConfig as T;
+    vec![
+        T::with_thread_tile(128, 96, 16, 8, 12, 1), // 4 warps of 4×3 fragments
+        T::with_thread_tile(128, 96, 16, 4, 12, 1), // 8 warps of 2×3
+        T::with_thread_tile(64, 96, 16, 4, 12, 1),  // 4 warps of 2×3
+        T::with_thread_tile(64, 96, 16, 8, 12, 1),  // 2 warps of 4×3
+        T::with_thread_tile(256, 96, 16, 8, 12, 1), // 8 warps of 4×3
+        T::with_thread_tile(128, 96, 32, 8, 12, 1),
+        T::with_thread_tile(64, 64, 16, 4, 8, 1),
+    ]
+}
+
+/// The row-band config a fresh f16 `Conv2d` uses where the row-band kernel applies.
+pub fn default_band_config() -> TileConfig {
+    TileConfig::with_thread_tile(128, 96, 16, 8, 12, 1)
 }
 
 /// The cooperative-matrix config a fresh f16 `Conv2d` uses.

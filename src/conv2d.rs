@@ -3,7 +3,8 @@
 //! Large batches are split into chunks that fit the device's binding limit; large grids
 //! are folded into two dimensions.
 
-use crate::config::{default_config, default_coop_config, default_sweep, TileConfig};
+use crate::band::{band_geometry, band_weight_len, pack_band_weights, BandGeometry};
+use crate::config::{default_band_config, default_config, default_coop_config, default_sweep, KernelLimits, TileConfig};
 use crate::error::{Error, Result};
 use crate::gpu::{ErrorScope, Gpu};
 use crate::kernel::{ConvParams, Kernel, KernelKind, Precision, DIRECT_WORKGROUP, FLAG_RELU};
@@ -52,7 +53,11 @@ pub struct Conv2d {
     kind: KernelKind,
     source: ConfigSource,
     activation: Activation,
-    kernel: Arc<Kernel>,
+    /// The pipeline; `None` for the row-band kernel, whose pipeline depends on the input
+    /// width (see `band_kernels`).
+    kernel: Option<Arc<Kernel>>,
+    /// Row-band pipelines and geometry, by input (H, W).
+    band_kernels: Mutex<HashMap<(u32, u32), (Arc<Kernel>, BandGeometry)>>,
     weight: wgpu::Buffer,
     bias: wgpu::Buffer,
     /// Set by the f16 kernels when an input value is beyond f16's range; `range_snapshot`
@@ -148,20 +153,32 @@ impl Conv2d {
             _ => {}
         }
         let (kind, source) = choose_kernel(gpu, &spec, &options)?;
-        let packed_len = match kind.config() {
-            Some(cfg) => packed_weight_len(&spec, &cfg),
-            None => spec.weight_len() as u64,
+        let packed_bytes = match kind {
+            KernelKind::CoopBand(cfg) => band_weight_len(&spec, &cfg).saturating_mul(2),
+            _ => match kind.config() {
+                Some(cfg) => packed_weight_len(&spec, &cfg).saturating_mul(4),
+                None => spec.weight_len() as u64 * 4,
+            },
         };
-        gpu.check_buffer("the packed weights", packed_len.saturating_mul(4), true)?;
-        let kernel = gpu.pipelines.get_or_build(&gpu.device, kind, gpu.runtime_checks)?;
-        let packed = match &kind {
-            KernelKind::Tiled(cfg) => pack_weights(&spec, weight, cfg),
+        gpu.check_buffer("the packed weights", packed_bytes, true)?;
+        let kernel = match kind {
+            KernelKind::CoopBand(_) => None,
+            _ => Some(gpu.pipelines.get_or_build(&gpu.device, kind, gpu.runtime_checks)?),
+        };
+        let packed: Vec<u8> = match &kind {
+            KernelKind::Tiled(cfg) => bytemuck::cast_slice(&pack_weights(&spec, weight, cfg)).to_vec(),
             KernelKind::TiledF16(cfg) | KernelKind::Coop(cfg) => {
                 let mut packed = pack_weights(&spec, weight, cfg);
                 round_to_f16(&mut packed, "weight")?;
-                packed
+                bytemuck::cast_slice(&packed).to_vec()
             }
-            KernelKind::Direct => weight.to_vec(),
+            KernelKind::CoopBand(cfg) => {
+                let mut packed = pack_band_weights(&spec, weight, cfg);
+                round_to_f16(&mut packed, "weight")?;
+                let bits: Vec<u16> = packed.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
+                bytemuck::cast_slice(&bits).to_vec()
+            }
+            KernelKind::Direct => bytemuck::cast_slice(weight).to_vec(),
         };
         let zeros;
         let bias = match bias {
@@ -175,7 +192,7 @@ impl Conv2d {
         let storage = wgpu::BufferUsages::STORAGE;
         let weight = gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some("wgconv weight"),
-            contents: bytemuck::cast_slice(&packed),
+            contents: &packed,
             usage: storage,
         });
         let bias = gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
@@ -202,6 +219,7 @@ impl Conv2d {
             source,
             activation: options.activation,
             kernel,
+            band_kernels: Mutex::new(HashMap::new()),
             weight,
             bias,
             range_flag,
@@ -243,10 +261,13 @@ impl Conv2d {
         let limits = self.gpu.device.limits();
         let per_chunk = images_per_chunk(&problem, &limits)?;
         let align = limits.min_storage_buffer_offset_alignment as u64;
-        let ktab = match self.kind.config() {
-            Some(cfg) => Some(self.gather_table(&problem, &cfg)?),
-            None => None,
+        let ktab = match self.kind {
+            KernelKind::Tiled(cfg) | KernelKind::TiledF16(cfg) | KernelKind::Coop(cfg) => {
+                Some(self.gather_table(&problem, &cfg)?)
+            }
+            KernelKind::CoopBand(_) | KernelKind::Direct => None,
         };
+        let (kernel, band) = self.kernel_for(&problem)?;
         let s = &self.spec;
         let scope = ErrorScope::push(&self.gpu.device);
         let mut dispatches = Vec::new();
@@ -288,8 +309,30 @@ impl Conv2d {
                 flags: if self.activation == Activation::Relu { FLAG_RELU } else { 0 },
                 ..Default::default()
             };
-            let workgroups = match self.kind.config() {
-                Some(cfg) => {
+            let workgroups = match (self.kind.config(), band) {
+                (Some(cfg), Some(b)) => {
+                    params.n_pad = s.out_channels_per_group().next_multiple_of(cfg.block_n);
+                    params.n_tiles = params.n_pad / cfg.block_n;
+                    params.band_rows = b.band_rows;
+                    params.band_cols = b.band_cols;
+                    params.chunk_ch = b.chunk_ch;
+                    params.chunks = b.chunks;
+                    params.k_frags = b.k_frags;
+                    params.fx = b.fx;
+                    params.wg_rows = b.wg_rows;
+                    params.row_tiles = b.row_tiles;
+                    params.x_tiles = b.x_tiles;
+                    params.x_clamp = b.x_clamp;
+                    let total = params.n_tiles as u64
+                        * b.x_tiles as u64
+                        * b.row_tiles as u64
+                        * batch as u64
+                        * s.groups as u64;
+                    params.total_tiles = u32::try_from(total)
+                        .map_err(|_| Error::TooLarge(format!("{total} workgroups in one chunk")))?;
+                    params.total_tiles
+                }
+                (Some(cfg), None) => {
                     params.k_tiles = s.k_total().div_ceil(cfg.block_k);
                     params.n_pad = s.out_channels_per_group().next_multiple_of(cfg.block_n);
                     params.m_tiles = m_total.div_ceil(cfg.block_m);
@@ -299,7 +342,7 @@ impl Conv2d {
                         .map_err(|_| Error::TooLarge(format!("{total} workgroups in one chunk")))?;
                     params.total_tiles
                 }
-                None => (batch * problem.output.per_image() as u32).div_ceil(DIRECT_WORKGROUP),
+                (None, _) => (batch * problem.output.per_image() as u32).div_ceil(DIRECT_WORKGROUP),
             };
             let grid = fold_grid(workgroups, limits.max_compute_workgroups_per_dimension)?;
             let uniform = self.gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
@@ -317,7 +360,7 @@ impl Conv2d {
             };
             let bind_group = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: Some("wgconv conv2d"),
-                layout: &self.kernel.layout,
+                layout: &kernel.layout,
                 entries: &[
                     wgpu::BindGroupEntry { binding: 0, resource: uniform.as_entire_binding() },
                     wgpu::BindGroupEntry { binding: 1, resource: bind_range(input, in_at, in_size) },
@@ -332,7 +375,7 @@ impl Conv2d {
             first += batch;
         }
         scope.finish("bind group creation")?;
-        Ok(ConvPlan { kernel: self.kernel.clone(), dispatches, problem })
+        Ok(ConvPlan { kernel, dispatches, problem })
     }
 
     /// Encodes the convolution of `input` (shape `shape`) into `output` on the caller's encoder.
@@ -415,6 +458,26 @@ impl Conv2d {
         Ok(flag.first().copied().unwrap_or(0) != 0)
     }
 
+    /// The pipeline for a problem, with the row-band geometry where the row-band kernel runs.
+    fn kernel_for(&self, problem: &ConvProblem) -> Result<(Arc<Kernel>, Option<BandGeometry>)> {
+        if let Some(k) = &self.kernel {
+            return Ok((k.clone(), None));
+        }
+        let KernelKind::CoopBand(cfg) = self.kind else {
+            return Err(Error::Unsupported(format!("{} has no pipeline", self.kind)));
+        };
+        let key = (problem.input.h, problem.input.w);
+        let mut kernels = self.band_kernels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((k, g)) = kernels.get(&key) {
+            return Ok((k.clone(), Some(*g)));
+        }
+        let geometry = band_geometry(&self.spec, problem.output.h, problem.output.w, &cfg, &self.gpu.kernel_limits())?;
+        let kernel =
+            self.gpu.pipelines.get_or_build_band(&self.gpu.device, self.kind, geometry.cap, self.gpu.runtime_checks)?;
+        kernels.insert(key, (kernel.clone(), geometry));
+        Ok((kernel, Some(geometry)))
+    }
+
     /// The tiled kernel's gather table for an input size (cached per (H, W)).
     fn gather_table(&self, problem: &ConvProblem, cfg: &TileConfig) -> Result<Arc<wgpu::Buffer>> {
         let key = (problem.input.h, problem.input.w);
@@ -451,7 +514,18 @@ fn choose_kernel(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -> Resul
         }
         check_kind_supported(gpu, &kind)?;
         kind.validate(&limits)?;
+        if let KernelKind::CoopBand(cfg) = kind {
+            band_runs(spec, &cfg, &limits)?;
+        }
         return Ok((kind, ConfigSource::Explicit));
+    }
+    // f16 on cooperative matrices: the row-band kernel where it applies.
+    if options.precision == Precision::F16Accum32 && gpu.has_coop_f16() {
+        let cfg = default_band_config();
+        let kind = KernelKind::CoopBand(cfg);
+        if kind.validate(&limits).is_ok() && band_runs(spec, &cfg, &limits).is_ok() {
+            return Ok((kind, ConfigSource::Default));
+        }
     }
     let wrap = |c: TileConfig| kind_for(gpu, options.precision, c);
     // The tuner measures the f32 kernel: its decisions are not reused for the f16 kernels.
@@ -506,10 +580,16 @@ pub fn kind_for(gpu: &Gpu, precision: Precision, config: TileConfig) -> Result<K
     }
 }
 
+/// Whether the row-band kernel can run a convolution for any input size: it applies, and
+/// its narrowest band (one fragment per row) fits the device.
+pub(crate) fn band_runs(spec: &Conv2dSpec, cfg: &TileConfig, limits: &KernelLimits) -> Result<()> {
+    band_geometry(spec, 1, 1, cfg, limits).map(|_| ())
+}
+
 /// Refuses kinds whose device features are missing.
 fn check_kind_supported(gpu: &Gpu, kind: &KernelKind) -> Result<()> {
     match kind {
-        KernelKind::Coop(_) if !gpu.has_coop_f16() => Err(Error::Unsupported(format!(
+        KernelKind::Coop(_) | KernelKind::CoopBand(_) if !gpu.has_coop_f16() => Err(Error::Unsupported(format!(
             "{kind} needs cooperative matrices (f16 A/B, f32 C, 16x16x16, subgroup size 32); {} has none enabled",
             gpu.info.name
         ))),

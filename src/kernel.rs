@@ -15,6 +15,7 @@ const PARAMS_WGSL: &str = include_str!("../shaders/params.wgsl");
 const GATHER_WGSL: &str = include_str!("../shaders/gather.wgsl");
 const TILED_WGSL: &str = include_str!("../shaders/conv_tiled.wgsl");
 const COOP_WGSL: &str = include_str!("../shaders/conv_coop.wgsl");
+const BAND_WGSL: &str = include_str!("../shaders/conv_band.wgsl");
 const DIRECT_WGSL: &str = include_str!("../shaders/conv_direct.wgsl");
 
 /// Which kernel runs a convolution.
@@ -27,6 +28,11 @@ pub enum KernelKind {
     TiledF16(TileConfig),
     /// The tiled implicit GEMM on cooperative matrices: f16 operands, f32 accumulation.
     Coop(TileConfig),
+    /// The row-band implicit GEMM on cooperative matrices (`shaders/conv_band.wgsl`): the
+    /// input band of a few output rows is staged once per workgroup and A fragments are
+    /// loaded from it directly. For convolutions without column dilation whose column
+    /// stride fits the band depth (`block_k`); f16 operands, f32 accumulation.
+    CoopBand(TileConfig),
     /// One output per invocation: the oracle and the fallback.
     Direct,
 }
@@ -34,14 +40,16 @@ pub enum KernelKind {
 impl KernelKind {
     pub fn config(&self) -> Option<TileConfig> {
         match self {
-            KernelKind::Tiled(c) | KernelKind::TiledF16(c) | KernelKind::Coop(c) => Some(*c),
+            KernelKind::Tiled(c) | KernelKind::TiledF16(c) | KernelKind::Coop(c) | KernelKind::CoopBand(c) => {
+                Some(*c)
+            }
             KernelKind::Direct => None,
         }
     }
     pub fn precision(&self) -> Precision {
         match self {
             KernelKind::Tiled(_) | KernelKind::Direct => Precision::F32,
-            KernelKind::TiledF16(_) | KernelKind::Coop(_) => Precision::F16Accum32,
+            KernelKind::TiledF16(_) | KernelKind::Coop(_) | KernelKind::CoopBand(_) => Precision::F16Accum32,
         }
     }
     /// The same kind with another config (the tuner's neighbours).
@@ -50,6 +58,7 @@ impl KernelKind {
             KernelKind::Tiled(_) => KernelKind::Tiled(c),
             KernelKind::TiledF16(_) => KernelKind::TiledF16(c),
             KernelKind::Coop(_) => KernelKind::Coop(c),
+            KernelKind::CoopBand(_) => KernelKind::CoopBand(c),
             KernelKind::Direct => KernelKind::Direct,
         }
     }
@@ -58,6 +67,7 @@ impl KernelKind {
         match self {
             KernelKind::Tiled(c) | KernelKind::TiledF16(c) => c.validate(limits),
             KernelKind::Coop(c) => c.validate_coop(limits),
+            KernelKind::CoopBand(c) => c.validate_band(limits),
             KernelKind::Direct => Ok(()),
         }
     }
@@ -69,6 +79,7 @@ impl std::fmt::Display for KernelKind {
             KernelKind::Tiled(c) => write!(f, "tiled {c}"),
             KernelKind::TiledF16(c) => write!(f, "tiled-f16 {c}"),
             KernelKind::Coop(c) => write!(f, "coop-f16 {c}"),
+            KernelKind::CoopBand(c) => write!(f, "coop-band-f16 {c}"),
             KernelKind::Direct => f.write_str("direct"),
         }
     }
@@ -115,8 +126,19 @@ fn report_range() {
 }
 ";
 
-/// The WGSL of a kernel, ready for naga or wgpu.
+/// Band capacity (f16 elements) of the row-band kernel when no problem is at hand:
+/// what [`source`] and [`check_portable`] compose with (AlexNet conv1's band at
+/// `block_m` 128 needs 15 840).
+pub const NOMINAL_BAND_CAP: u32 = 16384;
+
+/// The WGSL of a kernel, ready for naga or wgpu (the row-band kernel with
+/// [`NOMINAL_BAND_CAP`]).
 pub fn source(kind: &KernelKind) -> String {
+    compose(kind, NOMINAL_BAND_CAP)
+}
+
+/// The WGSL of a kernel; `band_cap` sizes the row-band kernel's band (elements).
+pub(crate) fn compose(kind: &KernelKind, band_cap: u32) -> String {
     let Some(c) = kind.config() else {
         return format!("{PARAMS_WGSL}\n{DIRECT_WGSL}");
     };
@@ -124,7 +146,7 @@ pub fn source(kind: &KernelKind) -> String {
     if kind.precision() == Precision::F16Accum32 {
         enables.push_str("enable f16;\n");
     }
-    if matches!(kind, KernelKind::Coop(_)) {
+    if matches!(kind, KernelKind::Coop(_) | KernelKind::CoopBand(_)) {
         enables.push_str("enable wgpu_cooperative_matrix;\n");
     }
     let mut header = format!(
@@ -155,9 +177,19 @@ pub fn source(kind: &KernelKind) -> String {
             ));
             coop_body(fm, fn_)
         }
+        KernelKind::CoopBand(_) => {
+            let (wm, wn, fm, fn_) = c.band_layout().unwrap_or((1, 1, 1, 1));
+            header.push_str(&format!(
+                "const WARPS_M: u32 = {wm}u;\nconst WARPS_N: u32 = {wn}u;\nconst FM: u32 = {fm}u;\nconst FN: u32 = {fn_}u;\n\
+                 const BAND_CAP: u32 = {band_cap}u;\n"
+            ));
+            band_body(fm, fn_)
+        }
         _ => TILED_WGSL.to_string(),
     };
-    format!("{enables}{header}{prelude}\n{PARAMS_WGSL}\n{GATHER_WGSL}\n{body}")
+    // The row-band kernel stages its own operands; the others share gather.wgsl's loaders.
+    let loaders = if matches!(kind, KernelKind::CoopBand(_)) { "" } else { GATHER_WGSL };
+    format!("{enables}{header}{prelude}\n{PARAMS_WGSL}\n{loaders}\n{body}")
 }
 
 /// conv_coop.wgsl with its per-fragment statements written out.
@@ -199,11 +231,52 @@ fn coop_body(fm: u32, fn_: u32) -> String {
         .replace("    //@FRAGMENT_STORE", &store)
 }
 
+/// conv_band.wgsl with its per-fragment statements written out: fragment (i, j) of a warp
+/// is block fragment `q0 + i` along M and channels `wn0 + 16·j` along N.
+fn band_body(fm: u32, fn_: u32) -> String {
+    let frags: Vec<(u32, u32)> = (0..fm).flat_map(|i| (0..fn_).map(move |j| (i, j))).collect();
+    let decls: String =
+        frags.iter().map(|(i, j)| format!("var<private> acc_{i}_{j}: coop_mat16x16<f32, C>;\n")).collect();
+    let mut init: String = frags.iter().map(|(i, j)| format!("    acc_{i}_{j} = coop_mat16x16<f32, C>();\n")).collect();
+    for i in 0..fm {
+        init.push_str(&format!("    let a_base_{i} = frag_band_offset(t, q0 + {i}u);\n"));
+    }
+    let mut mma = String::new();
+    for i in 0..fm {
+        mma.push_str(&format!(
+            "                let a_{i} = coopLoadT<coop_mat16x16<f16, A>>(&band[a_base_{i} + a_off], CP);\n"
+        ));
+    }
+    for j in 0..fn_ {
+        mma.push_str(&format!(
+            "                let b_{j} = coopLoadT<coop_mat16x16<f16, B>>(&weight[b_at + {}u], p.n_pad);\n",
+            j * 16
+        ));
+    }
+    for (i, j) in &frags {
+        mma.push_str(&format!("                acc_{i}_{j} = coopMultiplyAdd(a_{i}, b_{j}, acc_{i}_{j});\n"));
+    }
+    let store: String = frags
+        .iter()
+        .map(|(i, j)| {
+            format!(
+                "    coopStore(acc_{i}_{j}, &c_scratch[scratch], FRAG);\n    store_fragment(t, warp, lane, q0 + {i}u, wn0 + {}u);\n",
+                j * 16
+            )
+        })
+        .collect();
+    BAND_WGSL
+        .replace("//@FRAGMENT_DECLS", &decls)
+        .replace("                //@FRAGMENT_MMA", &mma)
+        .replace("    //@FRAGMENT_INIT", &init)
+        .replace("    //@FRAGMENT_STORE", &store)
+}
+
 /// A hash of every shader source: part of the tuning cache's key, so a cached decision
 /// goes stale when a kernel changes.
 pub fn shader_hash() -> String {
     let mut h = Sha256::new();
-    for s in [PARAMS_WGSL, GATHER_WGSL, TILED_WGSL, COOP_WGSL, DIRECT_WGSL, PRELUDE_F32, PRELUDE_F16] {
+    for s in [PARAMS_WGSL, GATHER_WGSL, TILED_WGSL, COOP_WGSL, BAND_WGSL, DIRECT_WGSL, PRELUDE_F32, PRELUDE_F16] {
         h.update(s.as_bytes());
     }
     h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
@@ -214,7 +287,7 @@ pub fn shader_hash() -> String {
 /// cooperative matrices, which naga's other backends do not express.
 pub fn portable_targets(kind: &KernelKind) -> &'static [&'static str] {
     match kind {
-        KernelKind::Coop(_) => &["SPIR-V"],
+        KernelKind::Coop(_) | KernelKind::CoopBand(_) => &["SPIR-V"],
         KernelKind::TiledF16(_) => &["SPIR-V", "MSL", "HLSL"],
         _ => &["SPIR-V", "MSL", "HLSL", "GLSL"],
     }
@@ -230,6 +303,9 @@ pub fn check_portable(kind: &KernelKind) -> Result<()> {
         KernelKind::Tiled(c) | KernelKind::TiledF16(c) => c.check_shape()?,
         KernelKind::Coop(c) => {
             c.coop_layout()?;
+        }
+        KernelKind::CoopBand(c) => {
+            c.band_layout()?;
         }
         KernelKind::Direct => {}
     }
@@ -308,6 +384,16 @@ pub(crate) struct ConvParams {
     pub in_offset: u32,
     pub out_offset: u32,
     pub flags: u32,
+    pub band_rows: u32,
+    pub band_cols: u32,
+    pub chunk_ch: u32,
+    pub chunks: u32,
+    pub k_frags: u32,
+    pub fx: u32,
+    pub wg_rows: u32,
+    pub row_tiles: u32,
+    pub x_tiles: u32,
+    pub x_clamp: u32,
 }
 
 pub(crate) const FLAG_RELU: u32 = 1;
@@ -321,16 +407,28 @@ pub(crate) struct Kernel {
 /// Pipelines by kernel, built once per device.
 #[derive(Default)]
 pub(crate) struct PipelineCache {
-    map: Mutex<HashMap<KernelKind, Arc<Kernel>>>,
+    /// By kernel and band capacity (0 for all but the row-band kernel).
+    map: Mutex<HashMap<(KernelKind, u32), Arc<Kernel>>>,
 }
 
 impl PipelineCache {
     pub fn get_or_build(&self, device: &wgpu::Device, kind: KernelKind, runtime_checks: bool) -> Result<Arc<Kernel>> {
-        if let Some(k) = self.map.lock().unwrap_or_else(|e| e.into_inner()).get(&kind) {
+        self.get_or_build_band(device, kind, 0, runtime_checks)
+    }
+    /// The row-band kernel needs its band capacity (elements); other kernels ignore it.
+    pub fn get_or_build_band(
+        &self,
+        device: &wgpu::Device,
+        kind: KernelKind,
+        band_cap: u32,
+        runtime_checks: bool,
+    ) -> Result<Arc<Kernel>> {
+        let key = (kind, band_cap);
+        if let Some(k) = self.map.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return Ok(k.clone());
         }
-        let kernel = Arc::new(build(device, &kind, runtime_checks)?);
-        self.map.lock().unwrap_or_else(|e| e.into_inner()).insert(kind, kernel.clone());
+        let kernel = Arc::new(build(device, &kind, band_cap, runtime_checks)?);
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).insert(key, kernel.clone());
         Ok(kernel)
     }
 }
@@ -344,8 +442,8 @@ fn layout_entry(binding: u32, ty: wgpu::BufferBindingType) -> wgpu::BindGroupLay
     }
 }
 
-fn build(device: &wgpu::Device, kind: &KernelKind, runtime_checks: bool) -> Result<Kernel> {
-    let src = source(kind);
+fn build(device: &wgpu::Device, kind: &KernelKind, band_cap: u32, runtime_checks: bool) -> Result<Kernel> {
+    let src = compose(kind, band_cap);
     let ro = wgpu::BufferBindingType::Storage { read_only: true };
     let scope = crate::gpu::ErrorScope::push(device);
     let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
@@ -401,9 +499,9 @@ mod tests {
 
     #[test]
     fn params_match_wgsl_struct() {
-        // 28 u32 fields, in the order of shaders/params.wgsl.
-        assert_eq!(std::mem::size_of::<ConvParams>(), 28 * 4);
+        // 38 u32 fields, in the order of shaders/params.wgsl.
+        assert_eq!(std::mem::size_of::<ConvParams>(), 38 * 4);
         let fields = PARAMS_WGSL.split("struct Params {").nth(1).unwrap().split('}').next().unwrap();
-        assert_eq!(fields.matches(": u32").count(), 28);
+        assert_eq!(fields.matches(": u32").count(), 38);
     }
 }

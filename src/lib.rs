@@ -22,6 +22,7 @@
 //! # Ok::<(), wgconv::Error>(())
 //! ```
 
+pub mod band;
 pub mod bench;
 pub mod cache;
 pub mod config;

@@ -15,7 +15,7 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use wgconv::bench::F16_TOLERANCE;
-use wgconv::config::{coop_sweep, default_sweep};
+use wgconv::config::{band_sweep, coop_sweep, default_sweep};
 use wgconv::{reference, Activation, ConfigSource, Conv2d, Conv2dOptions, Error, Gpu, GpuOptions};
 use wgconv::{Conv2dSpec as S, KernelKind, Padding as P, Precision, Shape4, TileConfig};
 
@@ -125,7 +125,7 @@ fn default_f16_kernel_is_tiled_f16_without_coop() {
     let conv = f16_conv(&gpu, &case, None, false);
     let (kind, source) = conv.kernel();
     if gpu.has_coop_f16() {
-        assert!(matches!(kind, KernelKind::Coop(_)), "coop device chose {kind}");
+        assert!(matches!(kind, KernelKind::CoopBand(_)), "coop device chose {kind}");
     } else {
         // Never the f32 kernel under an f16 label.
         assert!(matches!(kind, KernelKind::TiledF16(_)), "{}: f16 default is {kind}", gpu.info.name);
@@ -286,15 +286,26 @@ fn coop_kernel_on_ragged_shapes() {
         return;
     }
     let limits = gpu.kernel_limits();
-    let explicit: Vec<KernelKind> =
-        coop_sweep().into_iter().map(KernelKind::Coop).filter(|k| k.validate(&limits).is_ok()).take(3).collect();
+    let gather = coop_sweep().into_iter().map(KernelKind::Coop).filter(|k| k.validate(&limits).is_ok()).take(3);
+    let band = band_sweep().into_iter().map(KernelKind::CoopBand).filter(|k| k.validate(&limits).is_ok());
+    let explicit: Vec<KernelKind> = gather.chain(band).collect();
     for (name, spec, nhw, relu) in shapes() {
         let case = case(name, spec, nhw, relu);
         let conv = f16_conv(&gpu, &case, None, relu);
         let (kind, _) = conv.kernel();
-        assert!(matches!(kind, KernelKind::Coop(_)), "{name}: default f16 kernel on a coop device is {kind}");
+        // The row-band kernel wherever it applies (no column dilation), else the gathering one.
+        let want_band = spec.dilation[1] == 1;
+        assert!(
+            matches!((kind, want_band), (KernelKind::CoopBand(_), true) | (KernelKind::Coop(_), false)),
+            "{name}: default f16 kernel on a coop device is {kind}"
+        );
         check_f16(&gpu, &case, &conv);
         for kind in &explicit {
+            if let KernelKind::CoopBand(cfg) = kind {
+                if cfg.block_k < spec.stride[1] || spec.dilation[1] != 1 {
+                    continue;
+                }
+            }
             let conv = f16_conv(&gpu, &case, Some(*kind), relu);
             assert_eq!(conv.kernel(), (*kind, ConfigSource::Explicit));
             check_f16(&gpu, &case, &conv);
@@ -325,4 +336,39 @@ fn nan_input_stays_nan_through_f16_and_relu() {
     assert!(!nan_want.is_empty());
     assert_eq!(nan_got, nan_want, "{}: NaN positions", conv.kernel().0);
     assert!(!conv.take_range_flag().unwrap(), "NaN is not a range error");
+}
+
+/// The row-band kernel where KW is not a multiple of the column stride: its last tap column
+/// reads real inputs against zero weights, so a NaN input also reaches the outputs whose
+/// window, widened to ⌈KW/S⌉·S columns, holds it (documented on `KernelKind::CoopBand`).
+/// Every output the reference makes NaN is NaN, and no other output is.
+#[test]
+fn band_kernel_spreads_nan_at_most_to_the_widened_window() {
+    let gpu = gpu();
+    if !gpu.has_coop_f16() {
+        eprintln!("skipped: {} has no cooperative matrices (f16 16x16x16, subgroup 32)", gpu.info.name);
+        return;
+    }
+    let (k, s, pad) = (11usize, 4usize, 2usize);
+    let spec = S::new(3, 17, k as u32).stride(s as u32, s as u32).padding(P::uniform(pad as u32)).with_bias(true);
+    let mut case = case("nan_band", spec, [1, 31, 27], false);
+    let (nan_c, nan_y, nan_x) = (1usize, 9usize, 12usize);
+    case.x[(nan_c * 31 + nan_y) * 27 + nan_x] = f32::NAN;
+    let want = reference::conv2d(&case.problem, &case.x, &case.w, case.b.as_deref()).unwrap();
+    let conv = f16_conv(&gpu, &case, None, false);
+    assert!(matches!(conv.kernel().0, KernelKind::CoopBand(_)), "{}", conv.kernel().0);
+    let got = run_poisoned(&gpu, &conv, &case.x, case.shape);
+    let (oh, ow) = (case.problem.output.h as usize, case.problem.output.w as usize);
+    let widened = k.div_ceil(s) * s;
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        let (oy, ox) = ((i / ow) % oh, i % ow);
+        let rows = (oy * s) as i64 - pad as i64..(oy * s + k) as i64 - pad as i64;
+        let cols = (ox * s) as i64 - pad as i64..(ox * s + widened) as i64 - pad as i64;
+        let reachable = rows.contains(&(nan_y as i64)) && cols.contains(&(nan_x as i64));
+        if w.is_nan() {
+            assert!(g.is_nan(), "output {i}: reference NaN, got {g}");
+        } else if !reachable {
+            assert!(!g.is_nan(), "output {i} (oy {oy}, ox {ox}): NaN outside the widened window");
+        }
+    }
 }

@@ -5,7 +5,7 @@ use super::CliResult;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::sync::Arc;
 use wgconv::bench::{self, BenchOptions, BenchReport, Outcome};
-use wgconv::config::{coop_sweep, default_sweep};
+use wgconv::config::{band_sweep, coop_sweep, default_sweep};
 use wgconv::conv2d::kind_for;
 use wgconv::{Activation, Gpu, GpuOptions, KernelKind, Precision, TileConfig};
 
@@ -22,7 +22,8 @@ wgconv bench --in-channels 64 --out-channels 64 --height 56 --width 56 --kernel 
 pub struct Args {
     #[command(flatten)]
     shape: ShapeArgs,
-    /// Comma-separated configs (e.g. m32n64k32-t4x4-w4-s2,direct); default: the declared sweep
+    /// Comma-separated configs (e.g. m32n64k32-t4x4-w4-s2,direct; band:NAME for the f16
+    /// row-band kernel); default: the declared sweep
     #[arg(long, value_delimiter = ',')]
     configs: Option<Vec<String>>,
     /// Also run the direct (one output per invocation) kernel
@@ -92,15 +93,21 @@ pub fn main(args: Args) -> CliResult {
             .map(|n| {
                 if n == "direct" {
                     Ok(KernelKind::Direct)
+                } else if let Some(band) = n.strip_prefix("band:") {
+                    Ok(KernelKind::CoopBand(TileConfig::parse(band)?))
                 } else {
                     Ok(kind_for(&gpu, precision, TileConfig::parse(n)?)?)
                 }
             })
             .collect::<CliResult<_>>()?,
         None => {
-            let sweep =
-                if precision == Precision::F16Accum32 && gpu.has_coop_f16() { coop_sweep() } else { default_sweep() };
-            sweep.into_iter().map(|c| kind_for(&gpu, precision, c)).collect::<Result<_, _>>()?
+            if precision == Precision::F16Accum32 && gpu.has_coop_f16() {
+                // Both cooperative-matrix kernels: the row-band one first (the f16 default).
+                let band = band_sweep().into_iter().map(KernelKind::CoopBand);
+                band.chain(coop_sweep().into_iter().map(KernelKind::Coop)).collect()
+            } else {
+                default_sweep().into_iter().map(|c| kind_for(&gpu, precision, c)).collect::<Result<_, _>>()?
+            }
         }
     };
     if args.direct && !kernels.contains(&KernelKind::Direct) {

@@ -1,0 +1,332 @@
+//! The row-band kernel's host side (`shaders/conv_band.wgsl`): which convolutions it runs,
+//! its geometry for a problem, its packed weights, and a CPU twin of the shader's indexing
+//! that the tests compare with the reference (lavapipe has no cooperative matrices, so the
+//! shader itself only runs on GPUs that do).
+
+use crate::config::{KernelLimits, TileConfig};
+use crate::error::{Error, Result};
+use crate::spec::Conv2dSpec;
+
+/// The row-band kernel's geometry for one problem (`shaders/conv_band.wgsl`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BandGeometry {
+    /// 16-column fragments per output row of a workgroup, and output rows per workgroup.
+    pub fx: u32,
+    pub wg_rows: u32,
+    pub x_tiles: u32,
+    pub row_tiles: u32,
+    /// The largest fragment start: OW − 16 (0 for rows narrower than a fragment).
+    pub x_clamp: u32,
+    /// Band columns (of `block_k` slots) and input rows.
+    pub band_cols: u32,
+    pub band_rows: u32,
+    /// Input channels per band (`block_k / stride_w`) and bands per group.
+    pub chunk_ch: u32,
+    pub chunks: u32,
+    /// 16-wide K fragments per kernel row: ⌈KW / stride_w⌉ · block_k / 16.
+    pub k_frags: u32,
+    /// Band elements, rounded up to a multiple of 1024 (the pipeline's `BAND_CAP`).
+    pub cap: u32,
+}
+
+/// Why the row-band kernel cannot run a convolution, if it cannot.
+pub fn band_refusal(spec: &Conv2dSpec, cfg: &TileConfig) -> Option<String> {
+    if spec.dilation[1] != 1 {
+        return Some(format!("the row-band kernel needs column dilation 1, got {}", spec.dilation[1]));
+    }
+    if spec.stride[1] > cfg.block_k {
+        return Some(format!("column stride {} exceeds the band depth block_k = {}", spec.stride[1], cfg.block_k));
+    }
+    None
+}
+
+/// The row-band geometry with the widest rows (fewest recomputed columns) whose band fits
+/// the device's workgroup memory; 1-fragment rows always come last.
+pub fn band_geometry(
+    spec: &Conv2dSpec,
+    oh: u32,
+    ow: u32,
+    cfg: &TileConfig,
+    limits: &KernelLimits,
+) -> Result<BandGeometry> {
+    if let Some(reason) = band_refusal(spec, cfg) {
+        return Err(Error::ConfigRefused { config: cfg.to_string(), reason });
+    }
+    let frags = cfg.block_m / 16;
+    let (sh, sw) = (spec.stride[0], spec.stride[1]);
+    let taps = spec.kernel[1].div_ceil(sw);
+    let chunk_ch = cfg.block_k / sw;
+    let span_h = spec.dilation[0] as u64 * (spec.kernel[0] as u64 - 1);
+    let room = (limits.workgroup_storage_bytes as u64).saturating_sub(cfg.band_scratch_bytes());
+    let mut smallest = u64::MAX;
+    for fx in (1..=frags.min(ow.div_ceil(16)).max(1)).rev() {
+        let wg_rows = frags / fx;
+        let band_rows = (wg_rows as u64 - 1) * sh as u64 + span_h + 1;
+        // Fragment starts span at most the row (they are clamped to OW − 16).
+        let band_cols = (16 * fx).min(ow.max(16)) as u64 + taps as u64 - 1;
+        let cap = (band_rows * band_cols * cfg.block_k as u64).next_multiple_of(1024);
+        smallest = smallest.min(cap);
+        if cap * 2 > room {
+            continue;
+        }
+        return Ok(BandGeometry {
+            fx,
+            wg_rows,
+            x_tiles: ow.div_ceil(16 * fx),
+            row_tiles: oh.div_ceil(wg_rows),
+            x_clamp: ow.max(16) - 16,
+            band_cols: band_cols as u32,
+            band_rows: band_rows as u32,
+            chunk_ch,
+            chunks: spec.in_channels_per_group().div_ceil(chunk_ch),
+            k_frags: taps * cfg.block_k / 16,
+            cap: cap as u32,
+        });
+    }
+    Err(Error::ConfigRefused {
+        config: cfg.to_string(),
+        reason: format!(
+            "the row-band kernel's band needs at least {} B of workgroup memory, the device has {} B beside its scratch",
+            smallest.saturating_mul(2),
+            room
+        ),
+    })
+}
+
+/// Elements of [`pack_band_weights`]' output.
+pub fn band_weight_len(spec: &Conv2dSpec, cfg: &TileConfig) -> u64 {
+    let sw = spec.stride[1].clamp(1, cfg.block_k);
+    let chunks = spec.in_channels_per_group().div_ceil(cfg.block_k / sw) as u64;
+    let k_row = spec.kernel[1].div_ceil(sw) as u64 * cfg.block_k as u64;
+    spec.groups as u64
+        * chunks
+        * spec.kernel[0] as u64
+        * k_row
+        * spec.out_channels_per_group().next_multiple_of(cfg.block_n) as u64
+}
+
+/// Weights as the row-band kernel reads them: `[group][chunk][ky][k][n_pad]` with
+/// k = kx'·block_k + c·S + ph for tap kx = kx'·S + ph of channel chunk·(block_k/S) + c
+/// (S = column stride); zeros for taps past KW, channels past C_in/g and columns past
+/// the group's C_out.
+pub fn pack_band_weights(spec: &Conv2dSpec, weight: &[f32], cfg: &TileConfig) -> Vec<f32> {
+    let (kh, kw) = (spec.kernel[0] as usize, spec.kernel[1] as usize);
+    let sw = spec.stride[1] as usize;
+    let cp = cfg.block_k as usize;
+    let chunk_ch = cp / sw;
+    let cin_g = spec.in_channels_per_group() as usize;
+    let cout_g = spec.out_channels_per_group() as usize;
+    let n_pad = spec.out_channels_per_group().next_multiple_of(cfg.block_n) as usize;
+    let chunks = cin_g.div_ceil(chunk_ch);
+    let taps = kw.div_ceil(sw);
+    let k_row = taps * cp;
+    let mut packed = vec![0.0f32; band_weight_len(spec, cfg) as usize];
+    for g in 0..spec.groups as usize {
+        for chunk in 0..chunks {
+            for ky in 0..kh {
+                let row0 = ((g * chunks + chunk) * kh + ky) * k_row;
+                for tap in 0..taps {
+                    for cl in 0..chunk_ch {
+                        let c = chunk * chunk_ch + cl;
+                        for ph in 0..sw {
+                            let kx = tap * sw + ph;
+                            if c >= cin_g || kx >= kw {
+                                continue;
+                            }
+                            let k = row0 + tap * cp + cl * sw + ph;
+                            for n in 0..cout_g {
+                                packed[k * n_pad + n] = weight[(((g * cout_g + n) * cin_g + c) * kh + ky) * kw + kx];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    packed
+}
+
+/// The CPU twin of `shaders/conv_band.wgsl`: the same tile walk, band staging, fragment
+/// offsets, packed-weight reads and store rules, in plain loops (f64 sums of the operands
+/// as given: no f16 rounding). `packed` is [`pack_band_weights`]' output; the result is
+/// `[N, C_out, OH, OW]` with untouched outputs left NaN, so a store rule that misses an
+/// output shows.
+pub fn conv_band(
+    problem: &crate::spec::ConvProblem,
+    cfg: &TileConfig,
+    geometry: &BandGeometry,
+    input: &[f32],
+    packed: &[f32],
+    bias: Option<&[f32]>,
+) -> Vec<f32> {
+    let spec = &problem.spec;
+    let (c_in, h, w) = (problem.input.c as usize, problem.input.h as i64, problem.input.w as i64);
+    let (c_out, oh, ow) = (problem.output.c as usize, problem.output.h as usize, problem.output.w as usize);
+    let g_ = geometry;
+    let cp = cfg.block_k as usize;
+    let (sh, sw) = (spec.stride[0] as usize, spec.stride[1] as usize);
+    let (kh, dh) = (spec.kernel[0] as usize, spec.dilation[0] as usize);
+    let cin_g = spec.in_channels_per_group() as usize;
+    let cout_g = spec.out_channels_per_group() as usize;
+    let n_pad = spec.out_channels_per_group().next_multiple_of(cfg.block_n) as usize;
+    let frags = (cfg.block_m / 16) as usize;
+    let (fx, wg_rows, band_cols) = (g_.fx as usize, g_.wg_rows as usize, g_.band_cols as usize);
+    let x_clamp = g_.x_clamp as usize;
+    let n_tiles = n_pad / cfg.block_n as usize;
+    let mut out = vec![f32::NAN; problem.output.len() as usize];
+    let mut band = vec![0.0f32; g_.cap as usize];
+    for g in 0..spec.groups as usize {
+        for img in 0..problem.input.n as usize {
+            for yt in 0..g_.row_tiles as usize {
+                for xt in 0..g_.x_tiles as usize {
+                    for nt in 0..n_tiles {
+                        let (oy0, ox0, n0) = (yt * wg_rows, xt * 16 * fx, nt * cfg.block_n as usize);
+                        let xb = ox0.min(x_clamp);
+                        let frag_row = |q: usize| (q / fx).min(wg_rows - 1);
+                        let nominal = |q: usize| ox0 + (q % fx) * 16;
+                        let frag_x = |q: usize| nominal(q).min(x_clamp);
+                        let mut acc = vec![0.0f64; frags * 16 * cfg.block_n as usize];
+                        for chunk in 0..g_.chunks as usize {
+                            // stage_band
+                            for col in 0..band_cols * sw {
+                                let ph = col % sw;
+                                let ix = ((xb * sw + col) as i64) - spec.padding.left as i64;
+                                for cl in (0..cp.div_ceil(sw)).take_while(|cl| cl * sw + ph < cp) {
+                                    let c = chunk * g_.chunk_ch as usize + cl;
+                                    for br in 0..g_.band_rows as usize {
+                                        let iy = (oy0 * sh + br) as i64 - spec.padding.top as i64;
+                                        let ok = (0..w).contains(&ix)
+                                            && (0..h).contains(&iy)
+                                            && cl < g_.chunk_ch as usize
+                                            && c < cin_g;
+                                        let v = if ok {
+                                            input[((img * c_in + g * cin_g + c) * h as usize + iy as usize) * w as usize
+                                                + ix as usize]
+                                        } else {
+                                            0.0
+                                        };
+                                        band[br * band_cols * cp + (col / sw) * cp + ph + cl * sw] = v;
+                                    }
+                                }
+                            }
+                            // the K loop
+                            let k_chunk = (g * g_.chunks as usize + chunk) * kh * g_.k_frags as usize * 16;
+                            for ky in 0..kh {
+                                for kf in 0..g_.k_frags as usize {
+                                    let a_off = ky * dh * band_cols * cp + kf * 16;
+                                    let b_row = k_chunk + (ky * g_.k_frags as usize + kf) * 16;
+                                    for q in 0..frags {
+                                        let a_base = (frag_row(q) * sh * band_cols + frag_x(q) - xb) * cp;
+                                        for m in 0..16 {
+                                            for k in 0..16 {
+                                                let a = band[a_base + a_off + m * cp + k] as f64;
+                                                for n in 0..cfg.block_n as usize {
+                                                    let b = packed[(b_row + k) * n_pad + n0 + n] as f64;
+                                                    acc[(q * 16 + m) * cfg.block_n as usize + n] += a * b;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        // store_fragment
+                        for q in 0..frags {
+                            let oy = oy0 + frag_row(q);
+                            if q >= fx * wg_rows || oy >= oh {
+                                continue;
+                            }
+                            for m in 0..16 {
+                                let ox = frag_x(q) + m;
+                                for n in 0..cfg.block_n as usize {
+                                    let nn = n0 + n;
+                                    if ox < nominal(q) || ox >= ow || nn >= cout_g {
+                                        continue;
+                                    }
+                                    let oc = g * cout_g + nn;
+                                    let v = acc[(q * 16 + m) * cfg.block_n as usize + n] as f32
+                                        + bias.map_or(0.0, |b| b[oc]);
+                                    out[((img * c_out + oc) * oh + oy) * ow + ox] = v;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{Padding, Shape4};
+
+    fn limits(bytes: u32) -> KernelLimits {
+        KernelLimits { workgroup_storage_bytes: bytes, invocations_per_workgroup: 1024, workgroup_size_x: 1024 }
+    }
+
+    /// The twin against the reference on shapes that exercise every geometry rule: clamped
+    /// last fragments, rows narrower than a fragment, idle fragments, partial row tiles,
+    /// several channel chunks, groups, KW not a multiple of the stride, row dilation.
+    #[test]
+    fn twin_matches_reference() {
+        let cases: Vec<(&str, Conv2dSpec, Shape4, TileConfig)> = vec![
+            (
+                "alexnet_like",
+                Conv2dSpec::new(3, 20, 11).stride(4, 4).padding(Padding::uniform(2)).with_bias(true),
+                Shape4::new(2, 3, 63, 75),
+                crate::config::default_band_config(),
+            ),
+            (
+                "narrow_rows_3x3",
+                Conv2dSpec::new(5, 17, 3).padding(Padding::new(1, 0, 2, 1)),
+                Shape4::new(1, 5, 9, 7),
+                TileConfig::with_thread_tile(64, 96, 16, 4, 12, 1),
+            ),
+            (
+                "chunks_groups_rowdil",
+                Conv2dSpec::new(40, 34, 3).groups(2).stride(2, 3).dilation(2, 1).padding(Padding::uniform(2)),
+                Shape4::new(2, 40, 17, 40),
+                TileConfig::with_thread_tile(128, 96, 16, 8, 12, 1),
+            ),
+            (
+                "wide_1x1_cp32",
+                Conv2dSpec::new(70, 9, 1).with_bias(true),
+                Shape4::new(1, 70, 3, 37),
+                TileConfig::with_thread_tile(128, 96, 32, 8, 12, 1),
+            ),
+        ];
+        for (name, spec, shape, cfg) in cases {
+            let problem = spec.problem(shape).unwrap();
+            let geometry = band_geometry(&spec, problem.output.h, problem.output.w, &cfg, &limits(48 * 1024))
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let x: Vec<f32> = (0..problem.input.len()).map(|i| ((i * 7919) % 113) as f32 / 56.0 - 1.0).collect();
+            let w: Vec<f32> = (0..spec.weight_len()).map(|i| ((i * 104729) % 97) as f32 / 48.0 - 1.0).collect();
+            let b: Vec<f32> = (0..spec.out_channels).map(|i| i as f32 / 10.0).collect();
+            let bias = spec.bias.then_some(b.as_slice());
+            let packed = pack_band_weights(&spec, &w, &cfg);
+            let got = conv_band(&problem, &cfg, &geometry, &x, &packed, bias);
+            let want = crate::reference::conv2d(&problem, &x, &w, bias).unwrap();
+            let err = crate::reference::relative_l2(&got, &want);
+            assert!(err < 1e-6, "{name} ({geometry:?}): rel L2 {err}");
+        }
+    }
+
+    #[test]
+    fn geometry_narrows_rows_to_fit_and_refuses_what_cannot() {
+        let spec = Conv2dSpec::new(3, 96, 11).stride(4, 4).padding(Padding::uniform(2));
+        let cfg = crate::config::default_band_config();
+        let g = band_geometry(&spec, 55, 55, &cfg, &limits(48 * 1024)).unwrap();
+        assert_eq!((g.fx, g.wg_rows, g.band_rows, g.band_cols, g.k_frags, g.chunks), (4, 2, 15, 57, 3, 1));
+        // Less memory: fewer fragments per row, more rows.
+        let g = band_geometry(&spec, 55, 55, &cfg, &limits(30 * 1024)).unwrap();
+        assert!(g.fx < 4 && g.cap as u64 * 2 + cfg.band_scratch_bytes() <= 30 * 1024, "{g:?}");
+        assert!(band_geometry(&spec, 55, 55, &cfg, &limits(8 * 1024)).is_err());
+        let dilated = Conv2dSpec::new(3, 8, 3).dilation(1, 2);
+        assert!(band_refusal(&dilated, &cfg).is_some());
+        let strided = Conv2dSpec::new(3, 8, 3).stride(1, 17);
+        assert!(band_refusal(&strided, &cfg).is_some());
+    }
+}
