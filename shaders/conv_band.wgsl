@@ -15,9 +15,11 @@
 // chosen by the host from the output width; WG_ROWS·FX ≤ BM/16) × BN channels. The last
 // fragment of a row is moved left to end at OW (it recomputes a few columns and does not
 // store them), so no fragment reads past its row. Weights (f16, packed by the host as
-// [group][chunk][ky][k][n_pad]) are read as B fragments straight from the storage buffer.
+// [group][chunk][ky][k][n_pad]) are staged one kernel row at a time into STAGES buffers
+// (with 2, the next row's weights are copied while this row multiplies): B fragments read
+// straight from the storage buffer took 2.7 ms instead of ... (BENCHMARKS.md run 26).
 //
-// The header (tile constants, WARPS_M/N, FM/FN, BAND_CAP) and the per-fragment statements
+// The header (tile constants, WARPS_M/N, FM/FN, BAND_CAP, B_ROWS) and the per-fragment statements
 // at the `//@FRAGMENT_*` markers come from src/kernel.rs; warps are
 // local_invocation_index / 32 (the host builds this kernel only where subgroups are 32 wide).
 // CPU twin: src/reference.rs (conv2d) with operands rounded to f16.
@@ -26,11 +28,16 @@ const FRAG: u32 = 16u;
 const CP: u32 = BK;
 
 @group(0) @binding(1) var<storage, read> input: array<f32>;
-@group(0) @binding(2) var<storage, read> weight: array<f16>;
+// 8 f16 weights per element (n_pad is a multiple of 16).
+@group(0) @binding(2) var<storage, read> weight: array<vec4<u32>>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(5) var<storage, read_write> output: array<f32>;
 
 var<workgroup> band: array<f16, BAND_CAP>;
+// One kernel row of weights per stage: B_ROWS = k_frags·16 rows of BN channels, rows
+// padded by 8 (16 bytes) against bank conflicts.
+const B_STRIDE: u32 = BN + 8u;
+var<workgroup> b_tile: array<f16, STAGES * B_ROWS * B_STRIDE>;
 var<workgroup> c_scratch: array<f32, WARPS_M * WARPS_N * 256u>; // one fragment per warp
 
 // The block a workgroup computes. Tiles are numbered n-tile fastest, then column tile,
@@ -106,6 +113,24 @@ fn stage_band(t: Tile, chunk: u32, inv: u32) {
     }
 }
 
+// Global → b_tile[buf]: the weights of kernel row `ky` of band `chunk`, 8 per load.
+fn stage_weights(t: Tile, chunk: u32, ky: u32, buf: u32, inv: u32) {
+    let rows = p.k_frags * FRAG;
+    let row0 = ((t.g * p.chunks + chunk) * p.kh + ky) * rows;
+    let per_row = BN / 8u;
+    for (var e = inv; e < rows * per_row; e += WG) {
+        let r = e / per_row;
+        let c8 = e % per_row;
+        let v = weight[((row0 + r) * p.n_pad + t.n0) / 8u + c8];
+        let at = (buf * B_ROWS + r) * B_STRIDE + c8 * 8u;
+        for (var i = 0u; i < 4u; i++) {
+            let pair = unpack2x16float(v[i]);   // exact: f16 → f32 → f16
+            b_tile[at + 2u * i] = f16(pair.x);
+            b_tile[at + 2u * i + 1u] = f16(pair.y);
+        }
+    }
+}
+
 //@FRAGMENT_DECLS
 
 // Writes one accumulator fragment (block fragment q, channels n_base..n_base+15 of the
@@ -153,14 +178,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
             workgroupBarrier();             // everyone is done with the previous band
         }
         stage_band(t, chunk, inv);
+        stage_weights(t, chunk, 0u, 0u, inv);
         workgroupBarrier();
-        let k_chunk = (t.g * p.chunks + chunk) * p.kh * p.k_frags * FRAG;
         for (var ky = 0u; ky < p.kh; ky++) {
+            let buf = ky % STAGES;
+            let next = ky + 1u < p.kh;
+            if (STAGES > 1u && next) {
+                stage_weights(t, chunk, ky + 1u, (ky + 1u) % STAGES, inv);
+            }
             for (var kf = 0u; kf < p.k_frags; kf++) {
                 let a_off = ky * band_row_step + kf * FRAG;
-                let b_at = (k_chunk + (ky * p.k_frags + kf) * FRAG) * p.n_pad + t.n0 + wn0;
+                let b_at = (buf * B_ROWS + kf * FRAG) * B_STRIDE + wn0;
                 //@FRAGMENT_MMA
             }
+            if (STAGES == 1u && next) {
+                workgroupBarrier();         // one buffer: everyone must be done reading it
+                stage_weights(t, chunk, ky + 1u, 0u, inv);
+            }
+            workgroupBarrier();
         }
     }
     let scratch = warp * 256u;

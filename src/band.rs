@@ -29,6 +29,19 @@ pub struct BandGeometry {
     pub cap: u32,
 }
 
+impl BandGeometry {
+    /// The pipeline's problem-dependent array sizes.
+    pub fn sizes(&self) -> crate::kernel::BandSizes {
+        crate::kernel::BandSizes { band: self.cap, b_rows: self.k_frags * 16 }
+    }
+}
+
+/// Workgroup bytes of the row-band kernel's weight stages: `stages` kernel rows of
+/// `k_frags·16` rows × (`block_n` + 8) f16.
+pub fn weight_stage_bytes(cfg: &TileConfig, k_frags: u32) -> u64 {
+    cfg.stages as u64 * k_frags as u64 * 16 * (cfg.block_n as u64 + 8) * 2
+}
+
 /// Why the row-band kernel cannot run a convolution, if it cannot.
 pub fn band_refusal(spec: &Conv2dSpec, cfg: &TileConfig) -> Option<String> {
     if spec.dilation[1] != 1 {
@@ -57,7 +70,10 @@ pub fn band_geometry(
     let taps = spec.kernel[1].div_ceil(sw);
     let chunk_ch = cfg.block_k / sw;
     let span_h = spec.dilation[0] as u64 * (spec.kernel[0] as u64 - 1);
-    let room = (limits.workgroup_storage_bytes as u64).saturating_sub(cfg.band_scratch_bytes());
+    let k_frags = taps * cfg.block_k / 16;
+    let room = (limits.workgroup_storage_bytes as u64)
+        .saturating_sub(cfg.band_scratch_bytes())
+        .saturating_sub(weight_stage_bytes(cfg, k_frags));
     let mut smallest = u64::MAX;
     for fx in (1..=frags.min(ow.div_ceil(16)).max(1)).rev() {
         let wg_rows = frags / fx;
@@ -79,14 +95,14 @@ pub fn band_geometry(
             band_rows: band_rows as u32,
             chunk_ch,
             chunks: spec.in_channels_per_group().div_ceil(chunk_ch),
-            k_frags: taps * cfg.block_k / 16,
+            k_frags,
             cap: cap as u32,
         });
     }
     Err(Error::ConfigRefused {
         config: cfg.to_string(),
         reason: format!(
-            "the row-band kernel's band needs at least {} B of workgroup memory, the device has {} B beside its scratch",
+            "the row-band kernel's band needs at least {} B of workgroup memory, the device has {} B beside its weight stages and scratch",
             smallest.saturating_mul(2),
             room
         ),
@@ -200,7 +216,8 @@ pub fn conv_band(
                                             && cl < g_.chunk_ch as usize
                                             && c < cin_g;
                                         let v = if ok {
-                                            input[((img * c_in + g * cin_g + c) * h as usize + iy as usize) * w as usize
+                                            input[((img * c_in + g * cin_g + c) * h as usize + iy as usize)
+                                                * w as usize
                                                 + ix as usize]
                                         } else {
                                             0.0
@@ -321,8 +338,9 @@ mod tests {
         let g = band_geometry(&spec, 55, 55, &cfg, &limits(48 * 1024)).unwrap();
         assert_eq!((g.fx, g.wg_rows, g.band_rows, g.band_cols, g.k_frags, g.chunks), (4, 2, 15, 57, 3, 1));
         // Less memory: fewer fragments per row, more rows.
-        let g = band_geometry(&spec, 55, 55, &cfg, &limits(30 * 1024)).unwrap();
-        assert!(g.fx < 4 && g.cap as u64 * 2 + cfg.band_scratch_bytes() <= 30 * 1024, "{g:?}");
+        let g = band_geometry(&spec, 55, 55, &cfg, &limits(40 * 1024)).unwrap();
+        let used = g.cap as u64 * 2 + cfg.band_scratch_bytes() + weight_stage_bytes(&cfg, g.k_frags);
+        assert!(g.fx < 4 && used <= 40 * 1024, "{g:?}");
         assert!(band_geometry(&spec, 55, 55, &cfg, &limits(8 * 1024)).is_err());
         let dilated = Conv2dSpec::new(3, 8, 3).dilation(1, 2);
         assert!(band_refusal(&dilated, &cfg).is_some());

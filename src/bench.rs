@@ -106,7 +106,9 @@ impl BenchReport {
 pub fn known_peak(adapter_name: &str, kind: &KernelKind) -> Option<f64> {
     let n = adapter_name.to_lowercase();
     let table: &[(&str, f64)] = match kind {
-        KernelKind::Coop(_) | KernelKind::CoopBand(_) => &[("h100", 989.4), ("h200", 989.4), ("4090", 165.2), ("a100", 312.0)],
+        KernelKind::Coop(_) | KernelKind::CoopBand(_) => {
+            &[("h100", 989.4), ("h200", 989.4), ("4090", 165.2), ("a100", 312.0)]
+        }
         _ => &[("h100", 67.0), ("h200", 67.0), ("4090", 82.6), ("a100", 19.5)],
     };
     table.iter().find(|(k, _)| n.contains(k)).map(|&(_, v)| v)

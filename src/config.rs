@@ -288,14 +288,15 @@ impl TileConfig {
     /// as [`TileConfig::coop_layout`]. There `block_m` counts the output positions of a
     /// workgroup (whole 16-column fragments of up to `block_m / 16` rows), `block_k` is the
     /// band depth CP (channel × column-phase slots per band column, a multiple of 16), and
-    /// there is one band buffer (`stages` = 1): the K loop runs out of it without barriers.
+    /// `stages` (1 or 2) counts the buffers of kernel-row weights (with 2 the next row's
+    /// weights are copied while the current row multiplies).
     pub fn band_layout(&self) -> Result<(u32, u32, u32, u32)> {
         self.check_bounds()?;
         if !WARP_CHOICES.contains(&self.warps) {
             return Err(self.refuse(format!("warps must be one of {WARP_CHOICES:?}, got {}", self.warps)));
         }
-        if self.stages != 1 {
-            return Err(self.refuse(format!("the row-band kernel has one band buffer (stages 1), got {}", self.stages)));
+        if !(1..=2).contains(&self.stages) {
+            return Err(self.refuse(format!("the row-band kernel has 1 or 2 weight stages, got {}", self.stages)));
         }
         if !self.block_m.is_multiple_of(16) || !self.block_n.is_multiple_of(16) || !self.block_k.is_multiple_of(16) {
             return Err(self.refuse(format!(
@@ -464,8 +465,11 @@ pub fn band_sweep() -> Vec<TileConfig> {
         T::with_thread_tile(128, 96, 16, 8, 12, 1), // 4 warps of 4×3 fragments
         T::with_thread_tile(128, 96, 16, 4, 12, 1), // 8 warps of 2×3
         T::with_thread_tile(64, 96, 16, 4, 12, 1),  // 4 warps of 2×3
-        T::with_thread_tile(64, 96, 16, 8, 12, 1),  // 2 warps of 4×3
-        T::with_thread_tile(256, 96, 16, 8, 12, 1), // 8 warps of 4×3
+        T::with_thread_tile(64, 96, 16, 4, 12, 2),
+        T::with_thread_tile(64, 96, 16, 8, 12, 1), // 2 warps of 4×3
+        T::with_thread_tile(64, 96, 16, 8, 12, 2),
+        T::with_thread_tile(128, 48, 16, 8, 12, 1), // 2 warps of 4×3, half the channels
+        T::with_thread_tile(64, 48, 16, 4, 12, 2),  // 2 warps of 2×3
         T::with_thread_tile(128, 96, 32, 8, 12, 1),
         T::with_thread_tile(64, 64, 16, 4, 8, 1),
     ]

@@ -4,7 +4,9 @@
 //! are folded into two dimensions.
 
 use crate::band::{band_geometry, band_weight_len, pack_band_weights, BandGeometry};
-use crate::config::{default_band_config, default_config, default_coop_config, default_sweep, KernelLimits, TileConfig};
+use crate::config::{
+    default_band_config, default_config, default_coop_config, default_sweep, KernelLimits, TileConfig,
+};
 use crate::error::{Error, Result};
 use crate::gpu::{ErrorScope, Gpu};
 use crate::kernel::{ConvParams, Kernel, KernelKind, Precision, DIRECT_WORKGROUP, FLAG_RELU};
@@ -323,11 +325,8 @@ impl Conv2d {
                     params.row_tiles = b.row_tiles;
                     params.x_tiles = b.x_tiles;
                     params.x_clamp = b.x_clamp;
-                    let total = params.n_tiles as u64
-                        * b.x_tiles as u64
-                        * b.row_tiles as u64
-                        * batch as u64
-                        * s.groups as u64;
+                    let total =
+                        params.n_tiles as u64 * b.x_tiles as u64 * b.row_tiles as u64 * batch as u64 * s.groups as u64;
                     params.total_tiles = u32::try_from(total)
                         .map_err(|_| Error::TooLarge(format!("{total} workgroups in one chunk")))?;
                     params.total_tiles
@@ -472,8 +471,12 @@ impl Conv2d {
             return Ok((k.clone(), Some(*g)));
         }
         let geometry = band_geometry(&self.spec, problem.output.h, problem.output.w, &cfg, &self.gpu.kernel_limits())?;
-        let kernel =
-            self.gpu.pipelines.get_or_build_band(&self.gpu.device, self.kind, geometry.cap, self.gpu.runtime_checks)?;
+        let kernel = self.gpu.pipelines.get_or_build_band(
+            &self.gpu.device,
+            self.kind,
+            geometry.sizes(),
+            self.gpu.runtime_checks,
+        )?;
         kernels.insert(key, (kernel.clone(), geometry));
         Ok((kernel, Some(geometry)))
     }

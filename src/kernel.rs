@@ -40,9 +40,7 @@ pub enum KernelKind {
 impl KernelKind {
     pub fn config(&self) -> Option<TileConfig> {
         match self {
-            KernelKind::Tiled(c) | KernelKind::TiledF16(c) | KernelKind::Coop(c) | KernelKind::CoopBand(c) => {
-                Some(*c)
-            }
+            KernelKind::Tiled(c) | KernelKind::TiledF16(c) | KernelKind::Coop(c) | KernelKind::CoopBand(c) => Some(*c),
             KernelKind::Direct => None,
         }
     }
@@ -126,19 +124,26 @@ fn report_range() {
 }
 ";
 
-/// Band capacity (f16 elements) of the row-band kernel when no problem is at hand:
-/// what [`source`] and [`check_portable`] compose with (AlexNet conv1's band at
-/// `block_m` 128 needs 15 840).
-pub const NOMINAL_BAND_CAP: u32 = 16384;
-
-/// The WGSL of a kernel, ready for naga or wgpu (the row-band kernel with
-/// [`NOMINAL_BAND_CAP`]).
-pub fn source(kind: &KernelKind) -> String {
-    compose(kind, NOMINAL_BAND_CAP)
+/// The workgroup arrays of the row-band kernel that depend on the problem: the band's
+/// capacity (f16 elements) and the weight rows of one kernel row. Zero for other kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct BandSizes {
+    pub band: u32,
+    pub b_rows: u32,
 }
 
-/// The WGSL of a kernel; `band_cap` sizes the row-band kernel's band (elements).
-pub(crate) fn compose(kind: &KernelKind, band_cap: u32) -> String {
+/// What [`source`] and [`check_portable`] compose the row-band kernel with when no problem
+/// is at hand (AlexNet conv1 at `block_m` 128 needs a band of 14 336 and 48 weight rows).
+pub const NOMINAL_BAND_SIZES: BandSizes = BandSizes { band: 14336, b_rows: 48 };
+
+/// The WGSL of a kernel, ready for naga or wgpu (the row-band kernel with
+/// [`NOMINAL_BAND_SIZES`]).
+pub fn source(kind: &KernelKind) -> String {
+    compose(kind, NOMINAL_BAND_SIZES)
+}
+
+/// The WGSL of a kernel; `band` sizes the row-band kernel's workgroup arrays.
+pub(crate) fn compose(kind: &KernelKind, band: BandSizes) -> String {
     let Some(c) = kind.config() else {
         return format!("{PARAMS_WGSL}\n{DIRECT_WGSL}");
     };
@@ -181,7 +186,8 @@ pub(crate) fn compose(kind: &KernelKind, band_cap: u32) -> String {
             let (wm, wn, fm, fn_) = c.band_layout().unwrap_or((1, 1, 1, 1));
             header.push_str(&format!(
                 "const WARPS_M: u32 = {wm}u;\nconst WARPS_N: u32 = {wn}u;\nconst FM: u32 = {fm}u;\nconst FN: u32 = {fn_}u;\n\
-                 const BAND_CAP: u32 = {band_cap}u;\n"
+                 const BAND_CAP: u32 = {}u;\nconst B_ROWS: u32 = {}u;\n",
+                band.band, band.b_rows
             ));
             band_body(fm, fn_)
         }
@@ -249,7 +255,7 @@ fn band_body(fm: u32, fn_: u32) -> String {
     }
     for j in 0..fn_ {
         mma.push_str(&format!(
-            "                let b_{j} = coopLoadT<coop_mat16x16<f16, B>>(&weight[b_at + {}u], p.n_pad);\n",
+            "                let b_{j} = coopLoadT<coop_mat16x16<f16, B>>(&b_tile[b_at + {}u], B_STRIDE);\n",
             j * 16
         ));
     }
@@ -407,27 +413,27 @@ pub(crate) struct Kernel {
 /// Pipelines by kernel, built once per device.
 #[derive(Default)]
 pub(crate) struct PipelineCache {
-    /// By kernel and band capacity (0 for all but the row-band kernel).
-    map: Mutex<HashMap<(KernelKind, u32), Arc<Kernel>>>,
+    /// By kernel and band sizes (zero for all but the row-band kernel).
+    map: Mutex<HashMap<(KernelKind, BandSizes), Arc<Kernel>>>,
 }
 
 impl PipelineCache {
     pub fn get_or_build(&self, device: &wgpu::Device, kind: KernelKind, runtime_checks: bool) -> Result<Arc<Kernel>> {
-        self.get_or_build_band(device, kind, 0, runtime_checks)
+        self.get_or_build_band(device, kind, BandSizes::default(), runtime_checks)
     }
-    /// The row-band kernel needs its band capacity (elements); other kernels ignore it.
+    /// The row-band kernel needs its band sizes; other kernels ignore them.
     pub fn get_or_build_band(
         &self,
         device: &wgpu::Device,
         kind: KernelKind,
-        band_cap: u32,
+        band: BandSizes,
         runtime_checks: bool,
     ) -> Result<Arc<Kernel>> {
-        let key = (kind, band_cap);
+        let key = (kind, band);
         if let Some(k) = self.map.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return Ok(k.clone());
         }
-        let kernel = Arc::new(build(device, &kind, band_cap, runtime_checks)?);
+        let kernel = Arc::new(build(device, &kind, band, runtime_checks)?);
         self.map.lock().unwrap_or_else(|e| e.into_inner()).insert(key, kernel.clone());
         Ok(kernel)
     }
@@ -442,8 +448,8 @@ fn layout_entry(binding: u32, ty: wgpu::BufferBindingType) -> wgpu::BindGroupLay
     }
 }
 
-fn build(device: &wgpu::Device, kind: &KernelKind, band_cap: u32, runtime_checks: bool) -> Result<Kernel> {
-    let src = compose(kind, band_cap);
+fn build(device: &wgpu::Device, kind: &KernelKind, band: BandSizes, runtime_checks: bool) -> Result<Kernel> {
+    let src = compose(kind, band);
     let ro = wgpu::BufferBindingType::Storage { read_only: true };
     let scope = crate::gpu::ErrorScope::push(device);
     let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
