@@ -11,8 +11,8 @@
 // a row-major matrix with row stride CP. Slots that match no tap (kx ≥ KW, c ≥ C_in/g) meet
 // zero weights; the band holds finite values there (zeros or neighbouring inputs).
 //
-// A workgroup computes WG_ROWS output rows × FX fragments of 16 columns (both runtime,
-// chosen by the host from the output width; WG_ROWS·FX ≤ BM/16) × BN channels. The last
+// A workgroup computes WG_ROWS output rows × FX fragments of 16 columns (chosen by the
+// host from the output width; WG_ROWS·FX ≤ BM/16) × BN channels. The last
 // fragment of a row is moved left to end at OW (it recomputes a few columns and does not
 // store them), so no fragment reads past its row. Weights (f16, packed by the host as
 // [group][chunk][ky][k][n_pad]) are staged one kernel row at a time into STAGES buffers
@@ -20,12 +20,23 @@
 // straight from the storage buffer took 2.7 ms instead of ... (BENCHMARKS.md run 26).
 //
 // The header (tile constants, WARPS_M/N, FM/FN, BAND_CAP, B_ROWS) and the per-fragment statements
-// at the `//@FRAGMENT_*` markers come from src/kernel.rs; warps are
+// at the `//@FRAGMENT_*` markers come from src/kernel.rs (src/band.rs computes the
+// geometry; compile-time, so the staging loops unroll and their loads overlap); warps are
 // local_invocation_index / 32 (the host builds this kernel only where subgroups are 32 wide).
 // CPU twin: src/reference.rs (conv2d) with operands rounded to f16.
 
 const FRAG: u32 = 16u;
 const CP: u32 = BK;
+const SLOTS: u32 = (CP + SW - 1u) / SW;           // channel slots per band column (last may be partial)
+const N_COLS: u32 = BAND_COLS * SW;               // input columns in the band
+const COL_ITERS: u32 = (N_COLS + WG - 1u) / WG;   // band columns per invocation
+const ROW_ELEMS: u32 = BAND_COLS * CP;            // band elements per input row
+const STAGE_ROWS: u32 = 8u;                       // input rows staged per step (run 31: 1, 2, 4, 8)
+const B_ROWS: u32 = K_FRAGS * FRAG;               // weight rows per kernel row
+const B_VEC_PER_ROW: u32 = BN / 8u;
+const B_LOADS: u32 = (B_ROWS * B_VEC_PER_ROW + WG - 1u) / WG;
+// Rows of the weight stages are padded by 8 (16 bytes) against bank conflicts.
+const B_STRIDE: u32 = BN + 8u;
 
 @group(0) @binding(1) var<storage, read> input: array<f32>;
 // 8 f16 weights per element (n_pad is a multiple of 16).
@@ -33,12 +44,10 @@ const CP: u32 = BK;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(5) var<storage, read_write> output: array<f32>;
 
-var<workgroup> band: array<f16, BAND_CAP>;
-// One kernel row of weights per stage: B_ROWS = k_frags·16 rows of BN channels, rows
-// padded by 8 (16 bytes) against bank conflicts.
-const B_STRIDE: u32 = BN + 8u;
+var<workgroup> band: array<f16, BAND_ROWS * ROW_ELEMS>;
 var<workgroup> b_tile: array<f16, STAGES * B_ROWS * B_STRIDE>;
 var<workgroup> c_scratch: array<f32, WARPS_M * WARPS_N * 256u>; // one fragment per warp
+var<private> b_next: array<vec4<u32>, B_LOADS>;
 
 // The block a workgroup computes. Tiles are numbered n-tile fastest, then column tile,
 // row tile, image and group, so workgroups that run together share input rows.
@@ -59,74 +68,95 @@ fn locate_tile(wid: vec3<u32>, nwg: vec3<u32>) -> Tile {
     let r2 = r1 / p.x_tiles;
     let yt = r2 % p.row_tiles;
     let r3 = r2 / p.row_tiles;
-    let ox0 = xt * FRAG * p.fx;
-    return Tile(r3 / p.batch, r3 % p.batch, yt * p.wg_rows, ox0, min(ox0, p.x_clamp), nt * BN);
+    let ox0 = xt * FRAG * FX;
+    return Tile(r3 / p.batch, r3 % p.batch, yt * WG_ROWS, ox0, min(ox0, p.x_clamp), nt * BN);
 }
 
 // Fragment q (0 ≤ q < BM/16) of the workgroup: its output row (relative), and its first
 // output column. Fragments past WG_ROWS·FX are idle: they read row WG_ROWS-1 and store nothing.
 fn frag_row(q: u32) -> u32 {
-    return min(q / p.fx, p.wg_rows - 1u);
+    return min(q / FX, WG_ROWS - 1u);
 }
 fn frag_nominal_x(t: Tile, q: u32) -> u32 {
-    return t.ox0 + (q % p.fx) * FRAG;
+    return t.ox0 + (q % FX) * FRAG;
 }
 fn frag_x(t: Tile, q: u32) -> u32 {
     return min(frag_nominal_x(t, q), p.x_clamp);
 }
 // Where fragment q's A operand starts in the band, for kernel row 0 and k = 0.
 fn frag_band_offset(t: Tile, q: u32) -> u32 {
-    return (frag_row(q) * p.stride_h * p.band_cols + frag_x(t, q) - t.xb) * CP;
+    return frag_row(q) * SH * ROW_ELEMS + (frag_x(t, q) - t.xb) * CP;
 }
 
-// Global → band, for input channels chunk·CC .. chunk·CC+CC-1, as f16 (through the
+// Global → band, for input channels chunk·CHUNK_CH .. +CHUNK_CH-1, as f16 (through the
 // precision prelude: clamped and flagged beyond f16's range). Invocations take band
 // columns, so a warp's loads are consecutive input columns of one row; every slot is
-// written (zeros for padding, absent channels and the slots past CC·S).
+// written (zeros for padding, absent channels and the slots past CHUNK_CH·SW).
+// STAGE_ROWS rows go together for every slot (their loads are issued before any store),
+// under a row loop the compiler cannot unroll (its bound comes from the uniform). On the
+// H100 (BENCHMARKS.md runs 26-31) one row at a time left every load's latency exposed and
+// a fully unrolled stage was far slower still (register pressure beside the accumulators).
 fn stage_band(t: Tile, chunk: u32, inv: u32) {
-    let s = p.stride_w;
-    let n_cols = p.band_cols * s;
-    let slots = (CP + s - 1u) / s;
-    let c0 = chunk * p.chunk_ch;
-    let iy0 = i32(t.oy0 * p.stride_h) - i32(p.pad_top);
+    let band_rows = (WG_ROWS - 1u) * SH + (p.kh - 1u) * DH + 1u;   // = BAND_ROWS, from the uniform
+    let c0 = chunk * CHUNK_CH;
+    let iy0 = i32(t.oy0 * SH) - i32(p.pad_top);
     let plane = p.h * p.w;
     let img_base = p.in_offset + (t.img * p.c_in + t.g * p.c_in_per_group) * plane;
-    for (var col = inv; col < n_cols; col += WG) {
-        let ph = col % s;
-        let ix = i32(t.xb * s + col) - i32(p.pad_left);
-        let x_ok = u32(ix) < p.w;
-        let band_col = (col / s) * CP + ph;
-        // Slot cl·S + ph must exist (CP need not be a multiple of S).
-        for (var cl = 0u; cl < slots && cl * s + ph < CP; cl++) {
-            let c = c0 + cl;
-            let ok = x_ok && cl < p.chunk_ch && c < p.c_in_per_group;
-            let src = img_base + c * plane + u32(ix);
-            for (var br = 0u; br < p.band_rows; br++) {
-                let iy = iy0 + i32(br);
-                var v = 0.0;
-                if (ok && u32(iy) < p.h) {
-                    v = to_operand(input[src + u32(iy) * p.w]);
+    for (var i = 0u; i < COL_ITERS; i++) {
+        let col = inv + i * WG;
+        let ph = col % SW;
+        let ix = i32(t.xb * SW + col) - i32(p.pad_left);
+        let x_ok = col < N_COLS && u32(ix) < p.w;
+        let band_col = (col / SW) * CP + ph;
+        for (var br = 0u; br < band_rows; br += STAGE_ROWS) {
+            var v: array<array<f32, STAGE_ROWS>, SLOTS>;
+            for (var cl = 0u; cl < SLOTS; cl++) {
+                let c = c0 + cl;
+                let ok = x_ok && cl < CHUNK_CH && c < p.c_in_per_group;
+                let src = img_base + c * plane + u32(ix);
+                v[cl] = array<f32, STAGE_ROWS>();
+                for (var j = 0u; j < STAGE_ROWS; j++) {
+                    let iy = iy0 + i32(br + j);
+                    if (ok && br + j < band_rows && u32(iy) < p.h) {
+                        v[cl][j] = input[src + u32(iy) * p.w];
+                    }
                 }
-                band[br * p.band_cols * CP + band_col + cl * s] = f16(v);
+            }
+            for (var cl = 0u; cl < SLOTS; cl++) {
+                if (col < N_COLS && cl * SW + ph < CP) {
+                    for (var j = 0u; j < STAGE_ROWS; j++) {
+                        if (br + j < band_rows) {
+                            band[(br + j) * ROW_ELEMS + band_col + cl * SW] = f16(to_operand(v[cl][j]));
+                        }
+                    }
+                }
             }
         }
     }
 }
 
-// Global → b_tile[buf]: the weights of kernel row `ky` of band `chunk`, 8 per load.
-fn stage_weights(t: Tile, chunk: u32, ky: u32, buf: u32, inv: u32) {
-    let rows = p.k_frags * FRAG;
-    let row0 = ((t.g * p.chunks + chunk) * p.kh + ky) * rows;
-    let per_row = BN / 8u;
-    for (var e = inv; e < rows * per_row; e += WG) {
-        let r = e / per_row;
-        let c8 = e % per_row;
-        let v = weight[((row0 + r) * p.n_pad + t.n0) / 8u + c8];
-        let at = (buf * B_ROWS + r) * B_STRIDE + c8 * 8u;
-        for (var i = 0u; i < 4u; i++) {
-            let pair = unpack2x16float(v[i]);   // exact: f16 → f32 → f16
-            b_tile[at + 2u * i] = f16(pair.x);
-            b_tile[at + 2u * i + 1u] = f16(pair.y);
+// Global → registers: the weights of kernel row `ky` of band `chunk`, 8 f16 per load.
+fn fetch_weights(t: Tile, chunk: u32, ky: u32, inv: u32) {
+    let row0 = ((t.g * p.chunks + chunk) * p.kh + ky) * B_ROWS;
+    for (var j = 0u; j < B_LOADS; j++) {
+        let e = inv + j * WG;
+        if (e < B_ROWS * B_VEC_PER_ROW) {
+            b_next[j] = weight[((row0 + e / B_VEC_PER_ROW) * p.n_pad + t.n0) / 8u + e % B_VEC_PER_ROW];
+        }
+    }
+}
+
+// Registers → b_tile[buf].
+fn stash_weights(buf: u32, inv: u32) {
+    for (var j = 0u; j < B_LOADS; j++) {
+        let e = inv + j * WG;
+        if (e < B_ROWS * B_VEC_PER_ROW) {
+            let at = (buf * B_ROWS + e / B_VEC_PER_ROW) * B_STRIDE + (e % B_VEC_PER_ROW) * 8u;
+            for (var i = 0u; i < 4u; i++) {
+                let pair = unpack2x16float(b_next[j][i]);   // exact: f16 → f32 → f16
+                b_tile[at + 2u * i] = f16(pair.x);
+                b_tile[at + 2u * i + 1u] = f16(pair.y);
+            }
         }
     }
 }
@@ -141,7 +171,7 @@ fn store_fragment(t: Tile, warp: u32, lane: u32, q: u32, n_base: u32) {
     let oy = t.oy0 + frag_row(q);
     let x_start = frag_x(t, q);
     let x_nominal = frag_nominal_x(t, q);
-    let live = q < p.fx * p.wg_rows && oy < p.oh;
+    let live = q < FX * WG_ROWS && oy < p.oh;
     for (var e = 0u; e < 8u; e++) {
         let idx = lane + e * 32u;
         let m = idx % FRAG;
@@ -172,28 +202,30 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     let q0 = (warp % WARPS_M) * FM;          // the warp's first block fragment along M
     let wn0 = (warp / WARPS_M) * FN * FRAG;  // and its first channel
     //@FRAGMENT_INIT
-    let band_row_step = p.dil_h * p.band_cols * CP;
     for (var chunk = 0u; chunk < p.chunks; chunk++) {
         if (chunk > 0u) {
             workgroupBarrier();             // everyone is done with the previous band
         }
+        fetch_weights(t, chunk, 0u, inv);
         stage_band(t, chunk, inv);
-        stage_weights(t, chunk, 0u, 0u, inv);
+        stash_weights(0u, inv);
         workgroupBarrier();
         for (var ky = 0u; ky < p.kh; ky++) {
-            let buf = ky % STAGES;
             let next = ky + 1u < p.kh;
-            if (STAGES > 1u && next) {
-                stage_weights(t, chunk, ky + 1u, (ky + 1u) % STAGES, inv);
+            if (next) {
+                fetch_weights(t, chunk, ky + 1u, inv);   // in flight while we multiply
             }
-            for (var kf = 0u; kf < p.k_frags; kf++) {
-                let a_off = ky * band_row_step + kf * FRAG;
-                let b_at = (buf * B_ROWS + kf * FRAG) * B_STRIDE + wn0;
+            let b_base = (ky % STAGES) * B_ROWS * B_STRIDE + wn0;
+            for (var kf = 0u; kf < K_FRAGS; kf++) {
+                let a_off = ky * DH * ROW_ELEMS + kf * FRAG;
+                let b_at = b_base + kf * FRAG * B_STRIDE;
                 //@FRAGMENT_MMA
             }
-            if (STAGES == 1u && next) {
-                workgroupBarrier();         // one buffer: everyone must be done reading it
-                stage_weights(t, chunk, ky + 1u, 0u, inv);
+            if (next) {
+                if (STAGES == 1u) {
+                    workgroupBarrier();     // one buffer: everyone must be done reading it
+                }
+                stash_weights((ky + 1u) % STAGES, inv);
             }
             workgroupBarrier();
         }

@@ -10,10 +10,9 @@ struct Params {
     c_in_per_group: u32, c_out_per_group: u32, groups: u32, k_total: u32,
     k_tiles: u32, n_pad: u32, m_tiles: u32, n_tiles: u32,
     total_tiles: u32, in_offset: u32, out_offset: u32, flags: u32,
-    // The row-band kernel's geometry (conv_band.wgsl; zero for the other kernels).
-    band_rows: u32, band_cols: u32, chunk_ch: u32, chunks: u32,
-    k_frags: u32, fx: u32, wg_rows: u32, row_tiles: u32,
-    x_tiles: u32, x_clamp: u32,
+    // The row-band kernel's grid (conv_band.wgsl; zero for the other kernels; the rest of
+    // its geometry is compiled in).
+    chunks: u32, row_tiles: u32, x_tiles: u32, x_clamp: u32,
 }
 
 // flags

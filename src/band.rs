@@ -30,9 +30,19 @@ pub struct BandGeometry {
 }
 
 impl BandGeometry {
-    /// The pipeline's problem-dependent array sizes.
-    pub fn sizes(&self) -> crate::kernel::BandSizes {
-        crate::kernel::BandSizes { band: self.cap, b_rows: self.k_frags * 16 }
+    /// The pipeline's compile-time part.
+    pub fn shape(&self, spec: &Conv2dSpec) -> crate::kernel::BandShape {
+        crate::kernel::BandShape {
+            band_rows: self.band_rows,
+            band_cols: self.band_cols,
+            stride_w: spec.stride[1],
+            stride_h: spec.stride[0],
+            dil_h: spec.dilation[0],
+            chunk_ch: self.chunk_ch,
+            k_frags: self.k_frags,
+            fx: self.fx,
+            wg_rows: self.wg_rows,
+        }
     }
 }
 

@@ -475,9 +475,10 @@ pub fn band_sweep() -> Vec<TileConfig> {
     ]
 }
 
-/// The row-band config a fresh f16 `Conv2d` uses where the row-band kernel applies.
+/// The row-band kernel's reference config (its fastest on the H100, BENCHMARKS.md run 31):
+/// 8 warps of 2×3 fragments over 128 positions × 96 channels.
 pub fn default_band_config() -> TileConfig {
-    TileConfig::with_thread_tile(128, 96, 16, 8, 12, 1)
+    TileConfig::with_thread_tile(128, 96, 16, 4, 12, 1)
 }
 
 /// The cooperative-matrix config a fresh f16 `Conv2d` uses.

@@ -4,9 +4,7 @@
 //! are folded into two dimensions.
 
 use crate::band::{band_geometry, band_weight_len, pack_band_weights, BandGeometry};
-use crate::config::{
-    default_band_config, default_config, default_coop_config, default_sweep, KernelLimits, TileConfig,
-};
+use crate::config::{default_config, default_coop_config, default_sweep, KernelLimits, TileConfig};
 use crate::error::{Error, Result};
 use crate::gpu::{ErrorScope, Gpu};
 use crate::kernel::{ConvParams, Kernel, KernelKind, Precision, DIRECT_WORKGROUP, FLAG_RELU};
@@ -315,13 +313,7 @@ impl Conv2d {
                 (Some(cfg), Some(b)) => {
                     params.n_pad = s.out_channels_per_group().next_multiple_of(cfg.block_n);
                     params.n_tiles = params.n_pad / cfg.block_n;
-                    params.band_rows = b.band_rows;
-                    params.band_cols = b.band_cols;
-                    params.chunk_ch = b.chunk_ch;
                     params.chunks = b.chunks;
-                    params.k_frags = b.k_frags;
-                    params.fx = b.fx;
-                    params.wg_rows = b.wg_rows;
                     params.row_tiles = b.row_tiles;
                     params.x_tiles = b.x_tiles;
                     params.x_clamp = b.x_clamp;
@@ -474,7 +466,7 @@ impl Conv2d {
         let kernel = self.gpu.pipelines.get_or_build_band(
             &self.gpu.device,
             self.kind,
-            geometry.sizes(),
+            geometry.shape(&self.spec),
             self.gpu.runtime_checks,
         )?;
         kernels.insert(key, (kernel.clone(), geometry));
@@ -521,14 +513,6 @@ fn choose_kernel(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -> Resul
             band_runs(spec, &cfg, &limits)?;
         }
         return Ok((kind, ConfigSource::Explicit));
-    }
-    // f16 on cooperative matrices: the row-band kernel where it applies.
-    if options.precision == Precision::F16Accum32 && gpu.has_coop_f16() {
-        let cfg = default_band_config();
-        let kind = KernelKind::CoopBand(cfg);
-        if kind.validate(&limits).is_ok() && band_runs(spec, &cfg, &limits).is_ok() {
-            return Ok((kind, ConfigSource::Default));
-        }
     }
     let wrap = |c: TileConfig| kind_for(gpu, options.precision, c);
     // The tuner measures the f32 kernel: its decisions are not reused for the f16 kernels.

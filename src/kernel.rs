@@ -124,26 +124,44 @@ fn report_range() {
 }
 ";
 
-/// The workgroup arrays of the row-band kernel that depend on the problem: the band's
-/// capacity (f16 elements) and the weight rows of one kernel row. Zero for other kernels.
+/// The row-band kernel's compile-time geometry (see `crate::band::BandGeometry`, which
+/// derives it from a problem): constants, so that its staging loops unroll. All zero for
+/// the other kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct BandSizes {
-    pub band: u32,
-    pub b_rows: u32,
+pub struct BandShape {
+    pub band_rows: u32,
+    pub band_cols: u32,
+    pub stride_w: u32,
+    pub stride_h: u32,
+    pub dil_h: u32,
+    pub chunk_ch: u32,
+    pub k_frags: u32,
+    pub fx: u32,
+    pub wg_rows: u32,
 }
 
 /// What [`source`] and [`check_portable`] compose the row-band kernel with when no problem
-/// is at hand (AlexNet conv1 at `block_m` 128 needs a band of 14 336 and 48 weight rows).
-pub const NOMINAL_BAND_SIZES: BandSizes = BandSizes { band: 14336, b_rows: 48 };
+/// is at hand: AlexNet conv1's at `block_m` 128 (two output rows of four fragments).
+pub const NOMINAL_BAND_SHAPE: BandShape = BandShape {
+    band_rows: 15,
+    band_cols: 57,
+    stride_w: 4,
+    stride_h: 4,
+    dil_h: 1,
+    chunk_ch: 4,
+    k_frags: 3,
+    fx: 4,
+    wg_rows: 2,
+};
 
 /// The WGSL of a kernel, ready for naga or wgpu (the row-band kernel with
-/// [`NOMINAL_BAND_SIZES`]).
+/// [`NOMINAL_BAND_SHAPE`]).
 pub fn source(kind: &KernelKind) -> String {
-    compose(kind, NOMINAL_BAND_SIZES)
+    compose(kind, NOMINAL_BAND_SHAPE)
 }
 
-/// The WGSL of a kernel; `band` sizes the row-band kernel's workgroup arrays.
-pub(crate) fn compose(kind: &KernelKind, band: BandSizes) -> String {
+/// The WGSL of a kernel; `band` is the row-band kernel's geometry (ignored by the others).
+pub(crate) fn compose(kind: &KernelKind, band: BandShape) -> String {
     let Some(c) = kind.config() else {
         return format!("{PARAMS_WGSL}\n{DIRECT_WGSL}");
     };
@@ -186,8 +204,18 @@ pub(crate) fn compose(kind: &KernelKind, band: BandSizes) -> String {
             let (wm, wn, fm, fn_) = c.band_layout().unwrap_or((1, 1, 1, 1));
             header.push_str(&format!(
                 "const WARPS_M: u32 = {wm}u;\nconst WARPS_N: u32 = {wn}u;\nconst FM: u32 = {fm}u;\nconst FN: u32 = {fn_}u;\n\
-                 const BAND_CAP: u32 = {}u;\nconst B_ROWS: u32 = {}u;\n",
-                band.band, band.b_rows
+                 const BAND_ROWS: u32 = {}u;\nconst BAND_COLS: u32 = {}u;\nconst SW: u32 = {}u;\n\
+                 const SH: u32 = {}u;\nconst DH: u32 = {}u;\nconst CHUNK_CH: u32 = {}u;\n\
+                 const K_FRAGS: u32 = {}u;\nconst FX: u32 = {}u;\nconst WG_ROWS: u32 = {}u;\n",
+                band.band_rows,
+                band.band_cols,
+                band.stride_w,
+                band.stride_h,
+                band.dil_h,
+                band.chunk_ch,
+                band.k_frags,
+                band.fx,
+                band.wg_rows
             ));
             band_body(fm, fn_)
         }
@@ -390,13 +418,7 @@ pub(crate) struct ConvParams {
     pub in_offset: u32,
     pub out_offset: u32,
     pub flags: u32,
-    pub band_rows: u32,
-    pub band_cols: u32,
-    pub chunk_ch: u32,
     pub chunks: u32,
-    pub k_frags: u32,
-    pub fx: u32,
-    pub wg_rows: u32,
     pub row_tiles: u32,
     pub x_tiles: u32,
     pub x_clamp: u32,
@@ -414,19 +436,19 @@ pub(crate) struct Kernel {
 #[derive(Default)]
 pub(crate) struct PipelineCache {
     /// By kernel and band sizes (zero for all but the row-band kernel).
-    map: Mutex<HashMap<(KernelKind, BandSizes), Arc<Kernel>>>,
+    map: Mutex<HashMap<(KernelKind, BandShape), Arc<Kernel>>>,
 }
 
 impl PipelineCache {
     pub fn get_or_build(&self, device: &wgpu::Device, kind: KernelKind, runtime_checks: bool) -> Result<Arc<Kernel>> {
-        self.get_or_build_band(device, kind, BandSizes::default(), runtime_checks)
+        self.get_or_build_band(device, kind, BandShape::default(), runtime_checks)
     }
-    /// The row-band kernel needs its band sizes; other kernels ignore them.
+    /// The row-band kernel needs its geometry; other kernels ignore it.
     pub fn get_or_build_band(
         &self,
         device: &wgpu::Device,
         kind: KernelKind,
-        band: BandSizes,
+        band: BandShape,
         runtime_checks: bool,
     ) -> Result<Arc<Kernel>> {
         let key = (kind, band);
@@ -448,7 +470,7 @@ fn layout_entry(binding: u32, ty: wgpu::BufferBindingType) -> wgpu::BindGroupLay
     }
 }
 
-fn build(device: &wgpu::Device, kind: &KernelKind, band: BandSizes, runtime_checks: bool) -> Result<Kernel> {
+fn build(device: &wgpu::Device, kind: &KernelKind, band: BandShape, runtime_checks: bool) -> Result<Kernel> {
     let src = compose(kind, band);
     let ro = wgpu::BufferBindingType::Storage { read_only: true };
     let scope = crate::gpu::ErrorScope::push(device);
@@ -505,9 +527,9 @@ mod tests {
 
     #[test]
     fn params_match_wgsl_struct() {
-        // 38 u32 fields, in the order of shaders/params.wgsl.
-        assert_eq!(std::mem::size_of::<ConvParams>(), 38 * 4);
+        // 32 u32 fields, in the order of shaders/params.wgsl.
+        assert_eq!(std::mem::size_of::<ConvParams>(), 32 * 4);
         let fields = PARAMS_WGSL.split("struct Params {").nth(1).unwrap().split('}').next().unwrap();
-        assert_eq!(fields.matches(": u32").count(), 38);
+        assert_eq!(fields.matches(": u32").count(), 32);
     }
 }
