@@ -31,7 +31,10 @@ pub enum KernelKind {
     /// The row-band implicit GEMM on cooperative matrices (`shaders/conv_band.wgsl`): the
     /// input band of a few output rows is staged once per workgroup and A fragments are
     /// loaded from it directly. For convolutions without column dilation whose column
-    /// stride fits the band depth (`block_k`); f16 operands, f32 accumulation.
+    /// stride fits the band depth (`block_k`); f16 operands, f32 accumulation. Opt-in: slower
+    /// than [`KernelKind::Coop`] on the H100 (BENCHMARKS.md). Where KW is not a multiple of
+    /// the column stride, a NaN input also makes NaN the outputs up to one stride beyond its
+    /// receptive field (the padded taps meet zero weights; 0 × NaN is NaN).
     CoopBand(TileConfig),
     /// One output per invocation: the oracle and the fallback.
     Direct,
