@@ -1,29 +1,32 @@
 // The row-band implicit GEMM on cooperative matrices: f16 operands, f32 accumulation, f32
 // tensors in memory. Where conv_coop.wgsl gathers every A element from global memory, this
 // kernel stages the input band its output rows need once, coalesced, and then reads every
-// A fragment straight out of it with one strided coopLoad.
+// A fragment straight out of it with one strided coopLoad. Opt-in: slower than
+// conv_coop.wgsl on the H100 (BENCHMARKS.md, "The row-band cooperative kernel").
 //
 // The layout that makes this work is a space-to-depth of the band by the column stride S:
-// band column X holds input columns X·S .. X·S+S-1 of CC channels in CP = BK slots,
-// slot c'= c·S + ph. For an output row, output column ox and tap (ky, kx = kx'·S + ph) read
-// band[ky-row][ox + kx'][c' ]; so for a fixed kernel row the A operand is
-//     A[ox][k] = band[row][ox·CP + k],   k = kx'·CP + c'  (0 ≤ k < KW'·CP, KW' = ⌈KW/S⌉)
+// band column X holds input columns X·S .. X·S+S-1 of CHUNK_CH channels in CP = BK slots,
+// slot c' = c·S + ph. For an output row, output column ox and tap (ky, kx = kx'·S + ph) read
+// band[ky-row][ox + kx'][c']; so for a fixed kernel row the A operand is
+//     A[ox][k] = band[row][ox·CP + k],   k = kx'·CP + c'  (0 ≤ k < TAPS·CP, TAPS = ⌈KW/S⌉)
 // a row-major matrix with row stride CP. Slots that match no tap (kx ≥ KW, c ≥ C_in/g) meet
-// zero weights; the band holds finite values there (zeros or neighbouring inputs).
+// zero weights; there the band holds zeros or neighbouring inputs (so a NaN input can reach
+// an output through a zero weight: the caveat on `KernelKind::CoopBand`).
 //
 // A workgroup computes WG_ROWS output rows × FX fragments of 16 columns (chosen by the
 // host from the output width; WG_ROWS·FX ≤ BM/16) × BN channels. The last
 // fragment of a row is moved left to end at OW (it recomputes a few columns and does not
 // store them), so no fragment reads past its row. Weights (f16, packed by the host as
-// [group][chunk][ky][k][n_pad]) are staged one kernel row at a time into STAGES buffers
-// (with 2, the next row's weights are copied while this row multiplies): B fragments read
-// straight from the storage buffer took 2.7 ms instead of ... (BENCHMARKS.md run 26).
+// [group][chunk][ky][k][n_pad]) are staged one kernel row at a time into STAGES buffers,
+// the next row's loaded into registers while this row multiplies (B fragments read
+// straight from the storage buffer were slower: BENCHMARKS.md runs 26-27).
 //
-// The header (tile constants, WARPS_M/N, FM/FN, BAND_CAP, B_ROWS) and the per-fragment statements
-// at the `//@FRAGMENT_*` markers come from src/kernel.rs (src/band.rs computes the
-// geometry; compile-time, so the staging loops unroll and their loads overlap); warps are
+// The header (tile constants, WARPS_M/N, FM/FN and the band geometry BAND_ROWS, BAND_COLS,
+// SW, SH, DH, CHUNK_CH, K_FRAGS, FX, WG_ROWS, computed by src/band.rs) and the
+// per-fragment statements at the `//@FRAGMENT_*` markers come from src/kernel.rs; warps are
 // local_invocation_index / 32 (the host builds this kernel only where subgroups are 32 wide).
-// CPU twin: src/reference.rs (conv2d) with operands rounded to f16.
+// CPU twin of the indexing: src/band.rs (conv_band); of the arithmetic: src/reference.rs
+// (conv2d) with operands rounded to f16.
 
 const FRAG: u32 = 16u;
 const CP: u32 = BK;
@@ -33,6 +36,10 @@ const COL_ITERS: u32 = (N_COLS + WG - 1u) / WG;   // band columns per invocation
 const ROW_ELEMS: u32 = BAND_COLS * CP;            // band elements per input row
 const STAGE_ROWS: u32 = 8u;                       // input rows staged per step (run 31: 1, 2, 4, 8)
 const B_ROWS: u32 = K_FRAGS * FRAG;               // weight rows per kernel row
+const TAPS: u32 = B_ROWS / CP;                    // band columns one output column reads
+// The kernel rows the band was sized for: every band index below stays under BAND_ROWS and
+// BAND_COLS by these constants alone, whatever the uniform says (no runtime bounds checks).
+const KH_BAND: u32 = (BAND_ROWS - 1u - (WG_ROWS - 1u) * SH) / DH + 1u;
 const B_VEC_PER_ROW: u32 = BN / 8u;
 const B_LOADS: u32 = (B_ROWS * B_VEC_PER_ROW + WG - 1u) / WG;
 // Rows of the weight stages are padded by 8 (16 bytes) against bank conflicts.
@@ -85,7 +92,8 @@ fn frag_x(t: Tile, q: u32) -> u32 {
 }
 // Where fragment q's A operand starts in the band, for kernel row 0 and k = 0.
 fn frag_band_offset(t: Tile, q: u32) -> u32 {
-    return frag_row(q) * SH * ROW_ELEMS + (frag_x(t, q) - t.xb) * CP;
+    let col = min(frag_x(t, q) - t.xb, BAND_COLS - FRAG - TAPS + 1u);
+    return frag_row(q) * SH * ROW_ELEMS + col * CP;
 }
 
 // Global → band, for input channels chunk·CHUNK_CH .. +CHUNK_CH-1, as f16 (through the
@@ -97,7 +105,8 @@ fn frag_band_offset(t: Tile, q: u32) -> u32 {
 // H100 (BENCHMARKS.md runs 26-31) one row at a time left every load's latency exposed and
 // a fully unrolled stage was far slower still (register pressure beside the accumulators).
 fn stage_band(t: Tile, chunk: u32, inv: u32) {
-    let band_rows = (WG_ROWS - 1u) * SH + (p.kh - 1u) * DH + 1u;   // = BAND_ROWS, from the uniform
+    // BAND_ROWS, from the uniform: a constant bound would unroll the row loop.
+    let band_rows = min((WG_ROWS - 1u) * SH + (p.kh - 1u) * DH + 1u, BAND_ROWS);
     let c0 = chunk * CHUNK_CH;
     let iy0 = i32(t.oy0 * SH) - i32(p.pad_top);
     let plane = p.h * p.w;
@@ -202,16 +211,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     let q0 = (warp % WARPS_M) * FM;          // the warp's first block fragment along M
     let wn0 = (warp / WARPS_M) * FN * FRAG;  // and its first channel
     //@FRAGMENT_INIT
+    let kh = min(p.kh, KH_BAND);
+    // Each chunk starts after the barrier that ends the previous one's last kernel row.
     for (var chunk = 0u; chunk < p.chunks; chunk++) {
-        if (chunk > 0u) {
-            workgroupBarrier();             // everyone is done with the previous band
-        }
         fetch_weights(t, chunk, 0u, inv);
         stage_band(t, chunk, inv);
         stash_weights(0u, inv);
         workgroupBarrier();
-        for (var ky = 0u; ky < p.kh; ky++) {
-            let next = ky + 1u < p.kh;
+        for (var ky = 0u; ky < kh; ky++) {
+            let next = ky + 1u < kh;
             if (next) {
                 fetch_weights(t, chunk, ky + 1u, inv);   // in flight while we multiply
             }

@@ -7,26 +7,62 @@ use crate::config::{KernelLimits, TileConfig};
 use crate::error::{Error, Result};
 use crate::spec::Conv2dSpec;
 
+/// The K side of the row-band layout, fixed by the spec and the config alone (the weights
+/// are packed by it before any input size is known).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BandK {
+    /// Band columns one output column reads: ⌈KW / stride_w⌉.
+    pub taps: u32,
+    /// Input channels per band: `block_k / stride_w` (the band depth holds channel × phase).
+    pub chunk_ch: u32,
+    /// Bands per group: ⌈(C_in/g) / chunk_ch⌉.
+    pub chunks: u32,
+    /// 16-wide K fragments per kernel row: taps · block_k / 16.
+    pub k_frags: u32,
+    /// The group's output channels padded to whole `block_n` blocks.
+    pub n_pad: u32,
+}
+
+impl BandK {
+    /// For a convolution [`band_refusal`] accepts (column stride ≤ `block_k`; a larger one is
+    /// clamped here so that nothing divides by zero).
+    pub fn of(spec: &Conv2dSpec, cfg: &TileConfig) -> BandK {
+        let sw = spec.stride[1].clamp(1, cfg.block_k.max(1));
+        let taps = spec.kernel[1].div_ceil(sw);
+        let chunk_ch = cfg.block_k / sw;
+        BandK {
+            taps,
+            chunk_ch,
+            chunks: spec.in_channels_per_group().div_ceil(chunk_ch),
+            k_frags: taps * cfg.block_k / 16,
+            n_pad: spec.out_channels_per_group().next_multiple_of(cfg.block_n),
+        }
+    }
+}
+
 /// The row-band kernel's geometry for one problem (`shaders/conv_band.wgsl`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BandGeometry {
-    /// 16-column fragments per output row of a workgroup, and output rows per workgroup.
+    /// 16-column fragments per output row of a workgroup.
     pub fx: u32,
+    /// Output rows per workgroup.
     pub wg_rows: u32,
+    /// Workgroups along an output row, and along the output rows of an image.
     pub x_tiles: u32,
     pub row_tiles: u32,
     /// The largest fragment start: OW − 16 (0 for rows narrower than a fragment).
     pub x_clamp: u32,
-    /// Band columns (of `block_k` slots) and input rows.
+    /// Band columns (of `block_k` slots each).
     pub band_cols: u32,
+    /// Input rows in the band.
     pub band_rows: u32,
-    /// Input channels per band (`block_k / stride_w`) and bands per group.
+    /// Input channels per band and bands per group (see [`BandK`]).
     pub chunk_ch: u32,
     pub chunks: u32,
-    /// 16-wide K fragments per kernel row: ⌈KW / stride_w⌉ · block_k / 16.
+    /// 16-wide K fragments per kernel row (see [`BandK`]).
     pub k_frags: u32,
-    /// Band elements, rounded up to a multiple of 1024 (the pipeline's `BAND_CAP`).
-    pub cap: u32,
+    /// Band elements: `band_rows · band_cols · block_k` (the shader's `band` array).
+    pub band_elems: u32,
 }
 
 impl BandGeometry {
@@ -44,6 +80,31 @@ impl BandGeometry {
             wg_rows: self.wg_rows,
         }
     }
+}
+
+/// The geometries of a few real problems for a config, on a device with 48 KiB of workgroup
+/// memory, in this order: AlexNet conv1 (11×11, stride 4), a ResNet 3×3 (64 channels,
+/// 56×56, stride 1), a 1×1 (256 → 64, 28×28: several channel bands), a 7×7 stride-2 stem
+/// with row dilation 2; those the config cannot run are left out. What `kernel::source`
+/// composes with and what `kernel::check_portable` validates.
+pub fn representative_shapes(cfg: &TileConfig) -> Vec<crate::kernel::BandShape> {
+    use crate::spec::{Padding, Shape4};
+    let limits =
+        KernelLimits { workgroup_storage_bytes: 48 * 1024, invocations_per_workgroup: 1024, workgroup_size_x: 1024 };
+    let problems = [
+        (Conv2dSpec::new(3, 96, 11).stride(4, 4).padding(Padding::uniform(2)), Shape4::new(1, 3, 224, 224)),
+        (Conv2dSpec::new(64, 64, 3).padding(Padding::uniform(1)), Shape4::new(1, 64, 56, 56)),
+        (Conv2dSpec::new(256, 64, 1), Shape4::new(1, 256, 28, 28)),
+        (Conv2dSpec::new(3, 64, 7).stride(2, 2).dilation(2, 1).padding(Padding::uniform(3)), Shape4::new(1, 3, 64, 64)),
+    ];
+    problems
+        .iter()
+        .filter_map(|(spec, shape)| {
+            let problem = spec.problem(*shape).ok()?;
+            let geo = band_geometry(spec, problem.output.h, problem.output.w, cfg, &limits).ok()?;
+            Some(geo.shape(spec))
+        })
+        .collect()
 }
 
 /// Workgroup bytes of the row-band kernel's weight stages: `stages` kernel rows of
@@ -64,7 +125,8 @@ pub fn band_refusal(spec: &Conv2dSpec, cfg: &TileConfig) -> Option<String> {
 }
 
 /// The row-band geometry with the widest rows (fewest recomputed columns) whose band fits
-/// the device's workgroup memory; 1-fragment rows always come last.
+/// the device's workgroup memory, trying fragments per row from the most the output width
+/// can use down to one.
 pub fn band_geometry(
     spec: &Conv2dSpec,
     oh: u32,
@@ -76,11 +138,9 @@ pub fn band_geometry(
         return Err(Error::ConfigRefused { config: cfg.to_string(), reason });
     }
     let frags = cfg.block_m / 16;
-    let (sh, sw) = (spec.stride[0], spec.stride[1]);
-    let taps = spec.kernel[1].div_ceil(sw);
-    let chunk_ch = cfg.block_k / sw;
+    let sh = spec.stride[0];
+    let BandK { taps, chunk_ch, chunks, k_frags, .. } = BandK::of(spec, cfg);
     let span_h = spec.dilation[0] as u64 * (spec.kernel[0] as u64 - 1);
-    let k_frags = taps * cfg.block_k / 16;
     let room = (limits.workgroup_storage_bytes as u64)
         .saturating_sub(cfg.band_scratch_bytes())
         .saturating_sub(weight_stage_bytes(cfg, k_frags));
@@ -90,9 +150,9 @@ pub fn band_geometry(
         let band_rows = (wg_rows as u64 - 1) * sh as u64 + span_h + 1;
         // Fragment starts span at most the row (they are clamped to OW − 16).
         let band_cols = (16 * fx).min(ow.max(16)) as u64 + taps as u64 - 1;
-        let cap = (band_rows * band_cols * cfg.block_k as u64).next_multiple_of(1024);
-        smallest = smallest.min(cap);
-        if cap * 2 > room {
+        let band_elems = band_rows * band_cols * cfg.block_k as u64;
+        smallest = smallest.min(band_elems);
+        if band_elems * 2 > room {
             continue;
         }
         return Ok(BandGeometry {
@@ -104,15 +164,15 @@ pub fn band_geometry(
             band_cols: band_cols as u32,
             band_rows: band_rows as u32,
             chunk_ch,
-            chunks: spec.in_channels_per_group().div_ceil(chunk_ch),
+            chunks,
             k_frags,
-            cap: cap as u32,
+            band_elems: band_elems as u32,
         });
     }
     Err(Error::ConfigRefused {
         config: cfg.to_string(),
         reason: format!(
-            "the row-band kernel's band needs at least {} B of workgroup memory, the device has {} B beside its weight stages and scratch",
+            "the row-band kernel's band needs {} B of workgroup memory at its smallest, the device has {} B beside its weight stages and scratch",
             smallest.saturating_mul(2),
             room
         ),
@@ -121,30 +181,22 @@ pub fn band_geometry(
 
 /// Elements of [`pack_band_weights`]' output.
 pub fn band_weight_len(spec: &Conv2dSpec, cfg: &TileConfig) -> u64 {
-    let sw = spec.stride[1].clamp(1, cfg.block_k);
-    let chunks = spec.in_channels_per_group().div_ceil(cfg.block_k / sw) as u64;
-    let k_row = spec.kernel[1].div_ceil(sw) as u64 * cfg.block_k as u64;
-    spec.groups as u64
-        * chunks
-        * spec.kernel[0] as u64
-        * k_row
-        * spec.out_channels_per_group().next_multiple_of(cfg.block_n) as u64
+    let k = BandK::of(spec, cfg);
+    spec.groups as u64 * k.chunks as u64 * spec.kernel[0] as u64 * k.k_frags as u64 * 16 * k.n_pad as u64
 }
 
 /// Weights as the row-band kernel reads them: `[group][chunk][ky][k][n_pad]` with
 /// k = kx'·block_k + c·S + ph for tap kx = kx'·S + ph of channel chunk·(block_k/S) + c
 /// (S = column stride); zeros for taps past KW, channels past C_in/g and columns past
-/// the group's C_out.
+/// the group's C_out. For convolutions [`band_refusal`] accepts.
 pub fn pack_band_weights(spec: &Conv2dSpec, weight: &[f32], cfg: &TileConfig) -> Vec<f32> {
     let (kh, kw) = (spec.kernel[0] as usize, spec.kernel[1] as usize);
-    let sw = spec.stride[1] as usize;
+    let k = BandK::of(spec, cfg);
+    let sw = spec.stride[1].clamp(1, cfg.block_k.max(1)) as usize;
     let cp = cfg.block_k as usize;
-    let chunk_ch = cp / sw;
+    let (chunk_ch, chunks, taps, n_pad) = (k.chunk_ch as usize, k.chunks as usize, k.taps as usize, k.n_pad as usize);
     let cin_g = spec.in_channels_per_group() as usize;
     let cout_g = spec.out_channels_per_group() as usize;
-    let n_pad = spec.out_channels_per_group().next_multiple_of(cfg.block_n) as usize;
-    let chunks = cin_g.div_ceil(chunk_ch);
-    let taps = kw.div_ceil(sw);
     let k_row = taps * cp;
     let mut packed = vec![0.0f32; band_weight_len(spec, cfg) as usize];
     for g in 0..spec.groups as usize {
@@ -172,9 +224,11 @@ pub fn pack_band_weights(spec: &Conv2dSpec, weight: &[f32], cfg: &TileConfig) ->
     packed
 }
 
-/// The CPU twin of `shaders/conv_band.wgsl`: the same tile walk, band staging, fragment
-/// offsets, packed-weight reads and store rules, in plain loops (f64 sums of the operands
-/// as given: no f16 rounding). `packed` is [`pack_band_weights`]' output; the result is
+/// The CPU twin of `shaders/conv_band.wgsl`'s indexing: the same tiles (walked by nested
+/// loops, not the shader's linear tile number), band staging, fragment offsets, packed-weight
+/// reads and store rules, in plain loops, with the band sized exactly as the shader's
+/// (f64 sums of the operands as given: no f16 rounding). Not modelled: the warps' share
+/// of the fragments, and the weights' trip through vec4 loads and `b_tile`. `packed` is [`pack_band_weights`]' output; the result is
 /// `[N, C_out, OH, OW]` with untouched outputs left NaN, so a store rule that misses an
 /// output shows.
 pub fn conv_band(
@@ -188,23 +242,24 @@ pub fn conv_band(
     let spec = &problem.spec;
     let (c_in, h, w) = (problem.input.c as usize, problem.input.h as i64, problem.input.w as i64);
     let (c_out, oh, ow) = (problem.output.c as usize, problem.output.h as usize, problem.output.w as usize);
-    let g_ = geometry;
+    let geo = geometry;
     let cp = cfg.block_k as usize;
     let (sh, sw) = (spec.stride[0] as usize, spec.stride[1] as usize);
     let (kh, dh) = (spec.kernel[0] as usize, spec.dilation[0] as usize);
     let cin_g = spec.in_channels_per_group() as usize;
     let cout_g = spec.out_channels_per_group() as usize;
-    let n_pad = spec.out_channels_per_group().next_multiple_of(cfg.block_n) as usize;
+    let band_k = BandK::of(spec, cfg);
+    let n_pad = band_k.n_pad as usize;
     let frags = (cfg.block_m / 16) as usize;
-    let (fx, wg_rows, band_cols) = (g_.fx as usize, g_.wg_rows as usize, g_.band_cols as usize);
-    let x_clamp = g_.x_clamp as usize;
+    let (fx, wg_rows, band_cols) = (geo.fx as usize, geo.wg_rows as usize, geo.band_cols as usize);
+    let x_clamp = geo.x_clamp as usize;
     let n_tiles = n_pad / cfg.block_n as usize;
     let mut out = vec![f32::NAN; problem.output.len() as usize];
-    let mut band = vec![0.0f32; g_.cap as usize];
+    let mut band = vec![0.0f32; geo.band_elems as usize];
     for g in 0..spec.groups as usize {
         for img in 0..problem.input.n as usize {
-            for yt in 0..g_.row_tiles as usize {
-                for xt in 0..g_.x_tiles as usize {
+            for yt in 0..geo.row_tiles as usize {
+                for xt in 0..geo.x_tiles as usize {
                     for nt in 0..n_tiles {
                         let (oy0, ox0, n0) = (yt * wg_rows, xt * 16 * fx, nt * cfg.block_n as usize);
                         let xb = ox0.min(x_clamp);
@@ -212,18 +267,18 @@ pub fn conv_band(
                         let nominal = |q: usize| ox0 + (q % fx) * 16;
                         let frag_x = |q: usize| nominal(q).min(x_clamp);
                         let mut acc = vec![0.0f64; frags * 16 * cfg.block_n as usize];
-                        for chunk in 0..g_.chunks as usize {
+                        for chunk in 0..geo.chunks as usize {
                             // stage_band
                             for col in 0..band_cols * sw {
                                 let ph = col % sw;
                                 let ix = ((xb * sw + col) as i64) - spec.padding.left as i64;
                                 for cl in (0..cp.div_ceil(sw)).take_while(|cl| cl * sw + ph < cp) {
-                                    let c = chunk * g_.chunk_ch as usize + cl;
-                                    for br in 0..g_.band_rows as usize {
+                                    let c = chunk * geo.chunk_ch as usize + cl;
+                                    for br in 0..geo.band_rows as usize {
                                         let iy = (oy0 * sh + br) as i64 - spec.padding.top as i64;
                                         let ok = (0..w).contains(&ix)
                                             && (0..h).contains(&iy)
-                                            && cl < g_.chunk_ch as usize
+                                            && cl < geo.chunk_ch as usize
                                             && c < cin_g;
                                         let v = if ok {
                                             input[((img * c_in + g * cin_g + c) * h as usize + iy as usize)
@@ -237,13 +292,14 @@ pub fn conv_band(
                                 }
                             }
                             // the K loop
-                            let k_chunk = (g * g_.chunks as usize + chunk) * kh * g_.k_frags as usize * 16;
+                            let k_chunk = (g * geo.chunks as usize + chunk) * kh * geo.k_frags as usize * 16;
                             for ky in 0..kh {
-                                for kf in 0..g_.k_frags as usize {
+                                for kf in 0..geo.k_frags as usize {
                                     let a_off = ky * dh * band_cols * cp + kf * 16;
-                                    let b_row = k_chunk + (ky * g_.k_frags as usize + kf) * 16;
+                                    let b_row = k_chunk + (ky * geo.k_frags as usize + kf) * 16;
                                     for q in 0..frags {
-                                        let a_base = (frag_row(q) * sh * band_cols + frag_x(q) - xb) * cp;
+                                        let col = (frag_x(q) - xb).min(band_cols - 16 - band_k.taps as usize + 1);
+                                        let a_base = (frag_row(q) * sh * band_cols + col) * cp;
                                         for m in 0..16 {
                                             for k in 0..16 {
                                                 let a = band[a_base + a_off + m * cp + k] as f64;
@@ -349,7 +405,7 @@ mod tests {
         assert_eq!((g.fx, g.wg_rows, g.band_rows, g.band_cols, g.k_frags, g.chunks), (4, 2, 15, 57, 3, 1));
         // Less memory: fewer fragments per row, more rows.
         let g = band_geometry(&spec, 55, 55, &cfg, &limits(40 * 1024)).unwrap();
-        let used = g.cap as u64 * 2 + cfg.band_scratch_bytes() + weight_stage_bytes(&cfg, g.k_frags);
+        let used = g.band_elems as u64 * 2 + cfg.band_scratch_bytes() + weight_stage_bytes(&cfg, g.k_frags);
         assert!(g.fx < 4 && used <= 40 * 1024, "{g:?}");
         assert!(band_geometry(&spec, 55, 55, &cfg, &limits(8 * 1024)).is_err());
         let dilated = Conv2dSpec::new(3, 8, 3).dilation(1, 2);

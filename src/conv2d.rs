@@ -344,7 +344,7 @@ impl Conv2d {
             fn bind_range(buffer: &wgpu::Buffer, offset: u64, size: u64) -> wgpu::BindingResource<'_> {
                 wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset, size: wgpu::BufferSize::new(size) })
             }
-            // The direct kernel has no gather table; bind the bias in its slot (unused).
+            // The direct and row-band kernels have no gather table; bind the bias in its slot (unused).
             let ktab_res = match &ktab {
                 Some(t) => t.as_entire_binding(),
                 None => self.bias.as_entire_binding(),
@@ -568,7 +568,9 @@ pub fn kind_for(gpu: &Gpu, precision: Precision, config: TileConfig) -> Result<K
 }
 
 /// Whether the row-band kernel can run a convolution for any input size: it applies, and
-/// its narrowest band (one fragment per row) fits the device.
+/// its geometry of one fragment per row fits the device. That geometry is the last one
+/// `band_geometry` tries for every width, so it is sufficient; a spec refused here might
+/// still fit some widths with wider rows.
 pub(crate) fn band_runs(spec: &Conv2dSpec, cfg: &TileConfig, limits: &KernelLimits) -> Result<()> {
     band_geometry(spec, 1, 1, cfg, limits).map(|_| ())
 }

@@ -143,24 +143,30 @@ pub struct BandShape {
     pub wg_rows: u32,
 }
 
-/// What [`source`] and [`check_portable`] compose the row-band kernel with when no problem
-/// is at hand: AlexNet conv1's at `block_m` 128 (two output rows of four fragments).
-pub const NOMINAL_BAND_SHAPE: BandShape = BandShape {
-    band_rows: 15,
-    band_cols: 57,
-    stride_w: 4,
-    stride_h: 4,
-    dil_h: 1,
-    chunk_ch: 4,
-    k_frags: 3,
-    fx: 4,
-    wg_rows: 2,
-};
-
-/// The WGSL of a kernel, ready for naga or wgpu (the row-band kernel with
-/// [`NOMINAL_BAND_SHAPE`]).
+/// The WGSL of a kernel, ready for naga or wgpu. The row-band kernel, whose geometry comes
+/// from a problem, is composed for AlexNet conv1 ([`crate::band::representative_shapes`]'s
+/// first that its config can run, else an all-ones geometry).
 pub fn source(kind: &KernelKind) -> String {
-    compose(kind, NOMINAL_BAND_SHAPE)
+    let band = match kind {
+        KernelKind::CoopBand(c) => crate::band::representative_shapes(c).into_iter().next(),
+        _ => None,
+    };
+    compose(kind, band.unwrap_or(BandShape::ONES))
+}
+
+impl BandShape {
+    /// A geometry every formula of the shader accepts (one row, one column, one fragment).
+    const ONES: BandShape = BandShape {
+        band_rows: 1,
+        band_cols: 16,
+        stride_w: 1,
+        stride_h: 1,
+        dil_h: 1,
+        chunk_ch: 1,
+        k_frags: 1,
+        fx: 1,
+        wg_rows: 1,
+    };
 }
 
 /// The WGSL of a kernel; `band` is the row-band kernel's geometry (ignored by the others).
@@ -229,84 +235,89 @@ pub(crate) fn compose(kind: &KernelKind, band: BandShape) -> String {
     format!("{enables}{header}{prelude}\n{PARAMS_WGSL}\n{loaders}\n{body}")
 }
 
-/// conv_coop.wgsl with its per-fragment statements written out.
-fn coop_body(fm: u32, fn_: u32) -> String {
-    let frags: Vec<(u32, u32)> = (0..fm).flat_map(|i| (0..fn_).map(move |j| (i, j))).collect();
-    let decls: String =
-        frags.iter().map(|(i, j)| format!("var<private> acc_{i}_{j}: coop_mat16x16<f32, C>;\n")).collect();
-    let mut mma = String::new();
-    for i in 0..fm {
-        mma.push_str(&format!(
-            "        let a_{i} = coopLoad<coop_mat16x16<f16, A>>(&a_tile[a_at + {}u], A_STRIDE);\n",
-            i * 16
-        ));
-    }
-    for j in 0..fn_ {
-        mma.push_str(&format!(
-            "        let b_{j} = coopLoadT<coop_mat16x16<f16, B>>(&b_tile[b_at + {}u], B_STRIDE);\n",
-            j * 16
-        ));
-    }
-    for (i, j) in &frags {
-        mma.push_str(&format!("        acc_{i}_{j} = coopMultiplyAdd(a_{i}, b_{j}, acc_{i}_{j});\n"));
-    }
-    let init: String = frags.iter().map(|(i, j)| format!("    acc_{i}_{j} = coop_mat16x16<f32, C>();\n")).collect();
-    let store: String = frags
-        .iter()
-        .map(|(i, j)| {
-            format!(
-                "    coopStore(acc_{i}_{j}, &c_scratch[scratch], FRAG);\n    store_fragment(blk, warp, lane, wm0 + {}u, wn0 + {}u);\n",
-                i * 16,
-                j * 16
-            )
-        })
-        .collect();
-    COOP_WGSL
-        .replace("//@FRAGMENT_DECLS", &decls)
-        .replace("        //@FRAGMENT_MMA", &mma)
-        .replace("    //@FRAGMENT_INIT", &init)
-        .replace("    //@FRAGMENT_STORE", &store)
+/// What differs between the cooperative-matrix kernels' per-fragment statements.
+struct FragmentCode<'a> {
+    /// The kernel's source, with the `//@FRAGMENT_*` markers.
+    source: &'a str,
+    /// Indentation of the `//@FRAGMENT_MMA` marker (the multiply step's loop depth).
+    mma_indent: &'a str,
+    /// The load of A fragment i and of B fragment j (right-hand sides).
+    a_load: &'a dyn Fn(u32) -> String,
+    b_load: &'a dyn Fn(u32) -> String,
+    /// Per-warp statements after the accumulators are zeroed, for fragment row i.
+    init_row: &'a dyn Fn(u32) -> String,
+    /// The store of accumulator (i, j).
+    store: &'a dyn Fn(u32, u32) -> String,
 }
 
-/// conv_band.wgsl with its per-fragment statements written out: fragment (i, j) of a warp
-/// is block fragment `q0 + i` along M and channels `wn0 + 16·j` along N.
-fn band_body(fm: u32, fn_: u32) -> String {
+/// A cooperative-matrix kernel's source with its per-fragment statements written out at its
+/// `//@FRAGMENT_*` markers (WGSL cannot index an array of cooperative matrices): one
+/// accumulator per fragment (i, j) of the warp's FM×FN, zeroed; per multiply step FM A and
+/// FN B loads and FM·FN multiply-adds; then the stores.
+fn splice_fragments(fm: u32, fn_: u32, code: &FragmentCode) -> String {
     let frags: Vec<(u32, u32)> = (0..fm).flat_map(|i| (0..fn_).map(move |j| (i, j))).collect();
     let decls: String =
         frags.iter().map(|(i, j)| format!("var<private> acc_{i}_{j}: coop_mat16x16<f32, C>;\n")).collect();
     let mut init: String = frags.iter().map(|(i, j)| format!("    acc_{i}_{j} = coop_mat16x16<f32, C>();\n")).collect();
-    for i in 0..fm {
-        init.push_str(&format!("    let a_base_{i} = frag_band_offset(t, q0 + {i}u);\n"));
-    }
+    (0..fm).for_each(|i| init.push_str(&(code.init_row)(i)));
+    let ind = code.mma_indent;
     let mut mma = String::new();
-    for i in 0..fm {
-        mma.push_str(&format!(
-            "                let a_{i} = coopLoadT<coop_mat16x16<f16, A>>(&band[a_base_{i} + a_off], CP);\n"
-        ));
-    }
-    for j in 0..fn_ {
-        mma.push_str(&format!(
-            "                let b_{j} = coopLoadT<coop_mat16x16<f16, B>>(&b_tile[b_at + {}u], B_STRIDE);\n",
-            j * 16
-        ));
-    }
+    (0..fm).for_each(|i| mma.push_str(&format!("{ind}let a_{i} = {};\n", (code.a_load)(i))));
+    (0..fn_).for_each(|j| mma.push_str(&format!("{ind}let b_{j} = {};\n", (code.b_load)(j))));
     for (i, j) in &frags {
-        mma.push_str(&format!("                acc_{i}_{j} = coopMultiplyAdd(a_{i}, b_{j}, acc_{i}_{j});\n"));
+        mma.push_str(&format!("{ind}acc_{i}_{j} = coopMultiplyAdd(a_{i}, b_{j}, acc_{i}_{j});\n"));
     }
-    let store: String = frags
-        .iter()
-        .map(|(i, j)| {
-            format!(
-                "    coopStore(acc_{i}_{j}, &c_scratch[scratch], FRAG);\n    store_fragment(t, warp, lane, q0 + {i}u, wn0 + {}u);\n",
-                j * 16
-            )
-        })
-        .collect();
-    BAND_WGSL
+    let store: String = frags.iter().map(|&(i, j)| (code.store)(i, j)).collect();
+    code.source
         .replace("//@FRAGMENT_DECLS", &decls)
-        .replace("                //@FRAGMENT_MMA", &mma)
+        .replace(&format!("{ind}//@FRAGMENT_MMA"), &mma)
         .replace("    //@FRAGMENT_INIT", &init)
         .replace("    //@FRAGMENT_STORE", &store)
+}
+
+/// conv_coop.wgsl: A fragments column-major and B row-major from the staged tiles; the warp's
+/// fragments start at (wm0, wn0).
+fn coop_body(fm: u32, fn_: u32) -> String {
+    splice_fragments(
+        fm,
+        fn_,
+        &FragmentCode {
+            source: COOP_WGSL,
+            mma_indent: "        ",
+            a_load: &|i| format!("coopLoad<coop_mat16x16<f16, A>>(&a_tile[a_at + {}u], A_STRIDE)", i * 16),
+            b_load: &|j| format!("coopLoadT<coop_mat16x16<f16, B>>(&b_tile[b_at + {}u], B_STRIDE)", j * 16),
+            init_row: &|_| String::new(),
+            store: &|i, j| {
+                format!(
+                    "    coopStore(acc_{i}_{j}, &c_scratch[scratch], FRAG);\n    store_fragment(blk, warp, lane, wm0 + {}u, wn0 + {}u);\n",
+                    i * 16,
+                    j * 16
+                )
+            },
+        },
+    )
+}
+
+/// conv_band.wgsl: fragment (i, j) of a warp is block fragment `q0 + i` along M, read
+/// row-major from the band, and channels `wn0 + 16·j` along N.
+fn band_body(fm: u32, fn_: u32) -> String {
+    splice_fragments(
+        fm,
+        fn_,
+        &FragmentCode {
+            source: BAND_WGSL,
+            mma_indent: "                ",
+            a_load: &|i| format!("coopLoadT<coop_mat16x16<f16, A>>(&band[a_base_{i} + a_off], CP)"),
+            b_load: &|j| format!("coopLoadT<coop_mat16x16<f16, B>>(&b_tile[b_at + {}u], B_STRIDE)", j * 16),
+            init_row: &|i| format!("    let a_base_{i} = frag_band_offset(t, q0 + {i}u);\n"),
+            store: &|i, j| {
+                format!(
+                    "    coopStore(acc_{i}_{j}, &c_scratch[scratch], FRAG);\n    store_fragment(t, warp, lane, q0 + {i}u, wn0 + {}u);\n",
+                    j * 16
+                )
+            },
+        },
+    )
 }
 
 /// A hash of every shader source: part of the tuning cache's key, so a cached decision
@@ -334,7 +345,6 @@ pub fn portable_targets(kind: &KernelKind) -> &'static [&'static str] {
 /// [`portable_targets`] (SPIR-V, MSL, HLSL, GLSL compute): the proof that a variant is
 /// portable, without any device.
 pub fn check_portable(kind: &KernelKind) -> Result<()> {
-    use naga::back;
     // `source` assumes a structurally valid config.
     match kind {
         KernelKind::Tiled(c) | KernelKind::TiledF16(c) => c.check_shape()?,
@@ -346,13 +356,31 @@ pub fn check_portable(kind: &KernelKind) -> Result<()> {
         }
         KernelKind::Direct => {}
     }
+    match kind {
+        // Every geometry of a few real problems, not one nominal one.
+        KernelKind::CoopBand(c) => {
+            let shapes = crate::band::representative_shapes(c);
+            if shapes.is_empty() {
+                return Err(Error::ConfigRefused {
+                    config: c.to_string(),
+                    reason: "no representative problem fits a 48 KiB device".into(),
+                });
+            }
+            shapes.into_iter().try_for_each(|band| check_source(kind, &compose(kind, band)))
+        }
+        _ => check_source(kind, &source(kind)),
+    }
+}
+
+/// Parses, validates and translates one composed source (see [`check_portable`]).
+fn check_source(kind: &KernelKind, src: &str) -> Result<()> {
+    use naga::back;
     let err =
         |stage: &'static str| move |e: &dyn std::fmt::Display| Error::Wgpu { stage, message: format!("{kind}: {e}") };
-    let src = source(kind);
-    let module = naga::front::wgsl::parse_str(&src).map_err(|e| err("naga parse")(&e.emit_to_string(&src)))?;
+    let module = naga::front::wgsl::parse_str(src).map_err(|e| err("naga parse")(&e.emit_to_string(src)))?;
     let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
         .validate(&module)
-        .map_err(|e| err("naga validate")(&e.emit_to_string(&src)))?;
+        .map_err(|e| err("naga validate")(&e.emit_to_string(src)))?;
     for target in portable_targets(kind) {
         match *target {
             "SPIR-V" => {

@@ -28,10 +28,7 @@ fn check(name: &str, spec: S, [n, h, w]: [u32; 3]) {
     if has_f16(&gpu) {
         let f16 = case.conv_at(&gpu, None, Precision::F16Accum32);
         let (kind, _) = f16.kernel();
-        assert!(
-            matches!(kind, KernelKind::Coop(_) | KernelKind::CoopBand(_) | KernelKind::TiledF16(_)),
-            "{name}: f16 kernel is {kind}"
-        );
+        assert!(matches!(kind, KernelKind::Coop(_) | KernelKind::TiledF16(_)), "{name}: f16 kernel is {kind}");
         case.check_encode(&gpu, &f16);
     }
 }

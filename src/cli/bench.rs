@@ -102,7 +102,7 @@ pub fn main(args: Args) -> CliResult {
             .collect::<CliResult<_>>()?,
         None => {
             if precision == Precision::F16Accum32 && gpu.has_coop_f16() {
-                // Both cooperative-matrix kernels: the row-band one first (the f16 default).
+                // Both cooperative-matrix kernels: the opt-in row-band one, then the gathering one.
                 let band = band_sweep().into_iter().map(KernelKind::CoopBand);
                 band.chain(coop_sweep().into_iter().map(KernelKind::Coop)).collect()
             } else {
