@@ -6,21 +6,12 @@ use wgconv::config::{band_sweep, coop_sweep, default_sweep};
 use wgconv::kernel::{check_portable, portable_targets};
 use wgconv::KernelKind;
 
+/// Both cooperative-matrix kernels' sweeps (the row-band one on the geometries of several
+/// real problems: see `band::representative_shapes`).
 #[test]
-fn coop_sweep_translates_to_spirv() {
-    for c in coop_sweep() {
-        let kind = KernelKind::Coop(c);
-        c.coop_layout().unwrap_or_else(|e| panic!("{kind}: {e}"));
-        assert_eq!(portable_targets(&kind), ["SPIR-V"]);
-        check_portable(&kind).unwrap_or_else(|e| panic!("{e}"));
-    }
-}
-
-#[test]
-fn band_sweep_translates_to_spirv() {
-    for c in band_sweep() {
-        let kind = KernelKind::CoopBand(c);
-        c.band_layout().unwrap_or_else(|e| panic!("{kind}: {e}"));
+fn coop_sweeps_translate_to_spirv() {
+    let gathering = coop_sweep().into_iter().map(KernelKind::Coop);
+    for kind in gathering.chain(band_sweep().into_iter().map(KernelKind::CoopBand)) {
         assert_eq!(portable_targets(&kind), ["SPIR-V"]);
         check_portable(&kind).unwrap_or_else(|e| panic!("{e}"));
     }
