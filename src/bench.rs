@@ -47,8 +47,16 @@ pub struct BenchOptions {
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum Outcome {
-    /// Correct and timed.
-    Ok { time_ms: Summary, tflops: f64, pct_of_peak: Option<f64>, speedup_vs_baseline: Option<f64>, rel_l2: f64 },
+    /// Correct and timed. `samples_ms`: every timed run, in run order (a bimodal row shows
+    /// its pattern there).
+    Ok {
+        time_ms: Summary,
+        tflops: f64,
+        pct_of_peak: Option<f64>,
+        speedup_vs_baseline: Option<f64>,
+        rel_l2: f64,
+        samples_ms: Vec<f64>,
+    },
     /// The device cannot run it (reason from `TileConfig::validate`).
     Refused { reason: String },
     /// Ran but disagreed with the reference: never ranked.
@@ -233,6 +241,7 @@ pub fn run(gpu: &Arc<Gpu>, opts: &BenchOptions, mut progress: impl FnMut(usize, 
                     pct_of_peak: peak.map(|p| 100.0 * tflops / p),
                     speedup_vs_baseline: None,
                     rel_l2: err,
+                    samples_ms: times,
                 })
             })()
             .unwrap_or_else(|e| Outcome::Failed { reason: e.to_string() }),
@@ -287,7 +296,7 @@ pub fn table(report: &BenchReport) -> String {
         "kernel", "median ms", "min ms", "max ms", "TFLOP/s", "% peak", "vs base", "rel L2"
     );
     for r in report.ranked() {
-        if let Outcome::Ok { time_ms, tflops, pct_of_peak, speedup_vs_baseline, rel_l2 } = &r.outcome {
+        if let Outcome::Ok { time_ms, tflops, pct_of_peak, speedup_vs_baseline, rel_l2, .. } = &r.outcome {
             let _ = writeln!(
                 s,
                 "{:<34} {:>9.3} {:>9.3} {:>9.3} {:>8.3} {:>7} {:>8} {:>9.1e}",
