@@ -92,7 +92,7 @@ fn frag_x(t: Tile, q: u32) -> u32 {
 }
 // Where fragment q's A operand starts in the band, for kernel row 0 and k = 0.
 fn frag_band_offset(t: Tile, q: u32) -> u32 {
-    let col = min(frag_x(t, q) - t.xb, BAND_COLS - FRAG - TAPS + 1u);
+    let col = min(frag_x(t, q) - t.xb, BAND_COLS + 1u - FRAG - TAPS);
     return frag_row(q) * SH * ROW_ELEMS + col * CP;
 }
 

@@ -298,7 +298,7 @@ pub fn conv_band(
                                     let a_off = ky * dh * band_cols * cp + kf * 16;
                                     let b_row = k_chunk + (ky * geo.k_frags as usize + kf) * 16;
                                     for q in 0..frags {
-                                        let col = (frag_x(q) - xb).min(band_cols - 16 - band_k.taps as usize + 1);
+                                        let col = (frag_x(q) - xb).min(band_cols + 1 - 16 - band_k.taps as usize);
                                         let a_base = (frag_row(q) * sh * band_cols + col) * cp;
                                         for m in 0..16 {
                                             for k in 0..16 {
