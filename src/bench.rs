@@ -9,7 +9,7 @@ use crate::gpu::{AdapterSummary, ErrorScope, Gpu};
 use crate::kernel::KernelKind;
 use crate::reference;
 use crate::spec::ConvProblem;
-use crate::timing::{time_plan, Clock, Summary};
+use crate::timing::{spin_up, time_plan, Clock, Summary};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::sync::Arc;
@@ -30,6 +30,9 @@ pub fn tolerance(p: crate::kernel::Precision) -> f64 {
 
 /// Batch used on CPU adapters (lavapipe) when the caller gives none.
 pub const CPU_BATCH: u32 = 2;
+
+/// How long the GPU runs the first kernel before the first timing (not on CPU adapters).
+pub const SPIN_UP: std::time::Duration = std::time::Duration::from_millis(300);
 
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
@@ -219,6 +222,10 @@ pub fn run(gpu: &Arc<Gpu>, opts: &BenchOptions, mut progress: impl FnMut(usize, 
             check().map_err(|e| Outcome::Failed { reason: e.to_string() })
         })
         .collect();
+    // The GPU idled through most of the checks: bring its clocks up before the first timing.
+    if let Some(Ok((_, plan, _))) = checked.iter().find(|c| c.is_ok()).filter(|_| !gpu.is_cpu()) {
+        spin_up(gpu, plan, SPIN_UP)?;
+    }
     for (i, (kind, checked)) in opts.kernels.iter().zip(checked).enumerate() {
         progress(n + i, 2 * n, &format!("timing {kind}"));
         let outcome = match checked {

@@ -76,6 +76,25 @@ pub fn time_plan(gpu: &Gpu, plan: &ConvPlan, warmup: u32, runs: u32) -> Result<(
     Ok((times, Clock::GpuTimestamps))
 }
 
+/// Runs `plan` back to back for at least `min` of wall time (at least once), so that an idle
+/// GPU's clocks are up before anything is timed: warm-up by time, not only by count. A
+/// precaution, not a proven cure: on the H100 the first config timed in a process could
+/// measure up to 4× slow, flat over all its runs (BENCHMARKS.md runs 37 and 39). With this
+/// spin-up the next fresh machine's first process was normal, but so was a process without
+/// it after 60 s of idling (run 40); the cause is not known.
+pub fn spin_up(gpu: &Gpu, plan: &ConvPlan, min: std::time::Duration) -> Result<()> {
+    let start = std::time::Instant::now();
+    loop {
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        plan.encode(&mut enc, None);
+        gpu.queue.submit([enc.finish()]);
+        gpu.wait()?;
+        if start.elapsed() >= min {
+            return Ok(());
+        }
+    }
+}
+
 /// Median, min, max, quartiles of a sample.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Summary {
