@@ -11,7 +11,9 @@ use crate::spec::Conv2dSpec;
 /// are packed by it before any input size is known).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BandK {
-    /// Band columns one output column reads: ⌈KW / stride_w⌉.
+    /// The column stride S (the phases per band column).
+    pub stride_w: u32,
+    /// Band columns one output column reads: ⌈KW / S⌉.
     pub taps: u32,
     /// Input channels per band: `block_k / stride_w` (the band depth holds channel × phase).
     pub chunk_ch: u32,
@@ -31,6 +33,7 @@ impl BandK {
         let taps = spec.kernel[1].div_ceil(sw);
         let chunk_ch = cfg.block_k / sw;
         BandK {
+            stride_w: sw,
             taps,
             chunk_ch,
             chunks: spec.in_channels_per_group().div_ceil(chunk_ch),
@@ -56,11 +59,8 @@ pub struct BandGeometry {
     pub band_cols: u32,
     /// Input rows in the band.
     pub band_rows: u32,
-    /// Input channels per band and bands per group (see [`BandK`]).
-    pub chunk_ch: u32,
-    pub chunks: u32,
-    /// 16-wide K fragments per kernel row (see [`BandK`]).
-    pub k_frags: u32,
+    /// The K side: channels per band, bands, K fragments per kernel row.
+    pub k: BandK,
     /// Band elements: `band_rows · band_cols · block_k` (the shader's `band` array).
     pub band_elems: u32,
 }
@@ -74,8 +74,8 @@ impl BandGeometry {
             stride_w: spec.stride[1],
             stride_h: spec.stride[0],
             dil_h: spec.dilation[0],
-            chunk_ch: self.chunk_ch,
-            k_frags: self.k_frags,
+            chunk_ch: self.k.chunk_ch,
+            k_frags: self.k.k_frags,
             fx: self.fx,
             wg_rows: self.wg_rows,
         }
@@ -139,7 +139,8 @@ pub fn band_geometry(
     }
     let frags = cfg.block_m / 16;
     let sh = spec.stride[0];
-    let BandK { taps, chunk_ch, chunks, k_frags, .. } = BandK::of(spec, cfg);
+    let k = BandK::of(spec, cfg);
+    let (taps, k_frags) = (k.taps, k.k_frags);
     let span_h = spec.dilation[0] as u64 * (spec.kernel[0] as u64 - 1);
     let room = (limits.workgroup_storage_bytes as u64)
         .saturating_sub(cfg.band_scratch_bytes())
@@ -163,9 +164,7 @@ pub fn band_geometry(
             x_clamp: ow.max(16) - 16,
             band_cols: band_cols as u32,
             band_rows: band_rows as u32,
-            chunk_ch,
-            chunks,
-            k_frags,
+            k,
             band_elems: band_elems as u32,
         });
     }
@@ -192,9 +191,9 @@ pub fn band_weight_len(spec: &Conv2dSpec, cfg: &TileConfig) -> u64 {
 pub fn pack_band_weights(spec: &Conv2dSpec, weight: &[f32], cfg: &TileConfig) -> Vec<f32> {
     let (kh, kw) = (spec.kernel[0] as usize, spec.kernel[1] as usize);
     let k = BandK::of(spec, cfg);
-    let sw = spec.stride[1].clamp(1, cfg.block_k.max(1)) as usize;
     let cp = cfg.block_k as usize;
-    let (chunk_ch, chunks, taps, n_pad) = (k.chunk_ch as usize, k.chunks as usize, k.taps as usize, k.n_pad as usize);
+    let (sw, chunk_ch, chunks, taps, n_pad) =
+        (k.stride_w as usize, k.chunk_ch as usize, k.chunks as usize, k.taps as usize, k.n_pad as usize);
     let cin_g = spec.in_channels_per_group() as usize;
     let cout_g = spec.out_channels_per_group() as usize;
     let k_row = taps * cp;
@@ -267,18 +266,18 @@ pub fn conv_band(
                         let nominal = |q: usize| ox0 + (q % fx) * 16;
                         let frag_x = |q: usize| nominal(q).min(x_clamp);
                         let mut acc = vec![0.0f64; frags * 16 * cfg.block_n as usize];
-                        for chunk in 0..geo.chunks as usize {
+                        for chunk in 0..geo.k.chunks as usize {
                             // stage_band
                             for col in 0..band_cols * sw {
                                 let ph = col % sw;
                                 let ix = ((xb * sw + col) as i64) - spec.padding.left as i64;
                                 for cl in (0..cp.div_ceil(sw)).take_while(|cl| cl * sw + ph < cp) {
-                                    let c = chunk * geo.chunk_ch as usize + cl;
+                                    let c = chunk * geo.k.chunk_ch as usize + cl;
                                     for br in 0..geo.band_rows as usize {
                                         let iy = (oy0 * sh + br) as i64 - spec.padding.top as i64;
                                         let ok = (0..w).contains(&ix)
                                             && (0..h).contains(&iy)
-                                            && cl < geo.chunk_ch as usize
+                                            && cl < geo.k.chunk_ch as usize
                                             && c < cin_g;
                                         let v = if ok {
                                             input[((img * c_in + g * cin_g + c) * h as usize + iy as usize)
@@ -292,11 +291,11 @@ pub fn conv_band(
                                 }
                             }
                             // the K loop
-                            let k_chunk = (g * geo.chunks as usize + chunk) * kh * geo.k_frags as usize * 16;
+                            let k_chunk = (g * geo.k.chunks as usize + chunk) * kh * geo.k.k_frags as usize * 16;
                             for ky in 0..kh {
-                                for kf in 0..geo.k_frags as usize {
+                                for kf in 0..geo.k.k_frags as usize {
                                     let a_off = ky * dh * band_cols * cp + kf * 16;
-                                    let b_row = k_chunk + (ky * geo.k_frags as usize + kf) * 16;
+                                    let b_row = k_chunk + (ky * geo.k.k_frags as usize + kf) * 16;
                                     for q in 0..frags {
                                         let col = (frag_x(q) - xb).min(band_cols + 1 - 16 - band_k.taps as usize);
                                         let a_base = (frag_row(q) * sh * band_cols + col) * cp;
@@ -402,10 +401,10 @@ mod tests {
         let spec = Conv2dSpec::new(3, 96, 11).stride(4, 4).padding(Padding::uniform(2));
         let cfg = crate::config::default_band_config();
         let g = band_geometry(&spec, 55, 55, &cfg, &limits(48 * 1024)).unwrap();
-        assert_eq!((g.fx, g.wg_rows, g.band_rows, g.band_cols, g.k_frags, g.chunks), (4, 2, 15, 57, 3, 1));
+        assert_eq!((g.fx, g.wg_rows, g.band_rows, g.band_cols, g.k.k_frags, g.k.chunks), (4, 2, 15, 57, 3, 1));
         // Less memory: fewer fragments per row, more rows.
         let g = band_geometry(&spec, 55, 55, &cfg, &limits(40 * 1024)).unwrap();
-        let used = g.band_elems as u64 * 2 + cfg.band_scratch_bytes() + weight_stage_bytes(&cfg, g.k_frags);
+        let used = g.band_elems as u64 * 2 + cfg.band_scratch_bytes() + weight_stage_bytes(&cfg, g.k.k_frags);
         assert!(g.fx < 4 && used <= 40 * 1024, "{g:?}");
         assert!(band_geometry(&spec, 55, 55, &cfg, &limits(8 * 1024)).is_err());
         let dilated = Conv2dSpec::new(3, 8, 3).dilation(1, 2);

@@ -168,13 +168,29 @@ impl TileConfig {
         Ok(())
     }
 
-    /// Checks shared by both kernels: warps, stages, block_k and the A loader's split.
-    fn check_common(&self) -> Result<()> {
-        self.check_bounds()?;
-        let pow2 = |v: u32| v.is_power_of_two();
+    fn check_warps(&self) -> Result<()> {
         if !WARP_CHOICES.contains(&self.warps) {
             return Err(self.refuse(format!("warps must be one of {WARP_CHOICES:?}, got {}", self.warps)));
         }
+        Ok(())
+    }
+
+    /// Block sides in whole 16×16 fragments, for the cooperative-matrix kernel named `kernel`.
+    fn check_fragment_blocks(&self, kernel: &str) -> Result<()> {
+        if !self.block_m.is_multiple_of(16) || !self.block_n.is_multiple_of(16) || !self.block_k.is_multiple_of(16) {
+            return Err(self.refuse(format!(
+                "the {kernel} kernel needs block sizes in multiples of 16, got {}x{}x{}",
+                self.block_m, self.block_n, self.block_k
+            )));
+        }
+        Ok(())
+    }
+
+    /// Checks shared by both kernels: warps, stages, block_k and the A loader's split.
+    fn check_common(&self) -> Result<()> {
+        self.check_bounds()?;
+        self.check_warps()?;
+        let pow2 = |v: u32| v.is_power_of_two();
         if !STAGE_RANGE.contains(&self.stages) {
             return Err(self.refuse(format!("stages must be in {STAGE_RANGE:?}, got {}", self.stages)));
         }
@@ -249,12 +265,7 @@ impl TileConfig {
     /// the warp's lanes by the driver); the most square per-warp tile is chosen.
     pub fn coop_layout(&self) -> Result<(u32, u32, u32, u32)> {
         self.check_common()?;
-        if !self.block_m.is_multiple_of(16) || !self.block_n.is_multiple_of(16) || !self.block_k.is_multiple_of(16) {
-            return Err(self.refuse(format!(
-                "the cooperative-matrix kernel needs block sizes in multiples of 16, got {}x{}x{}",
-                self.block_m, self.block_n, self.block_k
-            )));
-        }
+        self.check_fragment_blocks("cooperative-matrix")?;
         self.fragment_layout(MAX_FRAGMENTS)
     }
 
@@ -292,26 +303,19 @@ impl TileConfig {
     /// weights are copied while the current row multiplies).
     pub fn band_layout(&self) -> Result<(u32, u32, u32, u32)> {
         self.check_bounds()?;
-        if !WARP_CHOICES.contains(&self.warps) {
-            return Err(self.refuse(format!("warps must be one of {WARP_CHOICES:?}, got {}", self.warps)));
-        }
+        self.check_warps()?;
         if !(1..=2).contains(&self.stages) {
             return Err(self.refuse(format!("the row-band kernel has 1 or 2 weight stages, got {}", self.stages)));
         }
-        if !self.block_m.is_multiple_of(16) || !self.block_n.is_multiple_of(16) || !self.block_k.is_multiple_of(16) {
-            return Err(self.refuse(format!(
-                "the row-band kernel needs block sizes in multiples of 16, got {}x{}x{}",
-                self.block_m, self.block_n, self.block_k
-            )));
-        }
+        self.check_fragment_blocks("row-band")?;
         if self.block_k > 128 {
             return Err(self.refuse(format!("band depth block_k must be at most 128, got {}", self.block_k)));
         }
         self.fragment_layout(MAX_BAND_FRAGMENTS)
     }
 
-    /// Workgroup memory of the row-band kernel besides its band: one 16×16 f32 scratch
-    /// fragment per warp. The band's size depends on the problem (see `conv2d`).
+    /// Workgroup memory of the row-band kernel besides its band and weight stages: one 16×16
+    /// f32 scratch fragment per warp. Those two depend on the problem (see `band`).
     pub fn band_scratch_bytes(&self) -> u64 {
         self.warps as u64 * 1024
     }

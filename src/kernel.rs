@@ -128,8 +128,9 @@ fn report_range() {
 ";
 
 /// The row-band kernel's compile-time geometry (see `crate::band::BandGeometry`, which
-/// derives it from a problem): constants, so that its staging loops unroll. All zero for
-/// the other kernels.
+/// derives it from a problem), compiled in as constants: its workgroup arrays are sized by
+/// it and its loops over fragments and weight rows have constant bounds. All zero for the
+/// other kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct BandShape {
     pub band_rows: u32,

@@ -17,24 +17,27 @@ pub enum Clock {
 /// Most runs one call times: two timestamps each, and a query set holds at most 4096.
 pub const MAX_TIMED_RUNS: u32 = 2048;
 
+/// One untimed run of `plan`, submitted (not waited for).
+fn submit(gpu: &Gpu, plan: &ConvPlan) {
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    plan.encode(&mut enc, None);
+    gpu.queue.submit([enc.finish()]);
+}
+
 /// Times `runs` executions of `plan` after `warmup` untimed ones; milliseconds per run.
 pub fn time_plan(gpu: &Gpu, plan: &ConvPlan, warmup: u32, runs: u32) -> Result<(Vec<f64>, Clock)> {
     if runs == 0 || runs > MAX_TIMED_RUNS {
         return Err(Error::Unsupported(format!("time_plan times 1 to {MAX_TIMED_RUNS} runs, not {runs}")));
     }
     for _ in 0..warmup {
-        let mut enc = gpu.device.create_command_encoder(&Default::default());
-        plan.encode(&mut enc, None);
-        gpu.queue.submit([enc.finish()]);
+        submit(gpu, plan);
     }
     gpu.wait()?;
     if !gpu.has_timestamps() {
         let mut times = Vec::with_capacity(runs as usize);
         for _ in 0..runs {
             let t0 = std::time::Instant::now();
-            let mut enc = gpu.device.create_command_encoder(&Default::default());
-            plan.encode(&mut enc, None);
-            gpu.queue.submit([enc.finish()]);
+            submit(gpu, plan);
             gpu.wait()?;
             times.push(t0.elapsed().as_secs_f64() * 1e3);
         }
@@ -85,9 +88,7 @@ pub fn time_plan(gpu: &Gpu, plan: &ConvPlan, warmup: u32, runs: u32) -> Result<(
 pub fn spin_up(gpu: &Gpu, plan: &ConvPlan, min: std::time::Duration) -> Result<()> {
     let start = std::time::Instant::now();
     loop {
-        let mut enc = gpu.device.create_command_encoder(&Default::default());
-        plan.encode(&mut enc, None);
-        gpu.queue.submit([enc.finish()]);
+        submit(gpu, plan);
         gpu.wait()?;
         if start.elapsed() >= min {
             return Ok(());
