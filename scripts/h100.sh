@@ -19,6 +19,16 @@ export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
 exec > >(tee "$OUT/h100.log") 2>&1
 date -u +%Y-%m-%dT%H:%M:%SZ
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
+# SM clock and power every 100 ms for the whole run, summarised at exit over the busy samples
+# (power above 150 W): the FMA peak the notes quote assumes the 1980 MHz boost clock.
+nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 100 > "$OUT/clocks.csv" &
+SAMPLER=$!
+clock_summary() {
+    kill "$SAMPLER" 2>/dev/null
+    awk -F', ' '$2 > 150 { print $1 }' "$OUT/clocks.csv" | sort -n |
+        awk '{ v[NR] = $1 } END { if (NR) printf "SM clock while busy (power > 150 W, %d samples): min %d, median %d, max %d MHz\n", NR, v[1], v[int((NR + 1) / 2)], v[NR] }'
+}
+trap clock_summary EXIT
 "$BIN" info || true
 run() { echo "== wgconv bench $*"; "$BIN" bench "$@"; }
 run --json "$OUT/alexnet.json" --svg "$OUT/alexnet.svg" --direct ${BENCH_ARGS:-}

@@ -564,4 +564,17 @@ mod tests {
         let fields = PARAMS_WGSL.split("struct Params {").nth(1).unwrap().split('}').next().unwrap();
         assert_eq!(fields.matches(": u32").count(), 32);
     }
+
+    #[test]
+    fn every_marker_is_filled() {
+        let kinds = crate::config::default_sweep()
+            .into_iter()
+            .flat_map(|c| [KernelKind::Tiled(c), KernelKind::TiledF16(c)])
+            .chain(crate::config::coop_sweep().into_iter().map(KernelKind::Coop))
+            .chain(crate::config::band_sweep().into_iter().map(KernelKind::CoopBand));
+        for kind in kinds {
+            let src = source(&kind);
+            assert!(!src.lines().any(|l| l.trim_start().starts_with("//@")), "{kind}: a marker was left");
+        }
+    }
 }

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# On the H100 machine: time kernels and keep the SASS the driver compiled for each, one shader
+# cache directory per kernel, in $OUT/sass.tar (read it here with scripts/sass.py).
+# Usage: scripts/h100-sass.sh PRECISION:CONFIG...   e.g. f32:m64n96k16-t4x12-w4-s1
+set -uo pipefail
+BIN=${WGCONV_BIN:-target/release/wgconv}
+OUT=${OUT:-/tmp/wgconv-h100}
+DIR=$(mktemp -d)
+mkdir -p "$DIR/sass"
+for spec in "$@"; do
+    IFS=: read -r precision config <<< "$spec"
+    cache="$DIR/cache/$precision-$config"
+    mkdir -p "$cache"
+    __GL_SHADER_DISK_CACHE_PATH=$cache __GL_SHADER_DISK_CACHE_SKIP_CLEANUP=1 \
+        "$BIN" bench --precision "$precision" --configs "$config" 2>&1 | grep -E "^(tiled|coop)|error"
+    blob=$(find "$cache" -name '*.bin' | head -1)
+    [ -n "$blob" ] && cp "$blob" "$DIR/sass/$precision-$config.bin"
+done
+tar cf "$OUT/sass.tar" -C "$DIR" sass
