@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # On the H100 machine: time kernels and keep the SASS the driver compiled for each, one shader
 # cache directory per kernel, in $OUT/sass.tar (read it here with scripts/sass.py).
+# Carry .gl and target/release/wgconv (as for scripts/h100.sh).
 # Usage: scripts/h100-sass.sh PRECISION:CONFIG...   e.g. f32:m64n96k16-t4x12-w4-s1
 set -uo pipefail
-BIN=${WGCONV_BIN:-target/release/wgconv}
-OUT=${OUT:-/tmp/wgconv-h100}
+source "$(dirname "$0")/h100-env.sh"
 DIR=$(mktemp -d)
 mkdir -p "$DIR/sass"
 for spec in "$@"; do

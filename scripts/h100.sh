@@ -6,15 +6,7 @@
 # Usage: scripts/h100.sh [quick|full]   (quick: AlexNet sweep only, no anchors)
 set -uo pipefail
 MODE=${1:-full}
-OUT=${OUT:-/tmp/wgconv-h100}
-mkdir -p "$OUT"
-BIN=${WGCONV_BIN:-target/release/wgconv}
-if [ -d .gl ] && ! ldconfig -p | grep -q libvulkan.so.1; then
-    for f in .gl/*.deb; do dpkg -x "$f" /; done
-    ldconfig
-fi
-export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
-export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
+source "$(dirname "$0")/h100-env.sh"
 # Everything printed goes to one log (the device returns at most 8 files).
 exec > >(tee "$OUT/h100.log") 2>&1
 date -u +%Y-%m-%dT%H:%M:%SZ
