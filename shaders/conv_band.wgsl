@@ -18,8 +18,11 @@
 // fragment of a row is moved left to end at OW (it recomputes a few columns and does not
 // store them), so no fragment reads past its row. Weights (f16, packed by the host as
 // [group][chunk][ky][k][n_pad]) are staged one kernel row at a time into STAGES buffers,
-// the next row's loaded into registers while this row multiplies (B fragments read
-// straight from the storage buffer were slower: BENCHMARKS.md runs 26-27).
+// the next row's loaded after this row's multiply (B fragments read straight from the
+// storage buffer were slower: BENCHMARKS.md runs 26-27; loading them before the multiply,
+// into registers held across it, was 4 % slower: run 48). The channel chunks are a
+// compile-time count (CHUNKS): with one chunk, as for AlexNet, the accumulators are not
+// live while the band is staged (145 → 130 registers, run 47).
 //
 // The header (tile constants, WARPS_M/N, FM/FN and the band geometry BAND_ROWS, BAND_COLS,
 // SW, SH, DH, CHUNK_CH, K_FRAGS, FX, WG_ROWS, computed by src/band.rs) and the
@@ -146,7 +149,7 @@ fn stage_band(t: Tile, chunk: u32, inv: u32) {
 
 // Global → registers: the weights of kernel row `ky` of band `chunk`, 8 f16 per load.
 fn fetch_weights(t: Tile, chunk: u32, ky: u32, inv: u32) {
-    let row0 = ((t.g * p.chunks + chunk) * p.kh + ky) * B_ROWS;
+    let row0 = ((t.g * CHUNKS + chunk) * p.kh + ky) * B_ROWS;
     for (var j = 0u; j < B_LOADS; j++) {
         let e = inv + j * WG;
         if (e < B_ROWS * B_VEC_PER_ROW) {
@@ -213,16 +216,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     //@FRAGMENT_INIT
     let kh = min(p.kh, KH_BAND);
     // Each chunk starts after the barrier that ends the previous one's last kernel row.
-    for (var chunk = 0u; chunk < p.chunks; chunk++) {
+    for (var chunk = 0u; chunk < CHUNKS; chunk++) {
         fetch_weights(t, chunk, 0u, inv);
         stage_band(t, chunk, inv);
         stash_weights(0u, inv);
         workgroupBarrier();
         for (var ky = 0u; ky < kh; ky++) {
             let next = ky + 1u < kh;
-            if (next) {
-                fetch_weights(t, chunk, ky + 1u, inv);   // in flight while we multiply
-            }
             let b_base = (ky % STAGES) * B_ROWS * B_STRIDE + wn0;
             for (var kf = 0u; kf < K_FRAGS; kf++) {
                 let a_off = ky * DH * ROW_ELEMS + kf * FRAG;
@@ -233,6 +233,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
                 if (STAGES == 1u) {
                     workgroupBarrier();     // one buffer: everyone must be done reading it
                 }
+                fetch_weights(t, chunk, ky + 1u, inv);
                 stash_weights((ky + 1u) % STAGES, inv);
             }
             workgroupBarrier();

@@ -66,7 +66,12 @@ fn init_rows(t: u32, b: Block) {
     workgroupBarrier();
 }
 
-// Global → registers: K step `kt` of A (gathered) and B (packed weights).
+// Global → registers: K step `kt` of A (gathered, raw) and B (packed weights). Nothing here
+// touches a loaded value: A's rounding to the operand type waits for `stash`, after the
+// multiply, so the loads stay in flight across it. (With to_operand applied here, NVIDIA's
+// compiler placed the f16 range check right behind each load and every warp waited for its
+// gathers before multiplying: the f16 kernel took 0.93 ms instead of 0.76, BENCHMARKS.md
+// run 50.)
 // Invocation t gathers the tap k = t % BK for rows t / BK + j·A_ROW_STEP: neighbouring
 // invocations read neighbouring taps (kx), i.e. neighbouring input columns, so a warp's
 // loads are coalesced whatever the stride; and each invocation needs one table row per step.
@@ -78,7 +83,7 @@ fn fetch(kt: u32, t: u32, b: Block) {
         let ix = row.z + tab.z;
         var v = 0.0;
         if (u32(iy) < p.h && u32(ix) < p.w) {
-            v = to_operand(input[u32(row.x + tab.x)]);
+            v = input[u32(row.x + tab.x)];
         }
         a_next[j] = v;
     }
@@ -91,10 +96,10 @@ fn fetch(kt: u32, t: u32, b: Block) {
     }
 }
 
-// Registers → workgroup buffer `buf`, through the kernel's accessors.
+// Registers → workgroup buffer `buf`, through the kernel's accessors; A rounded here.
 fn stash(buf: u32, t: u32) {
     for (var j = 0u; j < A_LOADS; j++) {
-        store_a(buf, t % BK, t / BK + j * A_ROW_STEP, a_next[j]);
+        store_a(buf, t % BK, t / BK + j * A_ROW_STEP, to_operand(a_next[j]));
     }
     for (var j = 0u; j < B_LOADS; j++) {
         let e = t + j * WG;

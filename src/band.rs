@@ -75,6 +75,7 @@ impl BandGeometry {
             stride_h: spec.stride[0],
             dil_h: spec.dilation[0],
             chunk_ch: self.k.chunk_ch,
+            chunks: self.k.chunks,
             k_frags: self.k.k_frags,
             fx: self.fx,
             wg_rows: self.wg_rows,

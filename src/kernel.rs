@@ -139,6 +139,7 @@ pub struct BandShape {
     pub stride_h: u32,
     pub dil_h: u32,
     pub chunk_ch: u32,
+    pub chunks: u32,
     pub k_frags: u32,
     pub fx: u32,
     pub wg_rows: u32,
@@ -164,6 +165,7 @@ impl BandShape {
         stride_h: 1,
         dil_h: 1,
         chunk_ch: 1,
+        chunks: 1,
         k_frags: 1,
         fx: 1,
         wg_rows: 1,
@@ -215,7 +217,7 @@ pub(crate) fn compose(kind: &KernelKind, band: BandShape) -> String {
             header.push_str(&format!(
                 "const WARPS_M: u32 = {wm}u;\nconst WARPS_N: u32 = {wn}u;\nconst FM: u32 = {fm}u;\nconst FN: u32 = {fn_}u;\n\
                  const BAND_ROWS: u32 = {}u;\nconst BAND_COLS: u32 = {}u;\nconst SW: u32 = {}u;\n\
-                 const SH: u32 = {}u;\nconst DH: u32 = {}u;\nconst CHUNK_CH: u32 = {}u;\n\
+                 const SH: u32 = {}u;\nconst DH: u32 = {}u;\nconst CHUNK_CH: u32 = {}u;\nconst CHUNKS: u32 = {}u;\n\
                  const K_FRAGS: u32 = {}u;\nconst FX: u32 = {}u;\nconst WG_ROWS: u32 = {}u;\n",
                 band.band_rows,
                 band.band_cols,
@@ -223,6 +225,7 @@ pub(crate) fn compose(kind: &KernelKind, band: BandShape) -> String {
                 band.stride_h,
                 band.dil_h,
                 band.chunk_ch,
+                band.chunks,
                 band.k_frags,
                 band.fx,
                 band.wg_rows
