@@ -24,12 +24,15 @@ fn store_a(buf: u32, k: u32, m: u32, v: f32) {
     a_tile[(buf * BK + k) * A_STRIDE + m] = f16(v);
 }
 
-fn store_b(buf: u32, k: u32, n4: u32, v: vec4<f32>) {
+// Weights are f16 in memory (rounded at upload).
+alias WeightVec = vec4<f16>;
+
+fn store_b(buf: u32, k: u32, n4: u32, v: WeightVec) {
     let i = (buf * BK + k) * B_STRIDE + n4 * 4u;
-    b_tile[i] = f16(v.x);
-    b_tile[i + 1u] = f16(v.y);
-    b_tile[i + 2u] = f16(v.z);
-    b_tile[i + 3u] = f16(v.w);
+    b_tile[i] = v.x;
+    b_tile[i + 1u] = v.y;
+    b_tile[i + 2u] = v.z;
+    b_tile[i + 3u] = v.w;
 }
 
 //@FRAGMENT_DECLS

@@ -24,7 +24,9 @@ fn store_a(buf: u32, k: u32, m: u32, v: f32) {
     a_tile[(buf * BK + k) * A_STRIDE4 + m / 4u][m % 4u] = v;
 }
 
-fn store_b(buf: u32, k: u32, n4: u32, v: vec4<f32>) {
+alias WeightVec = vec4<f32>;
+
+fn store_b(buf: u32, k: u32, n4: u32, v: WeightVec) {
     b_tile[(buf * BK + k) * BN4 + n4] = v;
 }
 

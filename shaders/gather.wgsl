@@ -3,13 +3,17 @@
 // bounds test), B[k, n] read from weights packed at upload as [groups][k_pad][n_pad]
 // (zero-padded to whole tiles, so B loads need no test). The including kernel supplies
 //   fn store_a(buf: u32, k: u32, m: u32, v: f32)          one A element into workgroup memory
-//   fn store_b(buf: u32, k: u32, n4: u32, v: vec4<f32>)   B elements n4·4 .. n4·4+3
+//   fn store_b(buf: u32, k: u32, n4: u32, v: WeightVec)   B elements n4·4 .. n4·4+3
+//   alias WeightVec                                         4 weights as stored
 // and the precision prelude supplies to_operand(v) (identity, or rounding to f16) and
 // report_range() (called once at the end by each kernel).
 // Tile constants BM, BN, BK, WG, STAGES come from the generated header (src/kernel.rs).
 
 @group(0) @binding(1) var<storage, read> input: array<f32>;
-@group(0) @binding(2) var<storage, read> weight: array<vec4<f32>>;
+// Weights in the including kernel's `WeightVec`: vec4<f32> (conv_tiled.wgsl) or vec4<f16>
+// (conv_coop.wgsl: rounded to f16 once at upload, so its K loop neither converts them nor
+// holds f32 copies in registers).
+@group(0) @binding(2) var<storage, read> weight: array<WeightVec>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 // Gather table, one row per k (host-computed, so the loaders never divide):
 // x = element offset ic·H·W + ky·dh·W + kx·dw, y = ky·dh, z = kx·dw.
@@ -27,7 +31,7 @@ const OUT_OF_RANGE: i32 = -1073741824;
 // element offset of its output at channel 0, or -1 past the problem).
 var<workgroup> row_info: array<vec4<i32>, BM>;
 var<private> a_next: array<f32, A_LOADS>;
-var<private> b_next: array<vec4<f32>, B_LOADS>;
+var<private> b_next: array<WeightVec, B_LOADS>;
 
 // The block a workgroup computes: tiles are numbered n-tile fastest, so workgroups that
 // run together share input rows; the grid may be folded into two dimensions.

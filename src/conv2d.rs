@@ -155,6 +155,7 @@ impl Conv2d {
         let (kind, source) = choose_kernel(gpu, &spec, &options)?;
         let packed_bytes = match kind {
             KernelKind::CoopBand(cfg) => band_weight_len(&spec, &cfg).saturating_mul(2),
+            KernelKind::Coop(cfg) => packed_weight_len(&spec, &cfg).saturating_mul(2),
             _ => match kind.config() {
                 Some(cfg) => packed_weight_len(&spec, &cfg).saturating_mul(4),
                 None => spec.weight_len() as u64 * 4,
@@ -167,17 +168,13 @@ impl Conv2d {
         };
         let packed: Vec<u8> = match &kind {
             KernelKind::Tiled(cfg) => bytemuck::cast_slice(&pack_weights(&spec, weight, cfg)).to_vec(),
-            KernelKind::TiledF16(cfg) | KernelKind::Coop(cfg) => {
+            KernelKind::TiledF16(cfg) => {
                 let mut packed = pack_weights(&spec, weight, cfg);
                 round_to_f16(&mut packed, "weight")?;
                 bytemuck::cast_slice(&packed).to_vec()
             }
-            KernelKind::CoopBand(cfg) => {
-                let mut packed = pack_band_weights(&spec, weight, cfg);
-                round_to_f16(&mut packed, "weight")?;
-                let bits: Vec<u16> = packed.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
-                bytemuck::cast_slice(&bits).to_vec()
-            }
+            KernelKind::Coop(cfg) => f16_bytes(pack_weights(&spec, weight, cfg))?,
+            KernelKind::CoopBand(cfg) => f16_bytes(pack_band_weights(&spec, weight, cfg))?,
             KernelKind::Direct => bytemuck::cast_slice(weight).to_vec(),
         };
         let zeros;
@@ -598,6 +595,15 @@ pub(crate) fn round_to_f16(values: &mut [f32], what: &'static str) -> Result<()>
         *v = half::f16::from_f32(*v).to_f32();
     }
     Ok(())
+}
+
+/// Packed weights as f16 bytes (the cooperative-matrix kernels), refusing values beyond
+/// f16's range.
+fn f16_bytes(packed: Vec<f32>) -> Result<Vec<u8>> {
+    let mut packed = packed;
+    round_to_f16(&mut packed, "weight")?;
+    let bits: Vec<u16> = packed.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
+    Ok(bytemuck::cast_slice(&bits).to_vec())
 }
 
 /// Weights as the tiled kernel reads them: `[groups][k_pad][n_pad]`, K padded to whole
