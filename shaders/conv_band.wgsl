@@ -22,7 +22,11 @@
 // storage buffer were slower: BENCHMARKS.md runs 26-27; loading them before the multiply,
 // into registers held across it, was 4 % slower: run 48). The channel chunks are a
 // compile-time count (CHUNKS): with one chunk, as for AlexNet, the accumulators are not
-// live while the band is staged (145 → 130 registers, run 47).
+// live while the band is staged (145 → 130 registers, run 47). Still one workgroup per SM:
+// the band, weight stages and scratch take ~45 KiB, and NVIDIA's Vulkan driver leaves
+// about 52 KiB per SM to resident workgroups (run 54), so the staging of one workgroup is
+// never hidden behind another's multiply. That, more than the gather it avoids, is why
+// this kernel is slower than conv_coop.wgsl here.
 //
 // The header (tile constants, WARPS_M/N, FM/FN and the band geometry BAND_ROWS, BAND_COLS,
 // SW, SH, DH, CHUNK_CH, K_FRAGS, FX, WG_ROWS, computed by src/band.rs) and the

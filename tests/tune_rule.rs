@@ -425,19 +425,21 @@ fn occupancy_estimate_of_the_seed_on_nvidia() {
     assert_eq!(o.by_registers, 65536 / (72 * 128));
     let bytes = TileConfig::seed().workgroup_bytes();
     assert_eq!(o.workgroup_bytes, bytes);
-    assert_eq!(o.by_storage as u64, (228 * 1024) / (bytes + 1024));
+    // 52 KiB of workgroup memory per SM under NVIDIA's Vulkan driver (BENCHMARKS.md run 54):
+    // the seed's 25.5 KiB (+1 KiB reserved) leave room for one workgroup.
+    assert_eq!(o.by_storage as u64, (52 * 1024) / (bytes + 1024));
     assert_eq!(o.by_invocations, 16);
-    assert_eq!((o.resident, o.limiter.as_str()), (7, "registers"));
-    assert!((o.occupancy - 7.0 * 128.0 / 2048.0).abs() < 1e-12);
+    assert_eq!((o.resident, o.limiter.as_str()), (1, "storage"));
+    assert!((o.occupancy - 128.0 / 2048.0).abs() < 1e-12);
     // Two warps: a 4x8 tile, 32 acc + 12 + 16 A + 32 B + 24 = 116 → 120 registers · 64.
     let w2 = TileConfig::seed().with_warps(2).unwrap();
     let o2 = estimate_occupancy(&w2, &OccupancyProfile::NVIDIA);
     assert_eq!((o2.registers, o2.by_registers), (116, 65536 / (120 * 64)));
     assert!(o2.occupancy < o.occupancy);
-    // The anchor's config: 31.2 % → 50 % with 8 warps.
+    // The anchor's config (25.75 KiB, one workgroup per SM): 6.25 % → 12.5 % with 8 warps.
     let a = estimate_occupancy(&anchor(), &OccupancyProfile::NVIDIA);
     let a8 = estimate_occupancy(&anchor().with_warps(8).unwrap(), &OccupancyProfile::NVIDIA);
-    assert_eq!((a.occupancy, a8.occupancy), (0.3125, 0.5));
+    assert_eq!((a.occupancy, a8.occupancy), (0.0625, 0.125));
 }
 
 #[test]
