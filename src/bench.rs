@@ -20,6 +20,17 @@ pub const F32_TOLERANCE: f64 = 1e-5;
 /// The same for f16 operands with f32 accumulation (they land near 3e-4 on normal data).
 pub const F16_TOLERANCE: f64 = 1e-3;
 
+/// The larger of two relative errors, NaN if either is: `f64::max` drops a NaN, and a NaN
+/// error is an output the kernel never wrote (it stays NaN-poisoned) or a NaN it made up.
+/// (Found when a kernel with its stores removed passed the check: BENCHMARKS.md run 57.)
+fn worst_error(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
+    }
+}
+
 /// The tolerance of a kernel's precision.
 pub fn tolerance(p: crate::kernel::Precision) -> f64 {
     match p {
@@ -215,7 +226,7 @@ pub fn run(gpu: &Arc<Gpu>, opts: &BenchOptions, mut progress: impl FnMut(usize, 
                 let mut err: f64 = 0.0;
                 for (&img, want) in sampled.iter().zip(&want) {
                     let got = gpu.read_buffer::<f32>(&out_buf, img as u64 * per_out as u64 * 4, per_out)?;
-                    err = err.max(reference::relative_l2(&got, want));
+                    err = worst_error(err, reference::relative_l2(&got, want));
                 }
                 Ok((conv, plan, err))
             };
@@ -338,4 +349,16 @@ pub fn table(report: &BenchReport) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::worst_error;
+
+    #[test]
+    fn a_nan_error_is_never_dropped() {
+        assert_eq!(worst_error(0.0, 1e-7), 1e-7);
+        assert!(worst_error(0.0, f64::NAN).is_nan(), "an unwritten (NaN-poisoned) image must fail the check");
+        assert!(worst_error(f64::NAN, 1e-7).is_nan());
+    }
 }
