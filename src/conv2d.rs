@@ -599,8 +599,7 @@ pub(crate) fn round_to_f16(values: &mut [f32], what: &'static str) -> Result<()>
 
 /// Packed weights as f16 bytes (the cooperative-matrix kernels), refusing values beyond
 /// f16's range.
-fn f16_bytes(packed: Vec<f32>) -> Result<Vec<u8>> {
-    let mut packed = packed;
+fn f16_bytes(mut packed: Vec<f32>) -> Result<Vec<u8>> {
     round_to_f16(&mut packed, "weight")?;
     let bits: Vec<u16> = packed.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
     Ok(bytemuck::cast_slice(&bits).to_vec())
