@@ -46,6 +46,9 @@ pub struct Conv2dOptions {
     pub tuning_key_input: Option<Shape4>,
 }
 
+/// A row-band pipeline with the geometry it was composed for.
+type BandKernel = (Arc<Kernel>, BandGeometry);
+
 /// A 2-D convolution bound to a device, with its weights resident there.
 pub struct Conv2d {
     gpu: Arc<Gpu>,
@@ -57,7 +60,7 @@ pub struct Conv2d {
     /// width (see `band_kernels`).
     kernel: Option<Arc<Kernel>>,
     /// Row-band pipelines and geometry, by input (H, W).
-    band_kernels: Mutex<HashMap<(u32, u32), (Arc<Kernel>, BandGeometry)>>,
+    band_kernels: Mutex<HashMap<(u32, u32), BandKernel>>,
     weight: wgpu::Buffer,
     bias: wgpu::Buffer,
     /// Set by the f16 kernels when an input value is beyond f16's range; `range_snapshot`
