@@ -1,6 +1,7 @@
 //! The tuner on a real device (lavapipe in CI), on a small problem: two cold tunes reach
 //! the same decision (or, on a machine so loaded that a winner is unstable in one of them,
-//! that one keeps the original: never two different winners), the decision is cached, and a
+//! that one keeps the original; or two different winners, each of which passed the rule's
+//! bar against the original in both tunes), the decision is cached, and a
 //! `Conv2d` built with `tuning_key_input` runs it (and says so); a cached config the device
 //! refuses is never used.
 
@@ -39,6 +40,17 @@ fn original() -> TileConfig {
     TileConfig::parse("m64n64k16-t4x8-w4-s2").unwrap()
 }
 
+/// Whether `cfg` beat the original in `report` by the rule's bar: median gain ≥ the
+/// threshold and its upper quartile below the original's lower one.
+fn passes_in(report: &wgconv::tune::TuneReport, cfg: &TileConfig) -> bool {
+    let original_q1 = report.rows[0].q1_ms.expect("the original is measured");
+    report
+        .rows
+        .iter()
+        .filter(|r| r.config.as_ref() == Some(cfg))
+        .any(|r| r.gain_pct.is_some_and(|g| g >= report.threshold_pct) && r.q3_ms.is_some_and(|q3| q3 < original_q1))
+}
+
 #[test]
 fn two_cold_tunes_agree_and_conv2d_runs_the_cached_decision() {
     let (cache, _turn) = setup();
@@ -55,17 +67,32 @@ fn two_cold_tunes_agree_and_conv2d_runs_the_cached_decision() {
     eprintln!("two cold tunes: {:.1} s", t.elapsed().as_secs_f64());
     assert!(!a.from_cache && !b.from_cache);
     if a.report.chosen != b.report.chosen {
-        // The one disagreement the rule allows: one tune saw the machine so noisy (another
-        // process taking the CPU lavapipe runs on) that the other's winner was not stable
-        // there, and kept the original — never two different winners.
-        let (kept, won) = match (a.report.chosen == original(), b.report.chosen == original()) {
-            (true, false) => (&a.report, &b.report),
-            (false, true) => (&b.report, &a.report),
-            _ => panic!("two tunes chose two different winners: {} and {}", a.report.chosen, b.report.chosen),
-        };
-        let why = &kept.rows[0].reason;
-        assert!(why.contains("is unstable"), "kept the original without instability: {why}");
-        eprintln!("note: one tune kept the original ({why}) where the other chose {}", won.chosen);
+        // Two disagreements the rule allows on a noisy CPU (lavapipe shares the 2 cores with
+        // everything else): one tune kept the original because the other's winner was not
+        // stable there; or two candidates both clearly beat the original and noise ranked
+        // them differently (CI, 2026-11-22: w8-s3 by 29 % against w8-s2 by 20 % in one tune,
+        // w8-s2 by 26 % against w8-s3 by 24 % in the other). Then each winner must pass the
+        // rule's bar (gain ≥ threshold, stable) in the other tune as well.
+        match (a.report.chosen == original(), b.report.chosen == original()) {
+            (true, false) | (false, true) => {
+                let (kept, won) =
+                    if a.report.chosen == original() { (&a.report, &b.report) } else { (&b.report, &a.report) };
+                let why = &kept.rows[0].reason;
+                assert!(why.contains("is unstable"), "kept the original without instability: {why}");
+                eprintln!("note: one tune kept the original ({why}) where the other chose {}", won.chosen);
+            }
+            _ => {
+                for (winner, other) in [(&a.report, &b.report), (&b.report, &a.report)] {
+                    assert!(
+                        passes_in(other, &winner.chosen),
+                        "two tunes chose two different winners, and {} did not pass the bar in the other:\n{}",
+                        winner.chosen,
+                        other.table()
+                    );
+                }
+                eprintln!("note: two winners, each passing in both tunes: {} and {}", a.report.chosen, b.report.chosen);
+            }
+        }
     }
     assert!(a.store_error.is_none(), "{:?}", a.store_error);
 
