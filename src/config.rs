@@ -137,7 +137,7 @@ impl TileConfig {
         (self.block_m / self.thread_m.max(1), self.block_n / self.thread_n.max(1))
     }
     /// Workgroup memory of the kernel: `stages` buffers of A (BK×(BM+4), rows padded
-    /// against bank conflicts) and B (BK×BN) f32, plus the per-row gather info (BM × vec4<i32>).
+    /// against bank conflicts) and B (BK×BN) f32, plus the per-row gather info (BM × `vec4<i32>`).
     pub fn workgroup_bytes(&self) -> u64 {
         let tiles = self.stages as u64 * self.block_k as u64 * (self.block_m as u64 + 4 + self.block_n as u64) * 4;
         tiles + self.block_m as u64 * 16

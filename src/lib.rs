@@ -6,8 +6,8 @@
 //! - [`config`]: [`TileConfig`], the tile vocabulary, checked against device limits.
 //! - [`kernel`]: WGSL composition from `shaders/` and the pipeline cache.
 //! - [`conv2d`]: [`Conv2d`], upload, chunking, grid folding, encode.
-//! - [`tune`], [`bench`]: the micro-tuner and the tile-size benchmark.
-//! - [`reference`]: the CPU reference (f64 accumulation) every test compares with.
+//! - [`tune`], [`bench`](mod@bench): the micro-tuner and the tile-size benchmark.
+//! - [`reference`](mod@reference): the CPU reference (f64 accumulation) every test compares with.
 //!
 //! ```no_run
 //! use std::sync::Arc;
