@@ -11,8 +11,9 @@ struct Params {
     k_tiles: u32, n_pad: u32, m_tiles: u32, n_tiles: u32,
     total_tiles: u32, in_offset: u32, out_offset: u32, flags: u32,
     // The row-band kernel's grid (conv_band.wgsl; zero for the other kernels; the rest of
-    // its geometry is compiled in).
-    chunks: u32, row_tiles: u32, x_tiles: u32, x_clamp: u32,
+    // its geometry, its channel-chunk count included, is compiled in). `unused` keeps the
+    // struct a whole number of 16-byte rows, as a uniform needs.
+    row_tiles: u32, x_tiles: u32, x_clamp: u32, unused: u32,
 }
 
 // flags

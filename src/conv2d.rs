@@ -313,7 +313,6 @@ impl Conv2d {
                 (Some(cfg), Some(b)) => {
                     params.n_pad = s.out_channels_per_group().next_multiple_of(cfg.block_n);
                     params.n_tiles = params.n_pad / cfg.block_n;
-                    params.chunks = b.k.chunks;
                     params.row_tiles = b.row_tiles;
                     params.x_tiles = b.x_tiles;
                     params.x_clamp = b.x_clamp;

@@ -453,10 +453,11 @@ pub(crate) struct ConvParams {
     pub in_offset: u32,
     pub out_offset: u32,
     pub flags: u32,
-    pub chunks: u32,
     pub row_tiles: u32,
     pub x_tiles: u32,
     pub x_clamp: u32,
+    /// Padding to a whole 16-byte row (`unused` in shaders/params.wgsl).
+    pub unused: u32,
 }
 
 pub(crate) const FLAG_RELU: u32 = 1;

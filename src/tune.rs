@@ -38,10 +38,11 @@
 //! 52 KiB of workgroup memory per SM with 1 KiB reserved per block (the SM has 228 KiB, but
 //! NVIDIA's Vulkan driver left about 52 KiB to resident workgroups in run 54 of
 //! BENCHMARKS.md; a Vulkan workgroup may use 48 KiB: the device limit, checked by
-//! `validate`), 2048 invocations, 32 blocks per SM. Generic (every other adapter, CPU adapters such as lavapipe included): 65 536
-//! registers in units of 4, at most 255 per invocation, 64 KiB of workgroup storage, 2048
-//! invocations and 16 workgroups per compute unit — a conservative common denominator of
-//! desktop GPUs; on a CPU it is only a tie-breaker for which neighbours to try.
+//! `validate`), 2048 invocations, 32 blocks per SM. Generic (every other adapter, CPU
+//! adapters such as lavapipe included): 65 536 registers in units of 4, at most 255 per
+//! invocation, 64 KiB of workgroup storage, 2048 invocations and 16 workgroups per compute
+//! unit — a conservative common denominator of desktop GPUs; on a CPU it is only a
+//! tie-breaker for which neighbours to try.
 //!
 //! A warp neighbour `w'` is suggested iff, with `occ` the original's estimate and `occ'`
 //! the neighbour's (compared exactly, as resident invocations per multiprocessor):

@@ -10,6 +10,7 @@ use common::*;
 use std::sync::{Mutex, MutexGuard, Once};
 use std::time::Instant;
 use wgconv::cache::{CachedDecision, TuningCache};
+use wgconv::timing::Summary;
 use wgconv::tune::{self, TuneOptions, Verdict};
 use wgconv::*;
 
@@ -40,15 +41,16 @@ fn original() -> TileConfig {
     TileConfig::parse("m64n64k16-t4x8-w4-s2").unwrap()
 }
 
-/// Whether `cfg` beat the original in `report` by the rule's bar: median gain ≥ the
-/// threshold and its upper quartile below the original's lower one.
-fn passes_in(report: &wgconv::tune::TuneReport, cfg: &TileConfig) -> bool {
-    let original_q1 = report.rows[0].q1_ms.expect("the original is measured");
+/// Whether `cfg` beat the original in `report` by the rule's bar (the tuner's own
+/// `gain_pct` ≥ the threshold and `stable`), recomputed from the rows' samples.
+fn passes_in(report: &tune::TuneReport, cfg: &TileConfig) -> bool {
+    let original = Summary::of(&report.rows[0].samples_ms).expect("the original is measured");
     report
         .rows
         .iter()
         .filter(|r| r.config.as_ref() == Some(cfg))
-        .any(|r| r.gain_pct.is_some_and(|g| g >= report.threshold_pct) && r.q3_ms.is_some_and(|q3| q3 < original_q1))
+        .filter_map(|r| Summary::of(&r.samples_ms))
+        .any(|s| tune::gain_pct(&s, &original) >= report.threshold_pct && tune::stable(&s, &original))
 }
 
 #[test]
