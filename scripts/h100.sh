@@ -13,11 +13,13 @@ date -u +%Y-%m-%dT%H:%M:%SZ
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
 # SM clock and power every 100 ms for the whole run, summarised at exit over the busy samples
 # (power above 150 W): the FMA peak the notes quote assumes the 1980 MHz boost clock.
-nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 100 > "$OUT/clocks.csv" &
+# The samples stay off $OUT (only the summary goes to the log): the device returns at most 8 files.
+CLOCKS=$(mktemp)
+nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 100 > "$CLOCKS" &
 SAMPLER=$!
 clock_summary() {
     kill "$SAMPLER" 2>/dev/null
-    awk -F', ' '$2 > 150 { print $1 }' "$OUT/clocks.csv" | sort -n |
+    awk -F', ' '$2 > 150 { print $1 }' "$CLOCKS" | sort -n |
         awk '{ v[NR] = $1 } END { if (NR) printf "SM clock while busy (power > 150 W, %d samples): min %d, median %d, max %d MHz\n", NR, v[1], v[int((NR + 1) / 2)], v[NR] }'
 }
 trap clock_summary EXIT
@@ -26,6 +28,7 @@ run() { echo "== wgconv bench $*"; "$BIN" bench "$@"; }
 run --json "$OUT/alexnet.json" --svg "$OUT/alexnet.svg" --direct ${BENCH_ARGS:-}
 [ "$MODE" = quick ] && exit 0
 run --precision f16 --json "$OUT/alexnet-f16.json"
+run --precision f16x3 --json "$OUT/alexnet-f16x3.json"
 BEST=${BEST:-m64n96k16-t4x12-w4-s1}
 echo "== fused bias+ReLU vs none (same config; a separate ReLU pass is timed by cudnn_shapes.py below)"
 run --configs "$BEST" --relu
@@ -46,3 +49,5 @@ ANCHORS=${ANCHORS_DIR:-.anchors}
 [ -f "$ANCHORS/anchors.py" ] || ANCHORS=../shared/anchors
 PYTHONUNBUFFERED=1 QUICK=${ANCHORS_QUICK:-1} python3 "$ANCHORS/anchors.py"
 PYTHONUNBUFFERED=1 python3 scripts/cudnn_shapes.py
+# Every JSON in one archive, so that the run's files stay within the device's 8.
+tar -C "$OUT" -cf "$OUT/json.tar" --remove-files $(cd "$OUT" && ls *.json)

@@ -5,7 +5,8 @@
 # Installs lavapipe first when the machine has no Vulkan driver (see scripts/setup.sh).
 #
 # Usage: bash scripts/main.sh [extra `wgconv bench` arguments, e.g. --batch 64]
-# Writes bench.json, bench.svg and tune.json under ${WGCONV_OUT:-target/wgconv}.
+# Writes bench.json, bench.svg, bench-f16x3.json (cooperative-matrix adapters) and tune.json
+# under ${WGCONV_OUT:-target/wgconv}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { printf '== %s\n' "$*"; }
@@ -19,5 +20,16 @@ BIN=target/release/wgconv
 "$BIN" info
 say "wgconv bench (AlexNet conv1): JSON $OUT/bench.json, chart $OUT/bench.svg"
 "$BIN" bench --json "$OUT/bench.json" --svg "$OUT/bench.svg" "$@"
+# f32-accurate results from the matrix units (`--precision f16x3`), where the adapter has
+# cooperative matrices; elsewhere wgconv refuses that precision and this step says so.
+say "wgconv bench --precision f16x3 (AlexNet conv1): JSON $OUT/bench-f16x3.json"
+if out=$("$BIN" bench --precision f16x3 --json "$OUT/bench-f16x3.json" "$@" 2>&1); then
+    echo "$out"
+elif grep -q "has none enabled" <<< "$out"; then
+    say "skipped: $(grep -o '[^:]*has none enabled[^)]*)' <<< "$out" | head -1)"
+else
+    echo "$out"
+    exit 1
+fi
 say "wgconv tune (AlexNet conv1, the seed's config as the original)"
 "$BIN" tune --json "$OUT/tune.json"

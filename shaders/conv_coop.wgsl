@@ -1,39 +1,28 @@
 // The tiled implicit GEMM on the matrix units, through wgpu's experimental cooperative
-// matrices: f16 operands (rounded by the precision prelude), f32 accumulation, f32 in and
-// out of memory. Same operand loaders as conv_tiled.wgsl (gather.wgsl), A and B staged in
-// workgroup memory as f16; each warp owns FM×FN 16×16 accumulator fragments covering a
-// (16·FM)×(16·FN) sub-block. The header (tile constants, WARPS_M/N, FM/FN) and the
-// per-fragment statements at the `//@FRAGMENT_*` markers come from src/kernel.rs (one
-// statement per fragment: WGSL cannot index an array of cooperative matrices). Warps are local_invocation_index / 32: the host only
-// builds this kernel where the subgroup size is 32.
-// CPU twin: src/reference.rs (conv2d) with operands rounded to f16.
+// matrices: f16 operands, f32 accumulation, f32 in and out of memory. Same operand loaders
+// as conv_tiled.wgsl (gather.wgsl), A and B staged in workgroup memory as f16 (as one f16
+// each, or as the split kernel's high and low halves); each warp owns FM×FN 16×16
+// accumulator fragments covering a (16·FM)×(16·FN) sub-block. The header (tile constants,
+// WARPS_M/N, FM/FN) and the per-fragment statements at the `//@FRAGMENT_*` markers come from
+// src/kernel.rs (one statement per fragment: WGSL cannot index an array of cooperative
+// matrices). Warps are local_invocation_index / 32: the host only builds this kernel where
+// the subgroup size is 32.
+// CPU twin: src/reference.rs (conv2d) with operands rounded to f16 (the f16 kernel), or
+// src/reference.rs `conv2d` itself (the f16x3 kernel: see coop_operands_f16x3.wgsl).
 
 const FRAG: u32 = 16u;
-// f16 elements per staged row; the pad of 8 keeps every row 16-byte aligned and shifts
-// consecutive rows across banks.
+// f16 elements per staged operand row; the pad of 8 keeps every row 16-byte aligned and
+// shifts consecutive rows across banks.
 const A_STRIDE: u32 = BM + 8u;
 const B_STRIDE: u32 = BN + 8u;
 const WARP_M: u32 = FM * FRAG;
 const WARP_N: u32 = FN * FRAG;
 
-var<workgroup> a_tile: array<f16, STAGES * BK * A_STRIDE>;     // A[k][m]
-var<workgroup> b_tile: array<f16, STAGES * BK * B_STRIDE>;     // B[k][n]
+// The operand staging (tiles a_tile and b_tile, and the f16x3 kernel's low halves; store_a,
+// store_b, WeightVec) goes here: coop_operands_f16.wgsl or coop_operands_f16x3.wgsl.
+//@OPERANDS
+
 var<workgroup> c_scratch: array<f32, WARPS_M * WARPS_N * 256u>; // one fragment per warp
-
-fn store_a(buf: u32, k: u32, m: u32, v: f32) {
-    a_tile[(buf * BK + k) * A_STRIDE + m] = f16(v);
-}
-
-// Weights are f16 in memory (rounded at upload).
-alias WeightVec = vec4<f16>;
-
-fn store_b(buf: u32, k: u32, n4: u32, v: WeightVec) {
-    let i = (buf * BK + k) * B_STRIDE + n4 * 4u;
-    b_tile[i] = v.x;
-    b_tile[i + 1u] = v.y;
-    b_tile[i + 2u] = v.z;
-    b_tile[i + 3u] = v.w;
-}
 
 //@FRAGMENT_DECLS
 

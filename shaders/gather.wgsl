@@ -4,9 +4,9 @@
 // (zero-padded to whole tiles, so B loads need no test). The including kernel supplies
 //   fn store_a(buf: u32, k: u32, m: u32, v: f32)          one A element into workgroup memory
 //   fn store_b(buf: u32, k: u32, n4: u32, v: WeightVec)   B elements n4·4 .. n4·4+3
-//   alias WeightVec                                         4 weights as stored
-// and the precision prelude supplies to_operand(v) (identity, or rounding to f16) and
-// report_range() (called once at the end by each kernel).
+//   WeightVec                                               4 weights as stored (alias or struct)
+// and the precision prelude supplies to_operand(v) (identity, rounding to f16, or the f16
+// range check alone) and report_range() (called once at the end by each kernel).
 // Tile constants BM, BN, BK, WG, STAGES come from the generated header (src/kernel.rs).
 
 @group(0) @binding(1) var<storage, read> input: array<f32>;
@@ -136,8 +136,9 @@ fn main_loop(t: u32, blk: Block, who: vec2<u32>) {
     }
 }
 
-// The epilogue of one output element (block-relative m, n): bias (zeros when the conv has
-// none) and activation fused into the store; rows and columns past the problem are skipped.
+// The epilogue of one output element (block-relative m, n): the sum's scale (exact: a power
+// of two), bias (zeros when the conv has none) and activation fused into the store; rows and
+// columns past the problem are skipped.
 // The row's output offset comes from row_info (no division here).
 fn store_output(b: Block, m_local: u32, n_local: u32, acc: f32) {
     let out = row_info[m_local].w;
@@ -146,5 +147,5 @@ fn store_output(b: Block, m_local: u32, n_local: u32, acc: f32) {
         return;
     }
     let oc = b.g * p.c_out_per_group + n;
-    output[u32(out) + n * p.oh * p.ow] = activate(acc + bias[oc]);
+    output[u32(out) + n * p.oh * p.ow] = activate(acc * p.out_scale + bias[oc]);
 }

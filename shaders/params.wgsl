@@ -11,15 +11,23 @@ struct Params {
     k_tiles: u32, n_pad: u32, m_tiles: u32, n_tiles: u32,
     total_tiles: u32, in_offset: u32, out_offset: u32, flags: u32,
     // The row-band kernel's grid (conv_band.wgsl; zero for the other kernels; the rest of
-    // its geometry, its channel-chunk count included, is compiled in). `unused` keeps the
-    // struct a whole number of 16-byte rows, as a uniform needs.
-    row_tiles: u32, x_tiles: u32, x_clamp: u32, unused: u32,
+    // its geometry, its channel-chunk count included, is compiled in).
+    row_tiles: u32, x_tiles: u32, x_clamp: u32,
+    // A power of two the tiled kernels' sums are multiplied by before the bias: it undoes
+    // the f16x3 kernel's weight scaling (coop_operands_f16x3.wgsl); 1 for the others.
+    out_scale: f32,
 }
 
-// flags
+// flags (the host sets only bits below 16)
 const FLAG_RELU: u32 = 1u;
 
 @group(0) @binding(0) var<uniform> p: Params;
+
+// Zero, but only the host knows it: keeps the compiler from folding an exact-looking
+// round trip that is not exact (coop_operands_f16x3.wgsl).
+fn opaque_zero() -> u32 {
+    return p.flags >> 16u;
+}
 
 // NaN, tested on the bits: Vulkan drivers may assume float arithmetic sees no NaN (no float
 // controls are requested), and NVIDIA's turned `select(v, 0.0, v < 0.0)` into a max that maps

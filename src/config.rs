@@ -328,16 +328,18 @@ impl TileConfig {
     }
 
     /// Workgroup memory of the cooperative-matrix kernel: f16 A and B stages (rows padded by
-    /// 8), the row gather info, and one 16×16 f32 scratch fragment per warp.
-    pub fn coop_workgroup_bytes(&self) -> u64 {
+    /// 8) once per operand half (`halves`: 1 for f16, 2 for the split f16x3 kernel), the row
+    /// gather info, and one 16×16 f32 scratch fragment per warp.
+    pub fn coop_workgroup_bytes(&self, halves: u64) -> u64 {
         let (bm, bn, bk) = (self.block_m as u64, self.block_n as u64, self.block_k as u64);
-        self.stages as u64 * bk * ((bm + 8) + (bn + 8)) * 2 + bm * 16 + self.warps as u64 * 1024
+        halves * self.stages as u64 * bk * ((bm + 8) + (bn + 8)) * 2 + bm * 16 + self.warps as u64 * 1024
     }
 
-    /// Checks the config for the cooperative-matrix kernel against a device's limits.
-    pub fn validate_coop(&self, limits: &KernelLimits) -> Result<()> {
+    /// Checks the config for the cooperative-matrix kernel with operands in `halves` f16
+    /// parts (see [`TileConfig::coop_workgroup_bytes`]) against a device's limits.
+    pub fn validate_coop(&self, limits: &KernelLimits, halves: u64) -> Result<()> {
         self.coop_layout()?;
-        self.check_device(limits, self.coop_workgroup_bytes())
+        self.check_device(limits, self.coop_workgroup_bytes(halves))
     }
 
     fn check_device(&self, limits: &KernelLimits, bytes: u64) -> Result<()> {

@@ -63,6 +63,8 @@ pub struct Conv2d {
     band_kernels: Mutex<HashMap<(u32, u32), BandKernel>>,
     weight: wgpu::Buffer,
     bias: wgpu::Buffer,
+    /// `Params.out_scale`: the inverse of the f16x3 kernel's weight scale, 1 for the others.
+    out_scale: f32,
     /// Set by the f16 kernels when an input value is beyond f16's range; `range_snapshot`
     /// receives it so that reading and clearing happen in one submission.
     range_flag: wgpu::Buffer,
@@ -159,6 +161,7 @@ impl Conv2d {
         let packed_bytes = match kind {
             KernelKind::CoopBand(cfg) => band_weight_len(&spec, &cfg).saturating_mul(2),
             KernelKind::Coop(cfg) => packed_weight_len(&spec, &cfg).saturating_mul(2),
+            KernelKind::CoopSplit(cfg) => packed_weight_len(&spec, &cfg).saturating_mul(4),
             _ => match kind.config() {
                 Some(cfg) => packed_weight_len(&spec, &cfg).saturating_mul(4),
                 None => spec.weight_len() as u64 * 4,
@@ -169,6 +172,7 @@ impl Conv2d {
             KernelKind::CoopBand(_) => None,
             _ => Some(gpu.pipelines.get_or_build(&gpu.device, kind, gpu.runtime_checks)?),
         };
+        let mut out_scale = 1.0;
         let packed: Vec<u8> = match &kind {
             KernelKind::Tiled(cfg) => bytemuck::cast_slice(&pack_weights(&spec, weight, cfg)).to_vec(),
             KernelKind::TiledF16(cfg) => {
@@ -177,6 +181,11 @@ impl Conv2d {
                 bytemuck::cast_slice(&packed).to_vec()
             }
             KernelKind::Coop(cfg) => f16_bytes(pack_weights(&spec, weight, cfg))?,
+            KernelKind::CoopSplit(cfg) => {
+                let (bytes, scale) = split_weights(&pack_weights(&spec, weight, cfg));
+                out_scale = 1.0 / scale;
+                bytes
+            }
             KernelKind::CoopBand(cfg) => f16_bytes(pack_band_weights(&spec, weight, cfg))?,
             KernelKind::Direct => bytemuck::cast_slice(weight).to_vec(),
         };
@@ -222,6 +231,7 @@ impl Conv2d {
             band_kernels: Mutex::new(HashMap::new()),
             weight,
             bias,
+            out_scale,
             range_flag,
             range_snapshot,
             forward_lock: Mutex::new(()),
@@ -262,7 +272,7 @@ impl Conv2d {
         let per_chunk = images_per_chunk(&problem, &limits)?;
         let align = limits.min_storage_buffer_offset_alignment as u64;
         let ktab = match self.kind {
-            KernelKind::Tiled(cfg) | KernelKind::TiledF16(cfg) | KernelKind::Coop(cfg) => {
+            KernelKind::Tiled(cfg) | KernelKind::TiledF16(cfg) | KernelKind::Coop(cfg) | KernelKind::CoopSplit(cfg) => {
                 Some(self.gather_table(&problem, &cfg)?)
             }
             KernelKind::CoopBand(_) | KernelKind::Direct => None,
@@ -307,6 +317,7 @@ impl Conv2d {
                 in_offset,
                 out_offset,
                 flags: if self.activation == Activation::Relu { FLAG_RELU } else { 0 },
+                out_scale: self.out_scale,
                 ..Default::default()
             };
             let workgroups = match (self.kind.config(), band) {
@@ -406,7 +417,9 @@ impl Conv2d {
         });
         scope.finish("buffer creation")?;
         let _turn = match self.kind.precision() {
-            Precision::F16Accum32 => Some(self.forward_lock.lock().unwrap_or_else(|e| e.into_inner())),
+            Precision::F16Accum32 | Precision::F16x3 => {
+                Some(self.forward_lock.lock().unwrap_or_else(|e| e.into_inner()))
+            }
             Precision::F32 => None,
         };
         let mut out = Vec::new();
@@ -527,14 +540,14 @@ fn choose_kernel(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -> Resul
     }
     let default = wrap(default_config())?;
     let default = match default {
-        KernelKind::Coop(_) => KernelKind::Coop(default_coop_config()),
+        KernelKind::Coop(_) | KernelKind::CoopSplit(_) => default.with_config(default_coop_config()),
         k => k,
     };
     if default.validate(&limits).is_ok() {
         return Ok((default, ConfigSource::Default));
     }
     let sweep = match default {
-        KernelKind::Coop(_) => crate::config::coop_sweep(),
+        KernelKind::Coop(_) | KernelKind::CoopSplit(_) => crate::config::coop_sweep(),
         _ => default_sweep(),
     };
     for c in sweep {
@@ -545,13 +558,15 @@ fn choose_kernel(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -> Resul
     }
     match options.precision {
         Precision::F32 => Ok((KernelKind::Direct, ConfigSource::Fallback)),
-        Precision::F16Accum32 => Err(Error::Unsupported(format!("no f16 tile config fits {}'s limits", gpu.info.name))),
+        p => Err(Error::Unsupported(format!("no {p:?} tile config fits {}'s limits", gpu.info.name))),
     }
 }
 
 /// The tiled kernel that runs a config at a precision on this device: f32 → `Tiled`;
 /// f16 → `Coop` where cooperative matrices are enabled, else `TiledF16` where the device has
-/// `SHADER_F16`, else a refusal (never the f32 kernel under an f16 label).
+/// `SHADER_F16`, else a refusal (never the f32 kernel under an f16 label); f16x3 → `CoopSplit`
+/// where cooperative matrices are enabled, else a refusal (it exists to use the matrix units:
+/// elsewhere the f32 kernel is as accurate and faster).
 pub fn kind_for(gpu: &Gpu, precision: Precision, config: TileConfig) -> Result<KernelKind> {
     match precision {
         Precision::F32 => Ok(KernelKind::Tiled(config)),
@@ -561,6 +576,12 @@ pub fn kind_for(gpu: &Gpu, precision: Precision, config: TileConfig) -> Result<K
         }
         Precision::F16Accum32 => Err(Error::Unsupported(format!(
             "f16 precision needs cooperative matrices or SHADER_F16; {} has neither",
+            gpu.info.name
+        ))),
+        Precision::F16x3 if gpu.has_coop_f16() => Ok(KernelKind::CoopSplit(config)),
+        Precision::F16x3 => Err(Error::Unsupported(format!(
+            "f16x3 precision runs on cooperative matrices (f16 A/B, f32 C, 16x16x16, subgroup size 32); \
+             {} has none enabled (use f32: it is as accurate)",
             gpu.info.name
         ))),
     }
@@ -577,10 +598,12 @@ pub(crate) fn band_runs(spec: &Conv2dSpec, cfg: &TileConfig, limits: &KernelLimi
 /// Refuses kinds whose device features are missing.
 fn check_kind_supported(gpu: &Gpu, kind: &KernelKind) -> Result<()> {
     match kind {
-        KernelKind::Coop(_) | KernelKind::CoopBand(_) if !gpu.has_coop_f16() => Err(Error::Unsupported(format!(
-            "{kind} needs cooperative matrices (f16 A/B, f32 C, 16x16x16, subgroup size 32); {} has none enabled",
-            gpu.info.name
-        ))),
+        KernelKind::Coop(_) | KernelKind::CoopSplit(_) | KernelKind::CoopBand(_) if !gpu.has_coop_f16() => {
+            Err(Error::Unsupported(format!(
+                "{kind} needs cooperative matrices (f16 A/B, f32 C, 16x16x16, subgroup size 32); {} has none enabled",
+                gpu.info.name
+            )))
+        }
         KernelKind::TiledF16(_) if !gpu.device.features().contains(wgpu::Features::SHADER_F16) => {
             Err(Error::Unsupported(format!("{kind} needs SHADER_F16, which {} lacks", gpu.info.name)))
         }
@@ -605,6 +628,31 @@ fn f16_bytes(mut packed: Vec<f32>) -> Result<Vec<u8>> {
     round_to_f16(&mut packed, "weight")?;
     let bits: Vec<u16> = packed.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
     Ok(bytemuck::cast_slice(&bits).to_vec())
+}
+
+/// Packed weights split for the f16x3 kernel, with the power of two `scale` they were
+/// multiplied by first (the kernel's sums are multiplied by `1 / scale`). Per four weights
+/// `w` (a `WeightVec` of coop_operands_f16x3.wgsl): four `hi = f16(w·scale)`, then four
+/// `lo = f16((w·scale - hi)·2048)`. The scale puts the largest finite magnitude in
+/// [2^13, 2^14): far inside f16's range, and small weights stay out of its subnormals. A
+/// non-finite weight keeps `hi` (±inf or NaN, as f32 would compute with it) and `lo = 0`.
+pub(crate) fn split_weights(packed: &[f32]) -> (Vec<u8>, f32) {
+    let max = packed.iter().filter(|v| v.is_finite()).fold(0.0f32, |m, v| m.max(v.abs()));
+    let exp = if max > 0.0 { 13 - max.log2().floor() as i32 } else { 0 };
+    let scale = 2f64.powi(exp.clamp(-126, 126));
+    let halves = |v: f32| {
+        let x = v as f64 * scale;
+        let hi = half::f16::from_f64(x);
+        let lo = if v.is_finite() { half::f16::from_f64((x - hi.to_f64()) * 2048.0) } else { half::f16::ZERO };
+        (hi.to_bits(), lo.to_bits())
+    };
+    let mut bits = Vec::with_capacity(packed.len() * 2);
+    for quad in packed.chunks(4) {
+        let split: Vec<(u16, u16)> = quad.iter().map(|&v| halves(v)).collect();
+        bits.extend(split.iter().map(|h| h.0));
+        bits.extend(split.iter().map(|h| h.1));
+    }
+    (bytemuck::cast_slice(&bits).to_vec(), scale as f32)
 }
 
 /// Weights as the tiled kernel reads them: `[groups][k_pad][n_pad]`, K padded to whole
@@ -661,6 +709,33 @@ pub(crate) fn gather_rows(spec: &Conv2dSpec, h: u32, w: u32, block_k: u32) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The halves rebuild every weight within 2^-22 relative (two halves of 11 significant
+    /// bits) at any magnitude, the scale is a power of two putting the largest weight in [2^13, 2^14),
+    /// and non-finite weights keep their high half with a zero low half.
+    #[test]
+    fn split_weights_rebuild_f32_weights() {
+        let f16 = |bits: &[u8], i: usize| half::f16::from_bits(u16::from_le_bytes([bits[2 * i], bits[2 * i + 1]]));
+        for magnitude in [1e-30f32, 1e-6, 0.05, 1.0, 3e4, 1e9] {
+            let w: Vec<f32> = (0..24).map(|i| magnitude * ((i * 37 % 23) as f32 - 11.3) / 11.3).collect();
+            let (bits, scale) = split_weights(&w);
+            assert_eq!(bits.len(), w.len() * 4);
+            assert_eq!(scale.log2().fract(), 0.0, "scale {scale} is not a power of two");
+            let max = w.iter().fold(0.0f32, |m, v| m.max(v.abs())) * scale;
+            assert!((8192.0..16384.0).contains(&max), "largest scaled weight {max}");
+            for (i, &v) in w.iter().enumerate() {
+                let (quad, lane) = (i / 4, i % 4);
+                let hi = f16(&bits, quad * 8 + lane).to_f64();
+                let lo = f16(&bits, quad * 8 + 4 + lane).to_f64();
+                let rebuilt = (hi + lo / 2048.0) / scale as f64;
+                let rel = ((rebuilt - v as f64) / v as f64).abs();
+                assert!(rel <= 2f64.powi(-22), "weight {v} (×{magnitude:e}): rebuilt {rebuilt}, rel {rel:e}");
+            }
+        }
+        let (bits, _) = split_weights(&[1.0, f32::INFINITY, f32::NAN, -2.0]);
+        assert!(f16(&bits, 1).is_infinite() && f16(&bits, 5).to_f32() == 0.0);
+        assert!(f16(&bits, 2).is_nan() && f16(&bits, 6).to_f32() == 0.0);
+    }
 
     #[test]
     fn fold_grid_splits_and_refuses() {

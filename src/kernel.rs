@@ -15,6 +15,8 @@ const PARAMS_WGSL: &str = include_str!("../shaders/params.wgsl");
 const GATHER_WGSL: &str = include_str!("../shaders/gather.wgsl");
 const TILED_WGSL: &str = include_str!("../shaders/conv_tiled.wgsl");
 const COOP_WGSL: &str = include_str!("../shaders/conv_coop.wgsl");
+const COOP_OPERANDS_F16_WGSL: &str = include_str!("../shaders/coop_operands_f16.wgsl");
+const COOP_OPERANDS_F16X3_WGSL: &str = include_str!("../shaders/coop_operands_f16x3.wgsl");
 const BAND_WGSL: &str = include_str!("../shaders/conv_band.wgsl");
 const DIRECT_WGSL: &str = include_str!("../shaders/conv_direct.wgsl");
 
@@ -28,6 +30,9 @@ pub enum KernelKind {
     TiledF16(TileConfig),
     /// The tiled implicit GEMM on cooperative matrices: f16 operands, f32 accumulation.
     Coop(TileConfig),
+    /// The same kernel with every operand split into two f16 halves and three products
+    /// per step ([`Precision::F16x3`]): f32-accurate results from the matrix units.
+    CoopSplit(TileConfig),
     /// The row-band implicit GEMM on cooperative matrices (`shaders/conv_band.wgsl`): the
     /// input band of a few output rows is staged once per workgroup and A fragments are
     /// loaded from it directly. For convolutions without column dilation whose column
@@ -43,7 +48,11 @@ pub enum KernelKind {
 impl KernelKind {
     pub fn config(&self) -> Option<TileConfig> {
         match self {
-            KernelKind::Tiled(c) | KernelKind::TiledF16(c) | KernelKind::Coop(c) | KernelKind::CoopBand(c) => Some(*c),
+            KernelKind::Tiled(c)
+            | KernelKind::TiledF16(c)
+            | KernelKind::Coop(c)
+            | KernelKind::CoopSplit(c)
+            | KernelKind::CoopBand(c) => Some(*c),
             KernelKind::Direct => None,
         }
     }
@@ -51,6 +60,7 @@ impl KernelKind {
         match self {
             KernelKind::Tiled(_) | KernelKind::Direct => Precision::F32,
             KernelKind::TiledF16(_) | KernelKind::Coop(_) | KernelKind::CoopBand(_) => Precision::F16Accum32,
+            KernelKind::CoopSplit(_) => Precision::F16x3,
         }
     }
     /// The same kind with another config (the tuner's neighbours).
@@ -59,6 +69,7 @@ impl KernelKind {
             KernelKind::Tiled(_) => KernelKind::Tiled(c),
             KernelKind::TiledF16(_) => KernelKind::TiledF16(c),
             KernelKind::Coop(_) => KernelKind::Coop(c),
+            KernelKind::CoopSplit(_) => KernelKind::CoopSplit(c),
             KernelKind::CoopBand(_) => KernelKind::CoopBand(c),
             KernelKind::Direct => KernelKind::Direct,
         }
@@ -67,7 +78,8 @@ impl KernelKind {
     pub fn validate(&self, limits: &crate::config::KernelLimits) -> Result<()> {
         match self {
             KernelKind::Tiled(c) | KernelKind::TiledF16(c) => c.validate(limits),
-            KernelKind::Coop(c) => c.validate_coop(limits),
+            KernelKind::Coop(c) => c.validate_coop(limits, 1),
+            KernelKind::CoopSplit(c) => c.validate_coop(limits, 2),
             KernelKind::CoopBand(c) => c.validate_band(limits),
             KernelKind::Direct => Ok(()),
         }
@@ -80,6 +92,7 @@ impl std::fmt::Display for KernelKind {
             KernelKind::Tiled(c) => write!(f, "tiled {c}"),
             KernelKind::TiledF16(c) => write!(f, "tiled-f16 {c}"),
             KernelKind::Coop(c) => write!(f, "coop-f16 {c}"),
+            KernelKind::CoopSplit(c) => write!(f, "coop-f16x3 {c}"),
             KernelKind::CoopBand(c) => write!(f, "coop-band-f16 {c}"),
             KernelKind::Direct => f.write_str("direct"),
         }
@@ -100,6 +113,17 @@ pub enum Precision {
     /// then returns `F16Range`, and callers of `encode`/`plan` must check
     /// [`crate::Conv2d::take_range_flag`] before using a result.
     F16Accum32,
+    /// f32-accurate products from the f16 matrix units (cooperative-matrix devices only):
+    /// each operand is split into two f16, `x ≈ hi + lo/2048`, keeping 22 of f32's 24
+    /// significand bits, and each step sums the three products `hi·hi + (hi·lo + lo·hi)/2048`
+    /// in f32 (CUTLASS's 3×TF32 technique with f16 halves). Relative L2 error 1.3e-7 on
+    /// AlexNet conv1 against 3.4e-7 for f32 FMAs (bound: 1e-6, tested); three times the
+    /// matrix work of [`Precision::F16Accum32`]. Weights are scaled by a power of two at
+    /// upload, so their magnitude does not matter. Inputs keep f32's relative precision down
+    /// to 2^-14 in magnitude; smaller ones lose it gradually (each keeps an absolute error
+    /// of at most about 2^-36). Inputs beyond f16's range are clamped and flagged as in
+    /// [`Precision::F16Accum32`].
+    F16x3,
 }
 
 /// Workgroup size of the direct kernel (`DIRECT_WG` in its source).
@@ -119,6 +143,22 @@ var<private> out_of_range: bool = false;
 fn to_operand(v: f32) -> f32 {
     out_of_range = out_of_range || abs(v) > F16_MAX;
     return select(f32(f16(clamp(v, -F16_MAX, F16_MAX))), v, is_nan(v));
+}
+fn report_range() {
+    if (out_of_range) {
+        atomicOr(&range_flag, 1u);
+    }
+}
+";
+
+/// The f16x3 kernel's operands: range-checked as in `PRELUDE_F16`, but not rounded (the
+/// split into two f16 happens in its `store_a`).
+const PRELUDE_F16X3: &str = "@group(0) @binding(6) var<storage, read_write> range_flag: atomic<u32>;
+const F16_MAX: f32 = 65504.0;
+var<private> out_of_range: bool = false;
+fn to_operand(v: f32) -> f32 {
+    out_of_range = out_of_range || abs(v) > F16_MAX;
+    return select(clamp(v, -F16_MAX, F16_MAX), v, is_nan(v));
 }
 fn report_range() {
     if (out_of_range) {
@@ -178,10 +218,10 @@ pub(crate) fn compose(kind: &KernelKind, band: BandShape) -> String {
         return format!("{PARAMS_WGSL}\n{DIRECT_WGSL}");
     };
     let mut enables = String::new();
-    if kind.precision() == Precision::F16Accum32 {
+    if kind.precision() != Precision::F32 {
         enables.push_str("enable f16;\n");
     }
-    if matches!(kind, KernelKind::Coop(_) | KernelKind::CoopBand(_)) {
+    if matches!(kind, KernelKind::Coop(_) | KernelKind::CoopSplit(_) | KernelKind::CoopBand(_)) {
         enables.push_str("enable wgpu_cooperative_matrix;\n");
     }
     let mut header = format!(
@@ -201,16 +241,17 @@ pub(crate) fn compose(kind: &KernelKind, band: BandShape) -> String {
     let prelude = match kind.precision() {
         Precision::F32 => PRELUDE_F32,
         Precision::F16Accum32 => PRELUDE_F16,
+        Precision::F16x3 => PRELUDE_F16X3,
     };
     let body = match kind {
-        KernelKind::Coop(_) => {
+        KernelKind::Coop(_) | KernelKind::CoopSplit(_) => {
             // Invalid layouts never reach here: Conv2d validates first. Fall back to one
             // fragment so that `source` itself cannot fail.
             let (wm, wn, fm, fn_) = c.coop_layout().unwrap_or((1, 1, 1, 1));
             header.push_str(&format!(
                 "const WARPS_M: u32 = {wm}u;\nconst WARPS_N: u32 = {wn}u;\nconst FM: u32 = {fm}u;\nconst FN: u32 = {fn_}u;\n"
             ));
-            coop_body(fm, fn_)
+            coop_body(fm, fn_, matches!(kind, KernelKind::CoopSplit(_)))
         }
         KernelKind::CoopBand(_) => {
             let (wm, wn, fm, fn_) = c.band_layout().unwrap_or((1, 1, 1, 1));
@@ -245,9 +286,12 @@ struct FragmentCode<'a> {
     source: &'a str,
     /// Indentation of the `//@FRAGMENT_MMA` marker (the multiply step's loop depth).
     mma_indent: &'a str,
-    /// The load of A fragment i and of B fragment j (right-hand sides).
-    a_load: &'a dyn Fn(u32) -> String,
-    b_load: &'a dyn Fn(u32) -> String,
+    /// The load of A fragment i and of B fragment j from a staged tile (right-hand sides).
+    a_load: &'a dyn Fn(u32, &str) -> String,
+    b_load: &'a dyn Fn(u32, &str) -> String,
+    /// Operands staged as high and low f16 halves (the f16x3 kernel): each fragment is
+    /// loaded from both tiles, and each step forms three products.
+    split: bool,
     /// Per-warp statements after the accumulators are zeroed, for fragment row i.
     init_row: &'a dyn Fn(u32) -> String,
     /// The store of accumulator (i, j).
@@ -266,10 +310,32 @@ fn splice_fragments(fm: u32, fn_: u32, code: &FragmentCode) -> String {
     (0..fm).for_each(|i| init.push_str(&(code.init_row)(i)));
     let ind = code.mma_indent;
     let mut mma = String::new();
-    (0..fm).for_each(|i| mma.push_str(&format!("{ind}let a_{i} = {};\n", (code.a_load)(i))));
-    (0..fn_).for_each(|j| mma.push_str(&format!("{ind}let b_{j} = {};\n", (code.b_load)(j))));
+    for i in 0..fm {
+        mma.push_str(&format!("{ind}let a_{i} = {};\n", (code.a_load)(i, "a_tile")));
+        if code.split {
+            mma.push_str(&format!("{ind}let al_{i} = {};\n", (code.a_load)(i, "a_lo_tile")));
+        }
+    }
+    for j in 0..fn_ {
+        mma.push_str(&format!("{ind}let b_{j} = {};\n", (code.b_load)(j, "b_tile")));
+        if code.split {
+            mma.push_str(&format!("{ind}let bl_{j} = {};\n", (code.b_load)(j, "b_lo_tile")));
+        }
+    }
     for (i, j) in &frags {
-        mma.push_str(&format!("{ind}acc_{i}_{j} = coopMultiplyAdd(a_{i}, b_{j}, acc_{i}_{j});\n"));
+        if code.split {
+            // The step's three products go into a fresh partial, small terms first, which is
+            // then added to the accumulator in f32: the matrix units' own accumulation is
+            // coarser than an f32 add (f16-exact operands: relative L2 4.7e-7 against 3.3e-7
+            // for f32 FMAs on the H100, BENCHMARKS.md), and three of its roundings per step
+            // against the running sum would triple that error.
+            mma.push_str(&format!(
+                "{ind}let cross_{i}_{j} = coopMultiplyAdd(a_{i}, bl_{j}, coopMultiplyAdd(al_{i}, b_{j}, coop_mat16x16<f32, C>()));\n\
+                 {ind}acc_{i}_{j} = acc_{i}_{j} + coopMultiplyAdd(a_{i}, b_{j}, LO_WEIGHT * cross_{i}_{j});\n"
+            ));
+        } else {
+            mma.push_str(&format!("{ind}acc_{i}_{j} = coopMultiplyAdd(a_{i}, b_{j}, acc_{i}_{j});\n"));
+        }
     }
     let store: String = frags.iter().map(|&(i, j)| (code.store)(i, j)).collect();
     code.source
@@ -279,17 +345,21 @@ fn splice_fragments(fm: u32, fn_: u32, code: &FragmentCode) -> String {
         .replace("    //@FRAGMENT_STORE", &store)
 }
 
-/// conv_coop.wgsl: A fragments column-major and B row-major from the staged tiles; the warp's
-/// fragments start at (wm0, wn0).
-fn coop_body(fm: u32, fn_: u32) -> String {
+/// conv_coop.wgsl after its operand staging (one f16 per operand, or split into two halves):
+/// A fragments column-major and B row-major from the staged tiles; the warp's fragments start
+/// at (wm0, wn0).
+fn coop_body(fm: u32, fn_: u32, split: bool) -> String {
+    let operands = if split { COOP_OPERANDS_F16X3_WGSL } else { COOP_OPERANDS_F16_WGSL };
+    let source = COOP_WGSL.replace("//@OPERANDS", operands);
     splice_fragments(
         fm,
         fn_,
         &FragmentCode {
-            source: COOP_WGSL,
+            source: &source,
             mma_indent: "        ",
-            a_load: &|i| format!("coopLoad<coop_mat16x16<f16, A>>(&a_tile[a_at + {}u], A_STRIDE)", i * 16),
-            b_load: &|j| format!("coopLoadT<coop_mat16x16<f16, B>>(&b_tile[b_at + {}u], B_STRIDE)", j * 16),
+            a_load: &|i, tile| format!("coopLoad<coop_mat16x16<f16, A>>(&{tile}[a_at + {}u], A_STRIDE)", i * 16),
+            b_load: &|j, tile| format!("coopLoadT<coop_mat16x16<f16, B>>(&{tile}[b_at + {}u], B_STRIDE)", j * 16),
+            split,
             init_row: &|_| String::new(),
             store: &|i, j| {
                 format!(
@@ -311,8 +381,9 @@ fn band_body(fm: u32, fn_: u32) -> String {
         &FragmentCode {
             source: BAND_WGSL,
             mma_indent: "                ",
-            a_load: &|i| format!("coopLoadT<coop_mat16x16<f16, A>>(&band[a_base_{i} + a_off], CP)"),
-            b_load: &|j| format!("coopLoadT<coop_mat16x16<f16, B>>(&b_tile[b_at + {}u], B_STRIDE)", j * 16),
+            a_load: &|i, _| format!("coopLoadT<coop_mat16x16<f16, A>>(&band[a_base_{i} + a_off], CP)"),
+            b_load: &|j, tile| format!("coopLoadT<coop_mat16x16<f16, B>>(&{tile}[b_at + {}u], B_STRIDE)", j * 16),
+            split: false,
             init_row: &|i| format!("    let a_base_{i} = frag_band_offset(t, q0 + {i}u);\n"),
             store: &|i, j| {
                 format!(
@@ -328,7 +399,19 @@ fn band_body(fm: u32, fn_: u32) -> String {
 /// goes stale when a kernel changes.
 pub fn shader_hash() -> String {
     let mut h = Sha256::new();
-    for s in [PARAMS_WGSL, GATHER_WGSL, TILED_WGSL, COOP_WGSL, BAND_WGSL, DIRECT_WGSL, PRELUDE_F32, PRELUDE_F16] {
+    for s in [
+        PARAMS_WGSL,
+        GATHER_WGSL,
+        TILED_WGSL,
+        COOP_WGSL,
+        COOP_OPERANDS_F16_WGSL,
+        COOP_OPERANDS_F16X3_WGSL,
+        BAND_WGSL,
+        DIRECT_WGSL,
+        PRELUDE_F32,
+        PRELUDE_F16,
+        PRELUDE_F16X3,
+    ] {
         h.update(s.as_bytes());
     }
     h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
@@ -339,7 +422,7 @@ pub fn shader_hash() -> String {
 /// cooperative matrices, which naga's other backends do not express.
 pub fn portable_targets(kind: &KernelKind) -> &'static [&'static str] {
     match kind {
-        KernelKind::Coop(_) | KernelKind::CoopBand(_) => &["SPIR-V"],
+        KernelKind::Coop(_) | KernelKind::CoopSplit(_) | KernelKind::CoopBand(_) => &["SPIR-V"],
         KernelKind::TiledF16(_) => &["SPIR-V", "MSL", "HLSL"],
         _ => &["SPIR-V", "MSL", "HLSL", "GLSL"],
     }
@@ -352,7 +435,7 @@ pub fn check_portable(kind: &KernelKind) -> Result<()> {
     // `source` assumes a structurally valid config.
     match kind {
         KernelKind::Tiled(c) | KernelKind::TiledF16(c) => c.check_shape()?,
-        KernelKind::Coop(c) => {
+        KernelKind::Coop(c) | KernelKind::CoopSplit(c) => {
             c.coop_layout()?;
         }
         KernelKind::CoopBand(c) => {
@@ -456,8 +539,9 @@ pub(crate) struct ConvParams {
     pub row_tiles: u32,
     pub x_tiles: u32,
     pub x_clamp: u32,
-    /// Padding to a whole 16-byte row (`unused` in shaders/params.wgsl).
-    pub unused: u32,
+    /// Multiplies the sums before the bias: 1, or the inverse of the f16x3 kernel's weight
+    /// scale (a power of two).
+    pub out_scale: f32,
 }
 
 pub(crate) const FLAG_RELU: u32 = 1;
@@ -563,10 +647,11 @@ mod tests {
 
     #[test]
     fn params_match_wgsl_struct() {
-        // 32 u32 fields, in the order of shaders/params.wgsl.
+        // 31 u32 fields and the f32 `out_scale` last, in the order of shaders/params.wgsl.
         assert_eq!(std::mem::size_of::<ConvParams>(), 32 * 4);
         let fields = PARAMS_WGSL.split("struct Params {").nth(1).unwrap().split('}').next().unwrap();
-        assert_eq!(fields.matches(": u32").count(), 32);
+        assert_eq!(fields.matches(": u32").count(), 31);
+        assert!(fields.trim_end().ends_with("out_scale: f32,"));
     }
 
     #[test]
@@ -574,7 +659,9 @@ mod tests {
         let kinds = crate::config::default_sweep()
             .into_iter()
             .flat_map(|c| [KernelKind::Tiled(c), KernelKind::TiledF16(c)])
-            .chain(crate::config::coop_sweep().into_iter().map(KernelKind::Coop))
+            .chain(
+                crate::config::coop_sweep().into_iter().flat_map(|c| [KernelKind::Coop(c), KernelKind::CoopSplit(c)]),
+            )
             .chain(crate::config::band_sweep().into_iter().map(KernelKind::CoopBand));
         for kind in kinds {
             let src = source(&kind);

@@ -19,49 +19,7 @@ use wgconv::config::{band_sweep, coop_sweep, default_band_config, default_sweep}
 use wgconv::{reference, Activation, ConfigSource, Conv2d, Conv2dOptions, Error, Gpu, GpuOptions};
 use wgconv::{Conv2dSpec as S, KernelKind, Padding as P, Precision, Shape4, TileConfig};
 
-/// Ragged shapes: strides, asymmetric padding, dilation, groups / depthwise, C_out 1, 3,
-/// 17, 96, bias on and off, ReLU on and off, N = 1..3. `(name, spec, [N, H, W], relu)`.
-fn shapes() -> Vec<(&'static str, S, [u32; 3], bool)> {
-    vec![
-        (
-            "stride2x1_asym_pad_cout17_bias",
-            S::new(3, 17, 3).stride(2, 1).padding(P::new(1, 0, 2, 1)).with_bias(true),
-            [2, 13, 11],
-            false,
-        ),
-        ("dilation2_relu_n3", S::new(3, 8, 3).dilation(2, 2).padding(P::uniform(2)), [3, 12, 12], true),
-        ("groups3_stride2_bias", S::new(6, 9, 3).groups(3).stride(2, 2).with_bias(true), [1, 11, 12], false),
-        (
-            "depthwise_3x3_bias_relu",
-            S::new(8, 8, 3).groups(8).padding(P::uniform(1)).with_bias(true),
-            [2, 10, 10],
-            true,
-        ),
-        ("cout1_bias", S::new(3, 1, 3).padding(P::uniform(1)).with_bias(true), [2, 9, 7], false),
-        ("cout3_stride3x2_relu", S::new(5, 3, 3).stride(3, 2), [1, 10, 12], true),
-        (
-            "cout96_5x5_stride2_bias",
-            S::new(3, 96, 5).stride(2, 2).padding(P::uniform(2)).with_bias(true),
-            [1, 15, 13],
-            false,
-        ),
-        ("k1x1_stride2_pad1_cout17_n3", S::new(16, 17, 1).stride(2, 2).padding(P::uniform(1)), [3, 9, 8], false),
-        (
-            "k11_stride4_cout17_bias_relu",
-            S::new(3, 17, 11).stride(4, 4).padding(P::uniform(2)).with_bias(true),
-            [2, 31, 27],
-            true,
-        ),
-        (
-            "groups4_dilation2_asym_pad",
-            S::new(8, 12, 3).groups(4).stride(2, 1).dilation(2, 2).padding(P::new(2, 1, 0, 3)),
-            [2, 13, 9],
-            false,
-        ),
-    ]
-}
-
-/// A case of [`shapes`] with its reference (ReLU applied where the case has it).
+/// A case of [`ragged_shapes`] with its reference (ReLU applied where the case has it).
 fn case(name: &str, spec: S, [n, h, w]: [u32; 3], relu: bool) -> Case {
     let mut case = Case::new(name, spec, Shape4::new(n, spec.in_channels, h, w));
     if relu {
@@ -139,7 +97,7 @@ fn f16_default_and_explicit_configs_on_ragged_shapes() {
     let gpu = gpu();
     let explicit = explicit_tiled_f16(&gpu);
     let mut worst = 0.0f64;
-    for (name, spec, nhw, relu) in shapes() {
+    for (name, spec, nhw, relu) in ragged_shapes() {
         let case = case(name, spec, nhw, relu);
         let conv = f16_conv(&gpu, &case, None, relu);
         if !gpu.has_coop_f16() {
@@ -290,7 +248,7 @@ fn coop_kernel_on_ragged_shapes() {
     let band = band_sweep().into_iter().map(KernelKind::CoopBand).filter(|k| k.validate(&limits).is_ok());
     let explicit: Vec<KernelKind> = gather.chain(band).collect();
     let mut band_runs = 0;
-    for (name, spec, nhw, relu) in shapes() {
+    for (name, spec, nhw, relu) in ragged_shapes() {
         let case = case(name, spec, nhw, relu);
         let conv = f16_conv(&gpu, &case, None, relu);
         let (kind, _) = conv.kernel();

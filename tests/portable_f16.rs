@@ -10,7 +10,7 @@ use wgconv::KernelKind;
 /// real problems: see `band::representative_shapes`).
 #[test]
 fn coop_sweeps_translate_to_spirv() {
-    let gathering = coop_sweep().into_iter().map(KernelKind::Coop);
+    let gathering = coop_sweep().into_iter().flat_map(|c| [KernelKind::Coop(c), KernelKind::CoopSplit(c)]);
     for kind in gathering.chain(band_sweep().into_iter().map(KernelKind::CoopBand)) {
         assert_eq!(portable_targets(&kind), ["SPIR-V"]);
         check_portable(&kind).unwrap_or_else(|e| panic!("{e}"));

@@ -36,14 +36,16 @@ pub struct Args {
     #[arg(long, default_value_t = 5)]
     warmup: u32,
     /// Peak in TFLOP/s for the "% peak" column (default: a known datasheet table by adapter name:
-    /// FP32 for the f32 and f16-SIMT kernels, f16 tensor for cooperative matrices)
+    /// FP32 for the f32 and f16-SIMT kernels, f16 tensor for cooperative matrices, a third of
+    /// it for f16x3)
     #[arg(long)]
     peak_tflops: Option<f64>,
     /// Fuse a ReLU into the store
     #[arg(long)]
     relu: bool,
-    /// f32, or f16 operands with f32 accumulation (cooperative matrices where the device has
-    /// them, else the f16 SIMT kernel; the table says which ran)
+    /// f32; f16 operands with f32 accumulation (cooperative matrices where the device has
+    /// them, else the f16 SIMT kernel; the table says which ran); or f16x3, f32-accurate
+    /// from three f16 products (cooperative matrices only)
     #[arg(long, value_enum, default_value = "f32")]
     precision: PrecisionArg,
     /// Write every figure as JSON
@@ -61,6 +63,8 @@ pub struct Args {
 pub enum PrecisionArg {
     F32,
     F16,
+    /// f32-accurate, from three f16 products on cooperative matrices
+    F16x3,
 }
 
 impl From<PrecisionArg> for Precision {
@@ -68,6 +72,7 @@ impl From<PrecisionArg> for Precision {
         match p {
             PrecisionArg::F32 => Precision::F32,
             PrecisionArg::F16 => Precision::F16Accum32,
+            PrecisionArg::F16x3 => Precision::F16x3,
         }
     }
 }
@@ -79,7 +84,7 @@ pub fn main(args: Args) -> CliResult {
     let precision = Precision::from(args.precision);
     let gpu = Arc::new(Gpu::with_options(GpuOptions {
         adapter: args.adapter.clone(),
-        cooperative_matrix: precision == Precision::F16Accum32,
+        cooperative_matrix: precision != Precision::F32,
         ..Default::default()
     })?);
     let default_batch = if gpu.is_cpu() { bench::CPU_BATCH } else { 256 };
@@ -105,6 +110,8 @@ pub fn main(args: Args) -> CliResult {
                 // Both cooperative-matrix kernels: the opt-in row-band one, then the gathering one.
                 let band = band_sweep().into_iter().map(KernelKind::CoopBand);
                 band.chain(coop_sweep().into_iter().map(KernelKind::Coop)).collect()
+            } else if precision == Precision::F16x3 {
+                coop_sweep().into_iter().map(|c| kind_for(&gpu, precision, c)).collect::<Result<_, _>>()?
             } else {
                 default_sweep().into_iter().map(|c| kind_for(&gpu, precision, c)).collect::<Result<_, _>>()?
             }

@@ -13,7 +13,7 @@ use wgconv::gpu::{adapter_substring, choose_adapter, enumerate_adapters, Adapter
     long_about = "List every adapter wgpu finds (name, backend, device type, driver), the one wgconv would \
 pick and why, and per adapter the limits and features wgconv cares about: binding and buffer sizes, \
 workgroup memory and invocations, subgroup sizes, SHADER_F16, TIMESTAMP_QUERY, SUBGROUP, cooperative \
-matrices, and which configs of the default tile sweep the adapter would refuse, with the reason.\n\n\
+matrices, the kernel each precision (f32, f16, f16x3) would run, and which configs of the default tile sweep the adapter would refuse, with the reason.\n\n\
 The choice follows `wgconv run`: --adapter (or WGCONV_ADAPTER) picks by name substring, else the best \
 device type (discrete > integrated > virtual > other > CPU); --backend (or WGPU_BACKEND) limits the search.",
     after_help = "Examples:\n  wgconv info\n  wgconv info --json > adapters.json\n  wgconv info --backend vulkan --adapter llvmpipe"
@@ -50,10 +50,37 @@ struct AdapterReport {
     limits: LimitsReport,
     features: FeaturesReport,
     cooperative_matrix_properties: Vec<CoopMatrix>,
+    /// The kernel each precision would run on this adapter (`wgconv bench --precision`,
+    /// `Conv2dOptions::precision`).
+    precision_paths: PrecisionPaths,
     /// Configs of the default sweep this adapter refuses, with the reason.
     refused_configs: Vec<Refusal>,
     /// How many configs the default sweep has.
     sweep_size: usize,
+}
+
+#[derive(Serialize)]
+struct PrecisionPaths {
+    f32: &'static str,
+    f16: &'static str,
+    f16x3: &'static str,
+}
+
+impl PrecisionPaths {
+    /// As `wgconv::conv2d::kind_for` decides, with cooperative matrices enabled where usable.
+    fn of(adapter: &wgpu::Adapter) -> Self {
+        let coop = wgconv::gpu::coop_f16_supported(adapter);
+        let simt_f16 = adapter.features().contains(wgpu::Features::SHADER_F16);
+        PrecisionPaths {
+            f32: "tiled (f32 FMAs)",
+            f16: match (coop, simt_f16) {
+                (true, _) => "coop-f16 (cooperative matrices)",
+                (false, true) => "tiled-f16 (SIMT, operands rounded to f16)",
+                (false, false) => "refused (no SHADER_F16, no cooperative matrices)",
+            },
+            f16x3: if coop { "coop-f16x3 (cooperative matrices)" } else { "refused (no cooperative matrices)" },
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -147,6 +174,7 @@ fn describe(index: usize, adapter: &wgpu::Adapter, chosen: bool) -> AdapterRepor
                 saturating_accumulation: p.saturating_accumulation,
             })
             .collect(),
+        precision_paths: PrecisionPaths::of(adapter),
         refused_configs,
         sweep_size: sweep.len(),
     }
@@ -227,6 +255,8 @@ fn print_text(r: &Report) {
                 );
             }
         }
+        let p = &a.precision_paths;
+        println!("    precisions: f32 -> {}; f16 -> {}; f16x3 -> {}", p.f32, p.f16, p.f16x3);
         if a.refused_configs.is_empty() {
             println!("    default sweep: all {} configs fit", a.sweep_size);
         } else {

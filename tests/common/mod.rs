@@ -6,7 +6,7 @@ use rand::{Rng, SeedableRng};
 use rand_distr::StandardNormal;
 use std::sync::{Arc, OnceLock};
 use wgconv::{
-    reference, Conv2d, Conv2dOptions, Conv2dSpec, ConvProblem, Gpu, GpuOptions, KernelKind, Precision, Shape4,
+    reference, Conv2d, Conv2dOptions, Conv2dSpec, ConvProblem, Gpu, GpuOptions, KernelKind, Padding, Precision, Shape4,
 };
 
 /// The tolerance of the fp32 path against the f64 reference.
@@ -188,4 +188,51 @@ pub fn gpu_with_limits(lower: impl FnOnce(&mut wgpu::Limits)) -> Arc<Gpu> {
     lower(&mut limits);
     let opts = GpuOptions { adapter: Some(base.info.name.clone()), limits: Some(limits), ..Default::default() };
     Arc::new(Gpu::with_options(opts).expect("a device with lowered limits"))
+}
+
+/// Ragged shapes for the f16 and f16x3 tests: strides, asymmetric padding, dilation, groups / depthwise, C_out 1, 3,
+/// 17, 96, bias on and off, ReLU on and off, N = 1..3. `(name, spec, [N, H, W], relu)`.
+pub fn ragged_shapes() -> Vec<(&'static str, Conv2dSpec, [u32; 3], bool)> {
+    vec![
+        (
+            "stride2x1_asym_pad_cout17_bias",
+            Conv2dSpec::new(3, 17, 3).stride(2, 1).padding(Padding::new(1, 0, 2, 1)).with_bias(true),
+            [2, 13, 11],
+            false,
+        ),
+        ("dilation2_relu_n3", Conv2dSpec::new(3, 8, 3).dilation(2, 2).padding(Padding::uniform(2)), [3, 12, 12], true),
+        ("groups3_stride2_bias", Conv2dSpec::new(6, 9, 3).groups(3).stride(2, 2).with_bias(true), [1, 11, 12], false),
+        (
+            "depthwise_3x3_bias_relu",
+            Conv2dSpec::new(8, 8, 3).groups(8).padding(Padding::uniform(1)).with_bias(true),
+            [2, 10, 10],
+            true,
+        ),
+        ("cout1_bias", Conv2dSpec::new(3, 1, 3).padding(Padding::uniform(1)).with_bias(true), [2, 9, 7], false),
+        ("cout3_stride3x2_relu", Conv2dSpec::new(5, 3, 3).stride(3, 2), [1, 10, 12], true),
+        (
+            "cout96_5x5_stride2_bias",
+            Conv2dSpec::new(3, 96, 5).stride(2, 2).padding(Padding::uniform(2)).with_bias(true),
+            [1, 15, 13],
+            false,
+        ),
+        (
+            "k1x1_stride2_pad1_cout17_n3",
+            Conv2dSpec::new(16, 17, 1).stride(2, 2).padding(Padding::uniform(1)),
+            [3, 9, 8],
+            false,
+        ),
+        (
+            "k11_stride4_cout17_bias_relu",
+            Conv2dSpec::new(3, 17, 11).stride(4, 4).padding(Padding::uniform(2)).with_bias(true),
+            [2, 31, 27],
+            true,
+        ),
+        (
+            "groups4_dilation2_asym_pad",
+            Conv2dSpec::new(8, 12, 3).groups(4).stride(2, 1).dilation(2, 2).padding(Padding::new(2, 1, 0, 3)),
+            [2, 13, 9],
+            false,
+        ),
+    ]
 }
