@@ -10,9 +10,10 @@
 // Tile constants BM, BN, BK, WG, STAGES come from the generated header (src/kernel.rs).
 
 @group(0) @binding(1) var<storage, read> input: array<f32>;
-// Weights in the including kernel's `WeightVec`: vec4<f32> (conv_tiled.wgsl) or vec4<f16>
-// (conv_coop.wgsl: rounded to f16 once at upload, so its K loop neither converts them nor
-// holds f32 copies in registers).
+// Weights in the including kernel's `WeightVec`: vec4<f32> (conv_tiled.wgsl), vec4<f16>
+// (coop_operands_f16.wgsl: rounded to f16 once at upload, so its K loop neither converts them
+// nor holds f32 copies in registers), or their f16 high and low halves
+// (coop_operands_f16x3.wgsl: split once at upload).
 @group(0) @binding(2) var<storage, read> weight: array<WeightVec>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 // Gather table, one row per k (host-computed, so the loaders never divide):
@@ -100,7 +101,8 @@ fn fetch(kt: u32, t: u32, b: Block) {
     }
 }
 
-// Registers → workgroup buffer `buf`, through the kernel's accessors; A rounded here.
+// Registers → workgroup buffer `buf`, through the kernel's accessors; A goes through
+// to_operand here (and is rounded or split by store_a).
 fn stash(buf: u32, t: u32) {
     for (var j = 0u; j < A_LOADS; j++) {
         store_a(buf, t % BK, t / BK + j * A_ROW_STEP, to_operand(a_next[j]));

@@ -13,8 +13,10 @@ struct Params {
     // The row-band kernel's grid (conv_band.wgsl; zero for the other kernels; the rest of
     // its geometry, its channel-chunk count included, is compiled in).
     row_tiles: u32, x_tiles: u32, x_clamp: u32,
-    // A power of two the tiled kernels' sums are multiplied by before the bias: it undoes
-    // the f16x3 kernel's weight scaling (coop_operands_f16x3.wgsl); 1 for the others.
+    // A power of two the gathering kernels' sums are multiplied by before the bias
+    // (gather.wgsl's store_output): it undoes the f16x3 kernel's weight scaling
+    // (coop_operands_f16x3.wgsl); 1 for the others. The row-band and direct kernels do
+    // not read it (they never run f16x3).
     out_scale: f32,
 }
 

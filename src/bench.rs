@@ -128,19 +128,20 @@ impl BenchReport {
 
 /// A known datasheet peak (TFLOP/s, dense) for the units a kernel runs on: the FP32 SIMT
 /// rate for the f32 and f16-SIMT kernels (the latter rounds operands but multiplies in f32),
-/// the f16 tensor rate with f32 accumulation for the cooperative-matrix kernel.
+/// the f16 tensor rate with f32 accumulation for the cooperative-matrix kernels, a third of
+/// it for f16x3 (three f16 products per useful multiply-add).
 pub fn known_peak(adapter_name: &str, kind: &KernelKind) -> Option<f64> {
     let n = adapter_name.to_lowercase();
-    let table: &[(&str, f64)] = match kind {
-        KernelKind::Coop(_) | KernelKind::CoopBand(_) => {
-            &[("h100", 989.4), ("h200", 989.4), ("4090", 165.2), ("a100", 312.0)]
-        }
-        // Three f16 products per useful multiply-add: a third of the f16 tensor rate.
-        KernelKind::CoopSplit(_) => &[("h100", 329.8), ("h200", 329.8), ("4090", 55.1), ("a100", 104.0)],
-        _ => &[("h100", 67.0), ("h200", 67.0), ("4090", 82.6), ("a100", 19.5)],
+    let (table, products): (&[(&str, f64)], f64) = match kind {
+        KernelKind::Coop(_) | KernelKind::CoopBand(_) => (F16_TENSOR_PEAKS, 1.0),
+        KernelKind::CoopSplit(_) => (F16_TENSOR_PEAKS, 3.0),
+        _ => (&[("h100", 67.0), ("h200", 67.0), ("4090", 82.6), ("a100", 19.5)], 1.0),
     };
-    table.iter().find(|(k, _)| n.contains(k)).map(|&(_, v)| v)
+    table.iter().find(|(k, _)| n.contains(k)).map(|&(_, v)| v / products)
 }
+
+/// Dense f16 × f16 → f32 tensor peaks, TFLOP/s (datasheets).
+const F16_TENSOR_PEAKS: &[(&str, f64)] = &[("h100", 989.4), ("h200", 989.4), ("4090", 165.2), ("a100", 312.0)];
 
 fn randn(len: usize, rng: &mut rand::rngs::StdRng) -> Vec<f32> {
     (0..len).map(|_| rng.sample::<f32, _>(rand_distr::StandardNormal)).collect()

@@ -443,7 +443,9 @@ pub fn default_sweep() -> Vec<TileConfig> {
 /// 8 fragments are 64 f32 registers per lane.
 pub const MAX_FRAGMENTS: u32 = 8;
 
-/// The declared sweep of the cooperative-matrix kernel (`wgconv bench --precision f16`).
+/// The declared sweep of the cooperative-matrix kernel (`wgconv bench --precision f16`, and
+/// `--precision f16x3`, where the configs with two stages or BK 32 mostly exceed the
+/// workgroup memory of its doubled operand tiles).
 pub fn coop_sweep() -> Vec<TileConfig> {
     use TileConfig as T;
     vec![
@@ -490,8 +492,8 @@ pub fn default_band_config() -> TileConfig {
     TileConfig::with_thread_tile(128, 96, 16, 4, 12, 1)
 }
 
-/// The cooperative-matrix config a fresh f16 `Conv2d` uses: 4 warps of 2×3 fragments, the
-/// fastest of the sweep on the H100 (BENCHMARKS.md run 50).
+/// The cooperative-matrix config a fresh f16 or f16x3 `Conv2d` uses: 4 warps of 2×3
+/// fragments, the fastest of both sweeps on the H100 (BENCHMARKS.md runs 50 and 67).
 pub fn default_coop_config() -> TileConfig {
     TileConfig::with_thread_tile(64, 96, 16, 4, 12, 1)
 }

@@ -40,7 +40,8 @@ pub struct Conv2dOptions {
     /// The kernel to run; `None`: the tuning cache's decision for the problem, else the default.
     pub kernel: Option<KernelKind>,
     pub activation: Activation,
-    /// f32 (default) or f16 operands with f32 accumulation; see [`Precision`].
+    /// f32 (default), f16 operands with f32 accumulation, or f32-accurate f16x3 on
+    /// cooperative matrices; see [`Precision`].
     pub precision: Precision,
     /// Input shape used to look up the tuning cache (its key includes the batch and size).
     pub tuning_key_input: Option<Shape4>,
@@ -444,10 +445,10 @@ impl Conv2d {
         Ok(out)
     }
 
-    /// Whether an f16 kernel met an input value beyond f16's range since the last call
-    /// (and clears the flag). `forward` checks it itself; callers of `encode` / `plan`
-    /// with [`Precision::F16Accum32`] check it after their work completes: a flagged
-    /// result must not be used. Always `false` for f32 kernels.
+    /// Whether an f16 or f16x3 kernel met an input value beyond f16's range since the last
+    /// call (and clears the flag). `forward` checks it itself; callers of `encode` / `plan`
+    /// with [`Precision::F16Accum32`] or [`Precision::F16x3`] check it after their work
+    /// completes: a flagged result must not be used. Always `false` for f32 kernels.
     pub fn take_range_flag(&self) -> Result<bool> {
         if self.kind.precision() == Precision::F32 {
             return Ok(false);
@@ -508,7 +509,8 @@ impl Conv2d {
 /// The kernel for a new op: explicit, else the tuning cache, else the default, else the
 /// first sweep config the device can run, else the direct kernel. For f16 precision:
 /// cooperative matrices where the device has them, else the f16 SIMT kernel where it has
-/// `SHADER_F16`, else a refusal — never the f32 path under an f16 label.
+/// `SHADER_F16`, else a refusal — never the f32 path under an f16 label. For f16x3:
+/// cooperative matrices, else a refusal.
 fn choose_kernel(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -> Result<(KernelKind, ConfigSource)> {
     let limits = gpu.kernel_limits();
     if let Some(kind) = options.kernel {
@@ -558,7 +560,7 @@ fn choose_kernel(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -> Resul
     }
     match options.precision {
         Precision::F32 => Ok((KernelKind::Direct, ConfigSource::Fallback)),
-        p => Err(Error::Unsupported(format!("no {p:?} tile config fits {}'s limits", gpu.info.name))),
+        p => Err(Error::Unsupported(format!("no {p} tile config fits {}'s limits", gpu.info.name))),
     }
 }
 
@@ -568,24 +570,37 @@ fn choose_kernel(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -> Resul
 /// where cooperative matrices are enabled, else a refusal (it exists to use the matrix units:
 /// elsewhere the f32 kernel is as accurate and faster).
 pub fn kind_for(gpu: &Gpu, precision: Precision, config: TileConfig) -> Result<KernelKind> {
+    let shader_f16 = gpu.device.features().contains(wgpu::Features::SHADER_F16);
+    kind_for_features(precision, config, gpu.has_coop_f16(), shader_f16, &gpu.info.name)
+}
+
+/// [`kind_for`]'s decision from what a device offers (`coop_f16`: cooperative matrices
+/// usable and enabled; `shader_f16`: the `SHADER_F16` feature), for reports about adapters
+/// that have no device yet (`wgconv info`).
+pub fn kind_for_features(
+    precision: Precision,
+    config: TileConfig,
+    coop_f16: bool,
+    shader_f16: bool,
+    adapter: &str,
+) -> Result<KernelKind> {
     match precision {
         Precision::F32 => Ok(KernelKind::Tiled(config)),
-        Precision::F16Accum32 if gpu.has_coop_f16() => Ok(KernelKind::Coop(config)),
-        Precision::F16Accum32 if gpu.device.features().contains(wgpu::Features::SHADER_F16) => {
-            Ok(KernelKind::TiledF16(config))
-        }
+        Precision::F16Accum32 if coop_f16 => Ok(KernelKind::Coop(config)),
+        Precision::F16Accum32 if shader_f16 => Ok(KernelKind::TiledF16(config)),
         Precision::F16Accum32 => Err(Error::Unsupported(format!(
-            "f16 precision needs cooperative matrices or SHADER_F16; {} has neither",
-            gpu.info.name
+            "f16 precision needs cooperative matrices or SHADER_F16; {adapter} has neither"
         ))),
-        Precision::F16x3 if gpu.has_coop_f16() => Ok(KernelKind::CoopSplit(config)),
+        Precision::F16x3 if coop_f16 => Ok(KernelKind::CoopSplit(config)),
         Precision::F16x3 => Err(Error::Unsupported(format!(
-            "f16x3 precision runs on cooperative matrices (f16 A/B, f32 C, 16x16x16, subgroup size 32); \
-             {} has none enabled (use f32: it is as accurate)",
-            gpu.info.name
+            "f16x3 precision runs on cooperative matrices {COOP_NEEDS}; {adapter} has none enabled \
+             (use f32: it is as accurate)"
         ))),
     }
 }
+
+/// What the cooperative-matrix kernels need, for refusals.
+const COOP_NEEDS: &str = "(f16 A/B, f32 C, 16x16x16, subgroup size 32)";
 
 /// Whether the row-band kernel can run a convolution for any input size: it applies, and
 /// its geometry of one fragment per row fits the device. That geometry is the last one
@@ -600,7 +615,7 @@ fn check_kind_supported(gpu: &Gpu, kind: &KernelKind) -> Result<()> {
     match kind {
         KernelKind::Coop(_) | KernelKind::CoopSplit(_) | KernelKind::CoopBand(_) if !gpu.has_coop_f16() => {
             Err(Error::Unsupported(format!(
-                "{kind} needs cooperative matrices (f16 A/B, f32 C, 16x16x16, subgroup size 32); {} has none enabled",
+                "{kind} needs cooperative matrices {COOP_NEEDS}; {} has none enabled",
                 gpu.info.name
             )))
         }
@@ -634,11 +649,15 @@ fn f16_bytes(mut packed: Vec<f32>) -> Result<Vec<u8>> {
 /// multiplied by first (the kernel's sums are multiplied by `1 / scale`). Per four weights
 /// `w` (a `WeightVec` of coop_operands_f16x3.wgsl): four `hi = f16(w·scale)`, then four
 /// `lo = f16((w·scale - hi)·2048)`. The scale puts the largest finite magnitude in
-/// [2^13, 2^14): far inside f16's range, and small weights stay out of its subnormals. A
-/// non-finite weight keeps `hi` (±inf or NaN, as f32 would compute with it) and `lo = 0`.
+/// [2^13, 2^14): far inside f16's range, and small weights stay out of its subnormals
+/// (weights all below 2^-113 stay smaller: the scale stops at 2^126). A non-finite weight
+/// keeps `hi` (±inf or NaN) and `lo = 0`; an infinite one makes NaN of the outputs it
+/// touches, where f32 may give ±inf (its products with the inputs' low halves are 0·inf or
+/// opposite infinities).
 pub(crate) fn split_weights(packed: &[f32]) -> (Vec<u8>, f32) {
     let max = packed.iter().filter(|v| v.is_finite()).fold(0.0f32, |m, v| m.max(v.abs()));
-    let exp = if max > 0.0 { 13 - max.log2().floor() as i32 } else { 0 };
+    // f64: f32's log2 rounds values just under a power of two up to it.
+    let exp = if max > 0.0 { 13 - (max as f64).log2().floor() as i32 } else { 0 };
     let scale = 2f64.powi(exp.clamp(-126, 126));
     let halves = |v: f32| {
         let x = v as f64 * scale;

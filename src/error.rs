@@ -35,7 +35,7 @@ pub enum Error {
     #[error("wgpu {stage}: {message}")]
     Wgpu { stage: &'static str, message: String },
 
-    #[error("{what} holds a value beyond f16's range (|x| > 65504{detail}): the f16 precision cannot represent it; use Precision::F32 or rescale")]
+    #[error("{what} holds a value beyond f16's range (|x| > 65504{detail}): the f16 and f16x3 precisions cannot represent it; use Precision::F32 or rescale")]
     F16Range { what: &'static str, detail: String },
 
     #[error("{0}")]

@@ -21,7 +21,8 @@ pub struct GpuOptions {
     /// honours too). Measured cost on the H100: 22× (BENCHMARKS.md).
     pub runtime_checks: bool,
     /// Enable wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX where the adapter offers f16×f16→f32
-    /// 16×16×16 with subgroup size 32 (the matrix-unit path of `Precision::F16Accum32`).
+    /// 16×16×16 with subgroup size 32 (the matrix-unit path of `Precision::F16Accum32`, and
+    /// the only path of `Precision::F16x3`).
     /// Opt-in: wgpu marks the feature experimental (also `WGCONV_COOP=1`).
     pub cooperative_matrix: bool,
 }

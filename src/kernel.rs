@@ -126,6 +126,17 @@ pub enum Precision {
     F16x3,
 }
 
+/// The CLI's names: `f32`, `f16`, `f16x3`.
+impl std::fmt::Display for Precision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Precision::F32 => "f32",
+            Precision::F16Accum32 => "f16",
+            Precision::F16x3 => "f16x3",
+        })
+    }
+}
+
 /// Workgroup size of the direct kernel (`DIRECT_WG` in its source).
 pub(crate) const DIRECT_WORKGROUP: u32 = 64;
 
@@ -137,29 +148,24 @@ const PRELUDE_F32: &str = "fn to_operand(v: f32) -> f32 {\n    return v;\n}\nfn 
 /// private flag that `report_range` publishes once at the end: an atomic inside the gather
 /// loop kept the compiler from overlapping the loads (the f16 kernel took 1.76 ms instead of
 /// 0.96 ms on the H100, BENCHMARKS.md). The host then refuses the result.
-const PRELUDE_F16: &str = "@group(0) @binding(6) var<storage, read_write> range_flag: atomic<u32>;
-const F16_MAX: f32 = 65504.0;
-var<private> out_of_range: bool = false;
-fn to_operand(v: f32) -> f32 {
+const PRELUDE_F16: &str = "fn to_operand(v: f32) -> f32 {
     out_of_range = out_of_range || abs(v) > F16_MAX;
     return select(f32(f16(clamp(v, -F16_MAX, F16_MAX))), v, is_nan(v));
-}
-fn report_range() {
-    if (out_of_range) {
-        atomicOr(&range_flag, 1u);
-    }
 }
 ";
 
 /// The f16x3 kernel's operands: range-checked as in `PRELUDE_F16`, but not rounded (the
 /// split into two f16 happens in its `store_a`).
-const PRELUDE_F16X3: &str = "@group(0) @binding(6) var<storage, read_write> range_flag: atomic<u32>;
-const F16_MAX: f32 = 65504.0;
-var<private> out_of_range: bool = false;
-fn to_operand(v: f32) -> f32 {
+const PRELUDE_F16X3: &str = "fn to_operand(v: f32) -> f32 {
     out_of_range = out_of_range || abs(v) > F16_MAX;
     return select(clamp(v, -F16_MAX, F16_MAX), v, is_nan(v));
 }
+";
+
+/// The range flag both f16 preludes share (see `PRELUDE_F16`).
+const PRELUDE_RANGE_FLAG: &str = "@group(0) @binding(6) var<storage, read_write> range_flag: atomic<u32>;
+const F16_MAX: f32 = 65504.0;
+var<private> out_of_range: bool = false;
 fn report_range() {
     if (out_of_range) {
         atomicOr(&range_flag, 1u);
@@ -239,9 +245,9 @@ pub(crate) fn compose(kind: &KernelKind, band: BandShape) -> String {
         st = c.stages,
     );
     let prelude = match kind.precision() {
-        Precision::F32 => PRELUDE_F32,
-        Precision::F16Accum32 => PRELUDE_F16,
-        Precision::F16x3 => PRELUDE_F16X3,
+        Precision::F32 => PRELUDE_F32.to_string(),
+        Precision::F16Accum32 => format!("{PRELUDE_RANGE_FLAG}{PRELUDE_F16}"),
+        Precision::F16x3 => format!("{PRELUDE_RANGE_FLAG}{PRELUDE_F16X3}"),
     };
     let body = match kind {
         KernelKind::Coop(_) | KernelKind::CoopSplit(_) => {
@@ -411,6 +417,7 @@ pub fn shader_hash() -> String {
         PRELUDE_F32,
         PRELUDE_F16,
         PRELUDE_F16X3,
+        PRELUDE_RANGE_FLAG,
     ] {
         h.update(s.as_bytes());
     }
@@ -506,7 +513,7 @@ fn check_source(kind: &KernelKind, src: &str) -> Result<()> {
 
 /// The per-dispatch parameters, in the field order of `shaders/params.wgsl`.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default, Pod, Zeroable)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
 pub(crate) struct ConvParams {
     pub c_in: u32,
     pub h: u32,
@@ -542,6 +549,13 @@ pub(crate) struct ConvParams {
     /// Multiplies the sums before the bias: 1, or the inverse of the f16x3 kernel's weight
     /// scale (a power of two).
     pub out_scale: f32,
+}
+
+/// Zeros, with the sums' scale 1: a forgotten `out_scale` must not zero every output.
+impl Default for ConvParams {
+    fn default() -> Self {
+        ConvParams { out_scale: 1.0, ..Zeroable::zeroed() }
+    }
 }
 
 pub(crate) const FLAG_RELU: u32 = 1;

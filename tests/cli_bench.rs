@@ -170,6 +170,24 @@ fn bench_f16_precision_runs_the_f16_kernel() {
     }
 }
 
+/// `--precision f16x3` runs only on cooperative matrices: on lavapipe a one-line refusal
+/// that names them, and no JSON; the row-band kernel is refused outside `--precision f16`.
+#[test]
+fn bench_refuses_f16x3_without_cooperative_matrices_and_band_outside_f16() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, stdout, stderr) = bench(dir.path(), &["--precision", "f16x3", "--runs", "20", "--json", "x.json"]);
+    if out.status.success() {
+        assert!(stdout.contains("coop-f16x3"), "f16x3 ran, but not on cooperative matrices:\n{stdout}");
+    } else {
+        assert_eq!(out.status.code(), Some(1), "stdout:\n{stdout}\nstderr:\n{stderr}");
+        assert!(stderr.contains("f16x3 precision runs on cooperative matrices"), "{stderr}");
+        assert!(!dir.path().join("x.json").exists(), "a refused run wrote its JSON");
+    }
+    let (out, _, stderr) = bench(dir.path(), &["--configs", "band:m128n96k16-t4x12-w8-s1"]);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--precision f16"), "{stderr}");
+}
+
 /// The default batch (no --batch) on a CPU adapter is a small one, and says so. The
 /// default AlexNet sweep is slow on lavapipe: one config, 20 runs, no warm-up.
 #[test]

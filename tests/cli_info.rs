@@ -37,6 +37,7 @@ fn info_lists_lavapipe_and_the_choice() {
         "cooperative matrix",
         "default sweep:",
         "driver:",
+        "precisions: f32 -> tiled;",
     ] {
         assert!(text.contains(needle), "info lacks {needle:?}:\n{text}");
     }
@@ -76,6 +77,11 @@ fn info_json_has_the_same_facts() {
         assert!(lavapipe["features"][key].is_boolean(), "features.{key}");
     }
     assert!(lavapipe["cooperative_matrix_properties"].is_array());
+    // Lavapipe has SHADER_F16 and no cooperative matrices.
+    let paths = &lavapipe["precision_paths"];
+    assert_eq!(paths["f32"], "tiled", "{paths}");
+    assert_eq!(paths["f16"], "tiled-f16", "{paths}");
+    assert_eq!(paths["f16x3"], "refused", "{paths}");
     let sweep = lavapipe["sweep_size"].as_u64().unwrap() as usize;
     assert_eq!(sweep, wgconv::config::default_sweep().len());
     for r in lavapipe["refused_configs"].as_array().unwrap() {

@@ -48,13 +48,7 @@ fn f16_conv(gpu: &Arc<Gpu>, case: &Case, kernel: Option<KernelKind>, relu: bool)
 fn check_f16(gpu: &Gpu, case: &Case, conv: &Conv2d) -> f64 {
     let (kind, _) = conv.kernel();
     assert_eq!(kind.precision(), Precision::F16Accum32, "{}", case.label(&kind.to_string()));
-    let got = run_poisoned(gpu, conv, &case.x, case.shape);
-    assert_close(&case.label(&format!("encode, {kind}")), &got, &case.want, F16_TOLERANCE);
-    let err = reference::relative_l2(&got, &case.want);
-    assert!(!conv.take_range_flag().unwrap(), "{}: range flag on normal data", case.label(&kind.to_string()));
-    let got = conv.forward(&case.x, case.shape).unwrap_or_else(|e| panic!("{}: {e}", case.label("forward")));
-    assert_close(&case.label(&format!("forward, {kind}")), &got, &case.want, F16_TOLERANCE);
-    err.max(reference::relative_l2(&got, &case.want))
+    check_encode_and_forward(gpu, case, conv, &case.want, F16_TOLERANCE)
 }
 
 /// Explicit f16 SIMT configs of the declared sweep that validate on the device: the seed,

@@ -37,15 +37,9 @@ fn coop_gpu() -> Option<Arc<Gpu>> {
 /// `encode` into NaN-poisoned output and `forward`, both within the f16x3 bound, no range
 /// flag on normal data. Returns the larger error.
 fn check(gpu: &Gpu, case: &Case, conv: &Conv2d, relu: bool) -> f64 {
+    assert_eq!(conv.kernel().0.precision(), Precision::F16x3);
     let want: Vec<f32> = if relu { case.want.iter().map(|&v| reference::relu(v)).collect() } else { case.want.clone() };
-    let (kind, _) = conv.kernel();
-    let got = run_poisoned(gpu, conv, &case.x, case.shape);
-    assert_close(&case.label(&format!("encode, {kind}")), &got, &want, F16X3_TOLERANCE);
-    let err = reference::relative_l2(&got, &want);
-    assert!(!conv.take_range_flag().unwrap(), "{}: range flag on normal data", case.label(&kind.to_string()));
-    let got = conv.forward(&case.x, case.shape).unwrap_or_else(|e| panic!("{}: {e}", case.label("forward")));
-    assert_close(&case.label(&format!("forward, {kind}")), &got, &want, F16X3_TOLERANCE);
-    err.max(reference::relative_l2(&got, &want))
+    check_encode_and_forward(gpu, case, conv, &want, F16X3_TOLERANCE)
 }
 
 #[test]

@@ -99,6 +99,11 @@ pub fn main(args: Args) -> CliResult {
                 if n == "direct" {
                     Ok(KernelKind::Direct)
                 } else if let Some(band) = n.strip_prefix("band:") {
+                    if precision != Precision::F16Accum32 {
+                        return Err(super::CliError(format!(
+                            "{n}: the row-band kernel computes in f16; add --precision f16"
+                        )));
+                    }
                     Ok(KernelKind::CoopBand(TileConfig::parse(band)?))
                 } else {
                     Ok(kind_for(&gpu, precision, TileConfig::parse(n)?)?)

@@ -4,8 +4,10 @@
 use super::run::BackendArg;
 use super::CliResult;
 use serde::Serialize;
-use wgconv::config::{default_sweep, KernelLimits};
+use wgconv::config::{default_config, default_sweep, KernelLimits};
+use wgconv::conv2d::kind_for_features;
 use wgconv::gpu::{adapter_substring, choose_adapter, enumerate_adapters, AdapterSummary};
+use wgconv::Precision;
 
 #[derive(clap::Args)]
 #[command(
@@ -61,25 +63,24 @@ struct AdapterReport {
 
 #[derive(Serialize)]
 struct PrecisionPaths {
-    f32: &'static str,
-    f16: &'static str,
-    f16x3: &'static str,
+    f32: String,
+    f16: String,
+    f16x3: String,
 }
 
 impl PrecisionPaths {
-    /// As `wgconv::conv2d::kind_for` decides, with cooperative matrices enabled where usable.
+    /// `wgconv::conv2d::kind_for_features`'s decision for each precision (cooperative
+    /// matrices counted where usable: `wgconv bench --precision` enables them), as the
+    /// kernel's family (`tiled`, `tiled-f16`, `coop-f16`, `coop-f16x3`) or "refused".
     fn of(adapter: &wgpu::Adapter) -> Self {
         let coop = wgconv::gpu::coop_f16_supported(adapter);
         let simt_f16 = adapter.features().contains(wgpu::Features::SHADER_F16);
-        PrecisionPaths {
-            f32: "tiled (f32 FMAs)",
-            f16: match (coop, simt_f16) {
-                (true, _) => "coop-f16 (cooperative matrices)",
-                (false, true) => "tiled-f16 (SIMT, operands rounded to f16)",
-                (false, false) => "refused (no SHADER_F16, no cooperative matrices)",
-            },
-            f16x3: if coop { "coop-f16x3 (cooperative matrices)" } else { "refused (no cooperative matrices)" },
-        }
+        let name = adapter.get_info().name;
+        let path = |p: Precision| match kind_for_features(p, default_config(), coop, simt_f16, &name) {
+            Ok(kind) => kind.to_string().split(' ').next().unwrap_or_default().to_string(),
+            Err(_) => "refused".to_string(),
+        };
+        PrecisionPaths { f32: path(Precision::F32), f16: path(Precision::F16Accum32), f16x3: path(Precision::F16x3) }
     }
 }
 

@@ -29,7 +29,8 @@ pub fn has_f16(gpu: &Gpu) -> bool {
     gpu.has_coop_f16() || gpu.device.features().contains(wgpu::Features::SHADER_F16)
 }
 
-/// The tolerance of a kernel's precision: 1e-5 for f32, 1e-3 for f16 operands.
+/// The tolerance of a kernel's precision: 1e-5 for f32, 1e-3 for f16 operands, 1e-6 for
+/// f16x3.
 pub fn tolerance(kind: &KernelKind) -> f64 {
     wgconv::bench::tolerance(kind.precision())
 }
@@ -169,6 +170,20 @@ impl Case {
         let got = conv.forward(&self.x, self.shape).unwrap_or_else(|e| panic!("{}: {e}", self.label("forward")));
         assert_close(&self.label(&format!("forward, {kind}")), &got, &self.want, tolerance(&kind));
     }
+}
+
+/// A reduced-precision op (f16, f16x3) through `encode` into NaN-poisoned output and through
+/// `forward`, both within `tol` of `want`, and no range flag raised on normal data. Returns
+/// the larger of the two errors.
+pub fn check_encode_and_forward(gpu: &Gpu, case: &Case, conv: &Conv2d, want: &[f32], tol: f64) -> f64 {
+    let (kind, _) = conv.kernel();
+    let got = run_poisoned(gpu, conv, &case.x, case.shape);
+    assert_close(&case.label(&format!("encode, {kind}")), &got, want, tol);
+    let err = reference::relative_l2(&got, want);
+    assert!(!conv.take_range_flag().unwrap(), "{}: range flag on normal data", case.label(&kind.to_string()));
+    let got = conv.forward(&case.x, case.shape).unwrap_or_else(|e| panic!("{}: {e}", case.label("forward")));
+    assert_close(&case.label(&format!("forward, {kind}")), &got, want, tol);
+    err.max(reference::relative_l2(&got, want))
 }
 
 /// Serialises the tests that open their own devices: creating (and using) several Vulkan
