@@ -16,7 +16,7 @@ use common::*;
 use std::sync::Arc;
 use wgconv::bench::F16_TOLERANCE;
 use wgconv::config::{band_sweep, coop_sweep, default_band_config, default_sweep};
-use wgconv::{reference, Activation, ConfigSource, Conv2d, Conv2dOptions, Error, Gpu, GpuOptions};
+use wgconv::{reference, ConfigSource, Conv2d, Conv2dOptions, Error, Gpu, GpuOptions};
 use wgconv::{Conv2dSpec as S, KernelKind, Padding as P, Precision, Shape4, TileConfig};
 
 /// A case of [`ragged_shapes`] with its reference (ReLU applied where the case has it).
@@ -29,12 +29,7 @@ fn case(name: &str, spec: S, [n, h, w]: [u32; 3], relu: bool) -> Case {
 }
 
 fn f16_options(kernel: Option<KernelKind>, relu: bool) -> Conv2dOptions {
-    Conv2dOptions {
-        kernel,
-        activation: if relu { Activation::Relu } else { Activation::None },
-        precision: Precision::F16Accum32,
-        ..Default::default()
-    }
+    options_at(Precision::F16Accum32, kernel, relu)
 }
 
 fn f16_conv(gpu: &Arc<Gpu>, case: &Case, kernel: Option<KernelKind>, relu: bool) -> Conv2d {

@@ -11,16 +11,11 @@ use common::*;
 use std::sync::Arc;
 use wgconv::bench::F16X3_TOLERANCE;
 use wgconv::config::coop_sweep;
-use wgconv::{reference, Activation, ConfigSource, Conv2d, Conv2dOptions, Error, Gpu};
+use wgconv::{reference, ConfigSource, Conv2d, Conv2dOptions, Error, Gpu};
 use wgconv::{Conv2dSpec as S, KernelKind, Padding as P, Precision, Shape4};
 
 fn options(kernel: Option<KernelKind>, relu: bool) -> Conv2dOptions {
-    Conv2dOptions {
-        kernel,
-        activation: if relu { Activation::Relu } else { Activation::None },
-        precision: Precision::F16x3,
-        ..Default::default()
-    }
+    options_at(Precision::F16x3, kernel, relu)
 }
 
 /// The device, or `None` (saying so) where it has no cooperative matrices.

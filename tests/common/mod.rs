@@ -172,6 +172,12 @@ impl Case {
     }
 }
 
+/// Options for an op at a precision: a kernel (`None`: the library's choice), ReLU or none.
+pub fn options_at(precision: Precision, kernel: Option<KernelKind>, relu: bool) -> Conv2dOptions {
+    let activation = if relu { wgconv::Activation::Relu } else { wgconv::Activation::None };
+    Conv2dOptions { kernel, activation, precision, ..Default::default() }
+}
+
 /// A reduced-precision op (f16, f16x3) through `encode` into NaN-poisoned output and through
 /// `forward`, both within `tol` of `want`, and no range flag raised on normal data. Returns
 /// the larger of the two errors.
