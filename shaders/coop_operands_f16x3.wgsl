@@ -4,9 +4,10 @@
 // rounding: 2^-24). The multiply then forms hi·hi + (hi·lo + lo·hi) / LO_SCALE on the matrix
 // units (f16 products are exact in f32); the dropped lo·lo term is ≤ 2^-22 of a product.
 // These are worst-case bounds per operand; over a sum they average out: AlexNet conv1 lands
-// at relative L2 1.3e-7, under the f32 FMA kernel's 3.4e-7 (BENCHMARKS.md). LO_SCALE lifts the low
-// halves out of f16's subnormal range for inputs above 2^-14 in magnitude; the weights are
-// scaled by a power of two at upload for the same reason (`Params.out_scale` undoes it).
+// at relative L2 1.3e-7, under the f32 FMA kernel's 3.4e-7 (BENCHMARKS.md). LO_SCALE lifts
+// the low halves out of f16's subnormal range for inputs above 2^-14 in magnitude; the
+// weights are scaled by a power of two at upload for the same reason (`Params.out_scale`
+// undoes it).
 // CPU twin: src/reference.rs `conv2d` (the split is an f32-accurate representation; the
 // tests hold this kernel to the f32 bound of the GPU-vs-CPU suite).
 

@@ -665,11 +665,11 @@ pub(crate) fn split_weights(packed: &[f32]) -> (Vec<u8>, f32) {
         let lo = if v.is_finite() { half::f16::from_f64((x - hi.to_f64()) * 2048.0) } else { half::f16::ZERO };
         (hi.to_bits(), lo.to_bits())
     };
+    let split: Vec<(u16, u16)> = packed.iter().map(|&v| halves(v)).collect();
     let mut bits = Vec::with_capacity(packed.len() * 2);
-    for quad in packed.chunks(4) {
-        let split: Vec<(u16, u16)> = quad.iter().map(|&v| halves(v)).collect();
-        bits.extend(split.iter().map(|h| h.0));
-        bits.extend(split.iter().map(|h| h.1));
+    for quad in split.chunks(4) {
+        bits.extend(quad.iter().map(|h| h.0));
+        bits.extend(quad.iter().map(|h| h.1));
     }
     (bytemuck::cast_slice(&bits).to_vec(), scale as f32)
 }

@@ -86,15 +86,27 @@ impl KernelKind {
     }
 }
 
+impl KernelKind {
+    /// The kernel's family, the first word of its display name: `tiled`, `tiled-f16`,
+    /// `coop-f16`, `coop-f16x3`, `coop-band-f16` or `direct`.
+    pub fn family(&self) -> &'static str {
+        match self {
+            KernelKind::Tiled(_) => "tiled",
+            KernelKind::TiledF16(_) => "tiled-f16",
+            KernelKind::Coop(_) => "coop-f16",
+            KernelKind::CoopSplit(_) => "coop-f16x3",
+            KernelKind::CoopBand(_) => "coop-band-f16",
+            KernelKind::Direct => "direct",
+        }
+    }
+}
+
+/// The family and the config: `tiled m64n96k16-t4x12-w4-s1`, or `direct`.
 impl std::fmt::Display for KernelKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            KernelKind::Tiled(c) => write!(f, "tiled {c}"),
-            KernelKind::TiledF16(c) => write!(f, "tiled-f16 {c}"),
-            KernelKind::Coop(c) => write!(f, "coop-f16 {c}"),
-            KernelKind::CoopSplit(c) => write!(f, "coop-f16x3 {c}"),
-            KernelKind::CoopBand(c) => write!(f, "coop-band-f16 {c}"),
-            KernelKind::Direct => f.write_str("direct"),
+        match self.config() {
+            Some(c) => write!(f, "{} {c}", self.family()),
+            None => f.write_str(self.family()),
         }
     }
 }

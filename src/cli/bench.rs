@@ -115,10 +115,9 @@ pub fn main(args: Args) -> CliResult {
                 // Both cooperative-matrix kernels: the opt-in row-band one, then the gathering one.
                 let band = band_sweep().into_iter().map(KernelKind::CoopBand);
                 band.chain(coop_sweep().into_iter().map(KernelKind::Coop)).collect()
-            } else if precision == Precision::F16x3 {
-                coop_sweep().into_iter().map(|c| kind_for(&gpu, precision, c)).collect::<Result<_, _>>()?
             } else {
-                default_sweep().into_iter().map(|c| kind_for(&gpu, precision, c)).collect::<Result<_, _>>()?
+                let sweep = if precision == Precision::F16x3 { coop_sweep() } else { default_sweep() };
+                sweep.into_iter().map(|c| kind_for(&gpu, precision, c)).collect::<Result<_, _>>()?
             }
         }
     };

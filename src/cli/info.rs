@@ -77,7 +77,7 @@ impl PrecisionPaths {
         let simt_f16 = adapter.features().contains(wgpu::Features::SHADER_F16);
         let name = adapter.get_info().name;
         let path = |p: Precision| match kind_for_features(p, default_config(), coop, simt_f16, &name) {
-            Ok(kind) => kind.to_string().split(' ').next().unwrap_or_default().to_string(),
+            Ok(kind) => kind.family().to_string(),
             Err(_) => "refused".to_string(),
         };
         PrecisionPaths { f32: path(Precision::F32), f16: path(Precision::F16Accum32), f16x3: path(Precision::F16x3) }

@@ -192,6 +192,13 @@ pub fn check_encode_and_forward(gpu: &Gpu, case: &Case, conv: &Conv2d, want: &[f
     err.max(reference::relative_l2(&got, want))
 }
 
+/// `got` is NaN exactly where `want` is, and `want` has a NaN somewhere.
+pub fn assert_same_nans(label: &str, got: &[f32], want: &[f32]) {
+    let nans = |v: &[f32]| -> Vec<usize> { (0..v.len()).filter(|&i| v[i].is_nan()).collect() };
+    assert!(!nans(want).is_empty(), "{label}: the reference has no NaN");
+    assert_eq!(nans(got), nans(want), "{label}: NaN positions");
+}
+
 /// Serialises the tests that open their own devices: creating (and using) several Vulkan
 /// devices from parallel test threads hangs on NVIDIA's Linux driver (seen on an H100 with
 /// 16 test threads; see gfx-rs/wgpu#10010, #10234). Hold the guard for the whole test,
@@ -211,8 +218,9 @@ pub fn gpu_with_limits(lower: impl FnOnce(&mut wgpu::Limits)) -> Arc<Gpu> {
     Arc::new(Gpu::with_options(opts).expect("a device with lowered limits"))
 }
 
-/// Ragged shapes for the f16 and f16x3 tests: strides, asymmetric padding, dilation, groups / depthwise, C_out 1, 3,
-/// 17, 96, bias on and off, ReLU on and off, N = 1..3. `(name, spec, [N, H, W], relu)`.
+/// Ragged shapes for the f16 and f16x3 tests: strides, asymmetric padding, dilation, groups /
+/// depthwise, C_out 1, 3, 17, 96, bias on and off, ReLU on and off, N = 1..3.
+/// `(name, spec, [N, H, W], relu)`.
 pub fn ragged_shapes() -> Vec<(&'static str, Conv2dSpec, [u32; 3], bool)> {
     vec![
         (
