@@ -41,6 +41,10 @@ TIMEFORMAT="cold tune: %R s wall (process, device and pipelines included)"
 time "$BIN" tune --force
 TIMEFORMAT="cached tune: %R s wall (process start-up included)"
 time "$BIN" tune
+for p in f16 f16x3; do
+    echo "== wgconv tune --precision $p (cold)"
+    "$BIN" tune --force --precision "$p" --json "$OUT/tune-$p.json"
+done
 run --batch 32 --in-channels 64 --out-channels 64 --height 56 --width 56 --kernel 3 --stride 1 --padding 1 \
     --json "$OUT/resnet3x3.json"
 run --batch 32 --in-channels 256 --out-channels 64 --height 28 --width 28 --kernel 1 --stride 1 --padding 0 \

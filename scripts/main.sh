@@ -5,7 +5,8 @@
 # Installs lavapipe first when the machine has no Vulkan driver (see scripts/setup.sh).
 #
 # Usage: bash scripts/main.sh [extra `wgconv bench` arguments, e.g. --batch 64]
-# Writes bench.json, bench.svg, bench-f16x3.json (cooperative-matrix adapters) and tune.json
+# Writes bench.json, bench.svg, bench-f16x3.json (cooperative-matrix adapters), tune.json,
+# tune-f16.json (adapters with an f16 path) and tune-f16x3.json (cooperative-matrix adapters)
 # under ${WGCONV_OUT:-target/wgconv}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,16 +21,28 @@ BIN=target/release/wgconv
 "$BIN" info
 say "wgconv bench (AlexNet conv1): JSON $OUT/bench.json, chart $OUT/bench.svg"
 "$BIN" bench --json "$OUT/bench.json" --svg "$OUT/bench.svg" "$@"
+# Runs `wgconv "$@"`; where the adapter cannot run the asked precision (wgconv refuses it:
+# "has none enabled" / "has neither"), says so and goes on.
+where_supported() {
+    local out
+    if out=$("$BIN" "$@" 2>&1); then
+        echo "$out"
+    elif grep -qE "has (none enabled|neither)" <<< "$out"; then
+        say "skipped: $(grep -oE '[^:]*has (none enabled|neither)[^)]*\)?' <<< "$out" | head -1)"
+    else
+        echo "$out"
+        return 1
+    fi
+}
 # f32-accurate results from the matrix units (`--precision f16x3`), where the adapter has
 # cooperative matrices; elsewhere wgconv refuses that precision and this step says so.
 say "wgconv bench --precision f16x3 (AlexNet conv1): JSON $OUT/bench-f16x3.json"
-if out=$("$BIN" bench --precision f16x3 --json "$OUT/bench-f16x3.json" "$@" 2>&1); then
-    echo "$out"
-elif grep -q "has none enabled" <<< "$out"; then
-    say "skipped: $(grep -o '[^:]*has none enabled[^)]*)' <<< "$out" | head -1)"
-else
-    echo "$out"
-    exit 1
-fi
+where_supported bench --precision f16x3 --json "$OUT/bench-f16x3.json" "$@"
 say "wgconv tune (AlexNet conv1, the seed's config as the original)"
 "$BIN" tune --json "$OUT/tune.json"
+# The other precisions' kernels tune on their own (each decision is cached per precision):
+# f16 on cooperative matrices or the f16 SIMT kernel, f16x3 on cooperative matrices only.
+for p in f16 f16x3; do
+    say "wgconv tune --precision $p (AlexNet conv1, the kernel's default config as the original)"
+    where_supported tune --precision "$p" --json "$OUT/tune-$p.json"
+done

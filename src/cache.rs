@@ -14,7 +14,8 @@
 //! output size (KH, KW, stride, padding, dilation, groups), plus what makes a measurement
 //! stale: adapter name, vendor and device id, driver and driver info, backend, whether
 //! wgpu's runtime bounds checks are on, the wgconv version (`CARGO_PKG_VERSION`) and
-//! [`crate::kernel::shader_hash`]. A lookup matches the whole key exactly; an upgrade or a
+//! [`crate::kernel::shader_hash`], and the precision tuned (f32, f16, f16x3: each runs its
+//! own kernel). A lookup matches the whole key exactly; an upgrade or a
 //! changed shader simply misses (the stale entry stays, harmless, for a downgrade).
 //!
 //! # File format (schema [`SCHEMA_VERSION`])
@@ -39,6 +40,7 @@
 
 use crate::config::TileConfig;
 use crate::error::{Error, Result};
+use crate::kernel::Precision;
 use crate::spec::ConvProblem;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -127,11 +129,15 @@ impl ShapeKey {
 pub struct CacheKey {
     pub device: DeviceKey,
     pub shape: ShapeKey,
+    /// The precision the decision was measured at: each runs its own kernel (entries
+    /// written before precisions were tuned hold f32 decisions).
+    #[serde(default)]
+    pub precision: Precision,
 }
 
 impl CacheKey {
-    pub fn new(device: DeviceKey, problem: &ConvProblem) -> Self {
-        CacheKey { device, shape: ShapeKey::of(problem) }
+    pub fn new(device: DeviceKey, problem: &ConvProblem, precision: Precision) -> Self {
+        CacheKey { device, shape: ShapeKey::of(problem), precision }
     }
 }
 
@@ -318,8 +324,14 @@ fn parse_entry(raw: &Value) -> Option<(CacheKey, CachedDecision)> {
         }
         None => return None,
     };
+    // f32 decisions are the SIMT kernel's (a register tile); the f16 precisions' may be the
+    // cooperative kernels', whose thread tile only names the workgroup size.
+    let check = |c: &TileConfig| match key.precision {
+        Precision::F32 => c.check_shape(),
+        _ => c.check_common(),
+    };
     for cfg in [&decision.config, &decision.original] {
-        if let Err(e) = cfg.check_shape() {
+        if let Err(e) = check(cfg) {
             log::warn!("tuning cache: skipping an entry for {} with a malformed config: {e}", key.device.adapter);
             return None;
         }

@@ -90,6 +90,29 @@ impl TileConfig {
     pub fn with_warps(&self, warps: u32) -> Result<Self> {
         TileConfig::new(self.block_m, self.block_n, self.block_k, warps, self.stages)
     }
+    /// [`TileConfig::with_warps`] for the cooperative-matrix kernels, whose warps own 16×16
+    /// fragments ([`TileConfig::coop_layout`]), not a register tile: the thread tile only
+    /// records the workgroup size, so it is the most square split of the block's cells per
+    /// invocation into sides dividing the block, multiples of 4 or not (m64n96 over 8 warps:
+    /// `t4x6`, which the SIMT kernels would refuse). The fragment layout is checked by
+    /// `coop_layout`, not here.
+    pub fn with_fragment_warps(&self, warps: u32) -> Result<Self> {
+        let cfg = TileConfig { warps, ..*self };
+        cfg.check_bounds()?;
+        let threads = warps.saturating_mul(WARP);
+        let cells = self.block_m * self.block_n;
+        if threads == 0 || !cells.is_multiple_of(threads) {
+            return Err(cfg.refuse(format!("{cells} block cells do not split over {threads} invocations")));
+        }
+        let per = cells / threads;
+        (1..=per)
+            .filter(|tm| per.is_multiple_of(*tm))
+            .map(|tm| (tm, per / tm))
+            .filter(|(tm, tn)| self.block_m.is_multiple_of(*tm) && self.block_n.is_multiple_of(*tn))
+            .min_by_key(|(tm, tn)| (tm.abs_diff(*tn), *tm))
+            .map(|(thread_m, thread_n)| TileConfig { thread_m, thread_n, ..cfg })
+            .ok_or_else(|| cfg.refuse(format!("{per} outputs per invocation do not tile the block")))
+    }
     pub fn with_stages(&self, stages: u32) -> Self {
         TileConfig { stages, ..*self }
     }
@@ -186,8 +209,10 @@ impl TileConfig {
         Ok(())
     }
 
-    /// Checks shared by both kernels: warps, stages, block_k and the A loader's split.
-    fn check_common(&self) -> Result<()> {
+    /// Checks shared by the SIMT and cooperative tiled kernels: warps, stages, block_k and
+    /// the A loader's split (the register tile is the SIMT kernels' own, see
+    /// [`TileConfig::check_shape`]).
+    pub fn check_common(&self) -> Result<()> {
         self.check_bounds()?;
         self.check_warps()?;
         let pow2 = |v: u32| v.is_power_of_two();

@@ -528,23 +528,15 @@ fn choose_kernel(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -> Resul
         }
         return Ok((kind, ConfigSource::Explicit));
     }
-    let wrap = |c: TileConfig| kind_for(gpu, options.precision, c);
-    // The tuner measures the f32 kernel: its decisions are not reused for the f16 kernels.
-    if let (Some(input), Precision::F32) = (options.tuning_key_input, options.precision) {
+    // The tuner's decision for this precision (each precision's decisions are its own).
+    if let Some(input) = options.tuning_key_input {
         if let Ok(problem) = spec.problem(input) {
-            if let Some(cfg) = crate::tune::cached_decision(gpu, &problem) {
-                let kind = wrap(cfg)?;
-                if kind.validate(&limits).is_ok() {
-                    return Ok((kind, ConfigSource::TuningCache));
-                }
+            if let Some(kind) = crate::tune::cached_decision(gpu, &problem, options.precision) {
+                return Ok((kind, ConfigSource::TuningCache));
             }
         }
     }
-    let default = wrap(default_config())?;
-    let default = match default {
-        KernelKind::Coop(_) | KernelKind::CoopSplit(_) => default.with_config(default_coop_config()),
-        k => k,
-    };
+    let default = default_kind(gpu, options.precision)?;
     if default.validate(&limits).is_ok() {
         return Ok((default, ConfigSource::Default));
     }
@@ -562,6 +554,29 @@ fn choose_kernel(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -> Resul
         Precision::F32 => Ok((KernelKind::Direct, ConfigSource::Fallback)),
         p => Err(Error::Unsupported(format!("no {p} tile config fits {}'s limits", gpu.info.name))),
     }
+}
+
+/// The kernel and config a fresh op at `precision` starts from on this device, before any
+/// tuning: the seed's config on the SIMT kernels, [`default_coop_config`] on the
+/// cooperative ones (also the tuner's default original).
+pub fn default_kind(gpu: &Gpu, precision: Precision) -> Result<KernelKind> {
+    let shader_f16 = gpu.device.features().contains(wgpu::Features::SHADER_F16);
+    default_kind_for_features(precision, gpu.has_coop_f16(), shader_f16, &gpu.info.name)
+}
+
+/// [`default_kind`] from what a device offers (see [`kind_for_features`]), for the tuner's
+/// cache lookup, which opens no device.
+pub fn default_kind_for_features(
+    precision: Precision,
+    coop_f16: bool,
+    shader_f16: bool,
+    adapter: &str,
+) -> Result<KernelKind> {
+    let kind = kind_for_features(precision, default_config(), coop_f16, shader_f16, adapter)?;
+    Ok(match kind {
+        KernelKind::Coop(_) | KernelKind::CoopSplit(_) => kind.with_config(default_coop_config()),
+        k => k,
+    })
 }
 
 /// The tiled kernel that runs a config at a precision on this device: f32 → `Tiled`;

@@ -74,6 +74,23 @@ impl KernelKind {
             KernelKind::Direct => KernelKind::Direct,
         }
     }
+    /// The same blocks over another warp count, BLOCK sizes (and so the grid) unchanged:
+    /// a re-derived register tile for the SIMT kernels ([`TileConfig::with_warps`]), a
+    /// re-split of the fragments for the cooperative ones
+    /// ([`TileConfig::with_fragment_warps`]). Refused where the kernel cannot split the
+    /// block that way. Used by the tuner.
+    pub fn with_warps(&self, warps: u32) -> Result<KernelKind> {
+        let Some(c) = self.config() else {
+            return Err(Error::Unsupported(format!("{self} has no warp count to change")));
+        };
+        let c = match self {
+            KernelKind::Coop(_) | KernelKind::CoopSplit(_) | KernelKind::CoopBand(_) => c.with_fragment_warps(warps)?,
+            _ => c.with_warps(warps)?,
+        };
+        let kind = self.with_config(c);
+        kind.check_shape()?;
+        Ok(kind)
+    }
     /// Checks the kind's config against a device's limits.
     pub fn validate(&self, limits: &crate::config::KernelLimits) -> Result<()> {
         match self {
@@ -82,6 +99,27 @@ impl KernelKind {
             KernelKind::CoopSplit(c) => c.validate_coop(limits, 2),
             KernelKind::CoopBand(c) => c.validate_band(limits),
             KernelKind::Direct => Ok(()),
+        }
+    }
+    /// The device-independent checks of [`KernelKind::validate`]: the config forms this
+    /// kernel's tiles (a register tile for the SIMT kernels, a fragment layout for the
+    /// cooperative ones).
+    pub fn check_shape(&self) -> Result<()> {
+        match self {
+            KernelKind::Tiled(c) | KernelKind::TiledF16(c) => c.check_shape(),
+            KernelKind::Coop(c) | KernelKind::CoopSplit(c) => c.coop_layout().map(|_| ()),
+            KernelKind::CoopBand(c) => c.band_layout().map(|_| ()),
+            KernelKind::Direct => Ok(()),
+        }
+    }
+    /// Workgroup memory of the kernel, where it follows from the config alone (the
+    /// row-band kernel's band depends on the problem: `None`, as for the direct kernel).
+    pub fn workgroup_bytes(&self) -> Option<u64> {
+        match self {
+            KernelKind::Tiled(c) | KernelKind::TiledF16(c) => Some(c.workgroup_bytes()),
+            KernelKind::Coop(c) => Some(c.coop_workgroup_bytes(1)),
+            KernelKind::CoopSplit(c) => Some(c.coop_workgroup_bytes(2)),
+            KernelKind::CoopBand(_) | KernelKind::Direct => None,
         }
     }
 }

@@ -1,8 +1,10 @@
 //! The micro-tuner: the seed's "final micro-tuning" stage, made measurable and repeatable.
 //!
-//! Given a shape ([`ConvProblem`]) and its current ("original") [`TileConfig`], the tuner
-//! measures a handful of nearby configs and replaces the original only when a candidate is
-//! both clearly and stably faster. Decisions persist in the tuning cache ([`crate::cache`])
+//! Given a shape ([`ConvProblem`]) and its current ("original") kernel and [`TileConfig`],
+//! the tuner measures a handful of nearby configs of the same kernel, at the same precision,
+//! and replaces the original only when a candidate is both clearly and stably faster. It
+//! tunes the tiled kernels of every precision ([`check_tunable`]): f32 (`tiled`), f16
+//! (`coop-f16` on cooperative matrices, else `tiled-f16`) and f16x3 (`coop-f16x3`). Decisions persist in the tuning cache ([`crate::cache`])
 //! and a `Conv2d` built with `Conv2dOptions::tuning_key_input` picks them up
 //! ([`cached_decision`]).
 //!
@@ -10,9 +12,10 @@
 //! BLOCK_M/N/K (and so the grid) never change. Around the original (warps `w`, stages `s`):
 //! 1. the original itself, always first;
 //! 2. stages `s − 1` and `s + 1`, where they lie in {2, 3, 4};
-//! 3. warps `w / 2` and `2w` (within {2, 4, 8, 16}, register tile re-derived by
-//!    [`TileConfig::with_warps`]) **only where the occupancy estimate suggests it** (below),
-//!    at stages `s`, then the same with stages `s ± 1`;
+//! 3. warps `w / 2` and `2w` (within {2, 4, 8, 16}; [`KernelKind::with_warps`]: register
+//!    tile re-derived for the SIMT kernels, fragments re-split over the warps for the
+//!    cooperative ones) **only where the occupancy estimate suggests it** (below), at
+//!    stages `s`, then the same with stages `s ± 1`;
 //!
 //! in that order, at most [`MAX_CANDIDATES`] (6). Neighbours that are not candidates (a warp
 //! count the occupancy estimate does not suggest, one whose block cannot be split into a
@@ -26,9 +29,14 @@
 //! - registers: `regs_per_sm / (round_up(regs, alloc_unit) · invocations)`, where the
 //!   per-invocation register estimate ([`estimate_registers`]) is
 //!   `TM·TN accumulators + (TM + TN) operands + ⌈BM·BK/WG⌉ + 4·⌈BK·BN/4/WG⌉ prefetch
-//!   registers + 24` (24: addresses, indices, loop counters), capped at the profile's
-//!   per-invocation maximum, past which the compiler would spill;
-//! - workgroup storage: `smem_per_sm / (workgroup_bytes + reserved_per_workgroup)`;
+//!   registers + 24` (24: addresses, indices, loop counters) for the SIMT kernels, and
+//!   `8·FM·FN accumulators + 4·(FM + FN)·h operand fragments + ⌈BM·BK/WG⌉ + 2h·⌈BK·BN/4/WG⌉
+//!   prefetch registers + 8·(h − 1) + 40` for the cooperative ones (FM×FN fragments per
+//!   warp, h f16 halves per operand: 1 for f16, 2 for f16x3 with its per-step partial; the
+//!   40 is calibrated on the SASS, see [`COOP_REGISTER_OVERHEAD`]), capped at the
+//!   profile's per-invocation maximum, past which the compiler would spill;
+//! - workgroup storage: `smem_per_sm / (workgroup_bytes + reserved_per_workgroup)`, with
+//!   each kernel's own workgroup memory ([`KernelKind::workgroup_bytes`]);
 //! - invocations: `max_invocations_per_sm / invocations`;
 //! - workgroups: `max_workgroups_per_sm`.
 //!
@@ -58,8 +66,13 @@
 //! stage has two candidates (s2, s3) and reports the two warp neighbours as skipped, while
 //! the anchor's m64n64k16-t4x8-w4-s3 (31 % → w8 50 %) has six.
 //!
+//! For f16x3's `m64n96k16-t4x12-w4-s1` (156 registers, 3 workgroups per SM) this suggests
+//! 8 warps (116 registers, 2 workgroups of 256 invocations); for f16's (122, 4 workgroups)
+//! it does not (88 registers, still 2 workgroups of 256 by the estimate).
+//!
 //! # Cache
-//! [`tune`] stores one decision per device and shape (see [`crate::cache`] for the key);
+//! [`tune`] stores one decision per device, shape and precision (see [`crate::cache`] for
+//! the key);
 //! a later tune of the same shape from the same original answers from it (unless forced),
 //! a tune from another original measures and replaces it. [`cached_decision`] is what
 //! `Conv2d` consults; it returns a config only if the device accepts it.
@@ -104,7 +117,7 @@ use crate::config::{KernelLimits, TileConfig};
 use crate::conv2d::{Conv2d, Conv2dOptions, ConvPlan};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::kernel::KernelKind;
+use crate::kernel::{KernelKind, Precision};
 use crate::spec::ConvProblem;
 use crate::timing::{self, Clock, Summary};
 use serde::{Deserialize, Serialize};
@@ -123,6 +136,11 @@ pub const TUNE_STAGES: std::ops::RangeInclusive<u32> = 2..=4;
 pub const OCCUPANCY_TARGET: f64 = 0.5;
 /// Registers per invocation assumed for addresses, indices and loop counters.
 pub const REGISTER_OVERHEAD: u32 = 24;
+/// The same for the cooperative-matrix kernels, whose gather, range check and epilogue
+/// indices sit beside the fragments: calibrated on the SASS of `m64n96k16-t4x12-w4-s1`
+/// (BENCHMARKS.md runs 43 and 63: 119 registers for f16, 161 for f16x3; the estimate
+/// gives 122 and 156, the same resident workgroups).
+pub const COOP_REGISTER_OVERHEAD: u32 = 40;
 /// The default decision threshold, percent.
 pub const DEFAULT_THRESHOLD_PCT: f64 = 2.0;
 /// The allowed thresholds, percent.
@@ -248,24 +266,38 @@ impl Occupancy {
     }
 }
 
-/// Estimated registers per invocation of the tiled kernel: accumulators + operand
-/// fragments + the prefetch registers of the next K step + [`REGISTER_OVERHEAD`].
-pub fn estimate_registers(cfg: &TileConfig) -> u32 {
+/// Estimated registers per invocation of a kernel (see the module docs): for the SIMT
+/// kernels accumulators + operands + the prefetch registers of the next K step +
+/// [`REGISTER_OVERHEAD`]; for the cooperative-matrix kernels per lane 8 per accumulator
+/// fragment, 4 per operand fragment and f16 half, the prefetch (A in f32, B as `vec4<f16>`,
+/// 2 registers per half), 8 for the f16x3 kernel's per-step partial, and
+/// [`COOP_REGISTER_OVERHEAD`].
+pub fn estimate_registers(kind: &KernelKind) -> u32 {
+    let Some(cfg) = kind.config() else {
+        return REGISTER_OVERHEAD;
+    };
     let inv = cfg.invocations().max(1);
     let a_loads = (cfg.block_m * cfg.block_k).div_ceil(inv);
     let b_loads = (cfg.block_k * cfg.block_n / 4).div_ceil(inv);
-    cfg.accumulators() + cfg.thread_m + cfg.thread_n + a_loads + 4 * b_loads + REGISTER_OVERHEAD
+    let halves = match kind {
+        KernelKind::Coop(_) | KernelKind::CoopBand(_) => 1,
+        KernelKind::CoopSplit(_) => 2,
+        _ => return cfg.accumulators() + cfg.thread_m + cfg.thread_n + a_loads + 4 * b_loads + REGISTER_OVERHEAD,
+    };
+    // A layout the device refuses anyway: count it as one fragment per warp.
+    let (_, _, fm, fn_) = cfg.coop_layout().unwrap_or((1, 1, 1, 1));
+    8 * fm * fn_ + 4 * (fm + fn_) * halves + a_loads + 2 * halves * b_loads + 8 * (halves - 1) + COOP_REGISTER_OVERHEAD
 }
 
-/// Resident workgroups and occupancy of `cfg` on a multiprocessor described by `profile`.
-pub fn estimate_occupancy(cfg: &TileConfig, profile: &OccupancyProfile) -> Occupancy {
-    let registers = estimate_registers(cfg);
+/// Resident workgroups and occupancy of `kind` on a multiprocessor described by `profile`.
+pub fn estimate_occupancy(kind: &KernelKind, profile: &OccupancyProfile) -> Occupancy {
+    let registers = estimate_registers(kind);
     let spills = registers > profile.max_regs_per_invocation;
     let unit = profile.reg_alloc_unit.max(1);
     let allocated = registers.min(profile.max_regs_per_invocation).div_ceil(unit) * unit;
-    let inv = cfg.invocations().max(1);
+    let inv = kind.config().map_or(crate::kernel::DIRECT_WORKGROUP, |c| c.invocations()).max(1);
     let by_registers = (profile.regs_per_sm as u64 / (allocated as u64 * inv as u64)) as u32;
-    let bytes = cfg.workgroup_bytes();
+    let bytes = kind.workgroup_bytes().unwrap_or(0);
     let by_storage = (profile.smem_per_sm as u64 / (bytes + profile.smem_reserved_per_workgroup as u64).max(1))
         .min(u32::MAX as u64) as u32;
     let by_invocations = profile.max_invocations_per_sm / inv;
@@ -319,6 +351,8 @@ pub struct Skipped {
 /// The candidates of one stage and the neighbours left out.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CandidateSet {
+    /// The original: the kernel (and so the precision) every candidate runs in.
+    pub original: KernelKind,
     pub profile: OccupancyProfile,
     pub candidates: Vec<Candidate>,
     pub skipped: Vec<Skipped>,
@@ -330,9 +364,34 @@ fn stage_neighbours(s: u32) -> Vec<u32> {
     [s.checked_sub(1), s.checked_add(1)].into_iter().flatten().filter(|v| TUNE_STAGES.contains(v)).collect()
 }
 
-/// The nearby configs of `original` (see the module docs), original first.
-pub fn candidates(original: &TileConfig, profile: &OccupancyProfile) -> CandidateSet {
-    let occ0 = estimate_occupancy(original, profile);
+/// Whether the tuner can tune a kernel: the tiled kernels, SIMT and cooperative, at any
+/// precision. The row-band kernel's workgroup memory depends on the problem and the
+/// direct kernel has no config.
+pub fn check_tunable(kind: &KernelKind) -> Result<()> {
+    match kind {
+        KernelKind::Tiled(_) | KernelKind::TiledF16(_) | KernelKind::Coop(_) | KernelKind::CoopSplit(_) => Ok(()),
+        KernelKind::CoopBand(_) | KernelKind::Direct => {
+            Err(Error::Unsupported(format!("the tuner tunes the tiled kernels, not {}", kind.family())))
+        }
+    }
+}
+
+/// The nearby configs of `original` (see the module docs), original first. A kernel the
+/// tuner cannot tune ([`check_tunable`]) gets no candidates.
+pub fn candidates(original: &KernelKind, profile: &OccupancyProfile) -> CandidateSet {
+    let kind = *original;
+    let (Ok(()), Some(original)) = (check_tunable(&kind), kind.config()) else {
+        return CandidateSet {
+            original: kind,
+            profile: *profile,
+            candidates: Vec::new(),
+            skipped: Vec::new(),
+            notes: vec![format!("{} is not tunable", kind.family())],
+        };
+    };
+    let original = &original;
+    let estimate = |c: &TileConfig| estimate_occupancy(&kind.with_config(*c), profile);
+    let occ0 = estimate(original);
     let mut list = vec![Candidate { config: *original, change: "original".into(), occupancy: occ0.clone() }];
     let mut skipped = Vec::new();
     let mut notes = Vec::new();
@@ -343,11 +402,7 @@ pub fn candidates(original: &TileConfig, profile: &OccupancyProfile) -> Candidat
             .into_iter()
             .map(|s2| {
                 let c = base.with_stages(s2);
-                Candidate {
-                    config: c,
-                    change: format!("{prefix}stages {s}→{s2}"),
-                    occupancy: estimate_occupancy(&c, profile),
-                }
+                Candidate { config: c, change: format!("{prefix}stages {s}→{s2}"), occupancy: estimate(&c) }
             })
             .collect()
     };
@@ -356,17 +411,17 @@ pub fn candidates(original: &TileConfig, profile: &OccupancyProfile) -> Candidat
     let neighbours = [w / 2, w.saturating_mul(2)];
     for w2 in neighbours.into_iter().filter(|v| TUNE_WARPS.contains(v) && *v != w) {
         let label = format!("warps {w}→{w2}");
-        match original.with_warps(w2) {
+        match kind.with_warps(w2).and_then(|k| k.config().ok_or_else(|| Error::Unsupported("no config".into()))) {
             Err(e) => skipped.push(Skipped {
                 config: None,
                 label: format!("m{}n{}k{}-w{w2}-s{s}", original.block_m, original.block_n, original.block_k),
                 warps: w2,
                 stages: s,
                 occupancy: None,
-                reason: format!("{label}: no register tile ({})", refusal_reason(&e)),
+                reason: format!("{label}: {} ({})", tile_word(&kind), refusal_reason(&e)),
             }),
             Ok(c) => {
-                let occ = estimate_occupancy(&c, profile);
+                let occ = estimate(&c);
                 let (r0, r1) = (occ0.resident_invocations(), occ.resident_invocations());
                 let ample = occ0.occupancy >= OCCUPANCY_TARGET && occ.occupancy >= OCCUPANCY_TARGET;
                 let why = if r1 > r0 {
@@ -422,7 +477,15 @@ pub fn candidates(original: &TileConfig, profile: &OccupancyProfile) -> Candidat
             });
         }
     }
-    CandidateSet { profile: *profile, candidates: list, skipped, notes }
+    CandidateSet { original: kind, profile: *profile, candidates: list, skipped, notes }
+}
+
+/// What a warp count must split the block into, for the skipped-neighbour reasons.
+fn tile_word(kind: &KernelKind) -> &'static str {
+    match kind {
+        KernelKind::Coop(_) | KernelKind::CoopSplit(_) | KernelKind::CoopBand(_) => "no fragment layout",
+        _ => "no register tile",
+    }
 }
 
 fn refusal_reason(e: &Error) -> String {
@@ -571,6 +634,12 @@ impl CandidateReport {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TuneReport {
     pub problem: ConvProblem,
+    /// The precision tuned (reports written before precisions were tuned: f32).
+    #[serde(default)]
+    pub precision: Precision,
+    /// The kernel family every candidate ran in, e.g. `coop-f16x3`.
+    #[serde(default)]
+    pub kernel: String,
     pub adapter: String,
     pub backend: String,
     pub profile: OccupancyProfile,
@@ -775,9 +844,10 @@ pub fn run_stage(
     let mut live: Vec<usize> = Vec::new();
     for (i, c) in set.candidates.iter().enumerate() {
         progress(done, total, &format!("building {}", c.config));
+        let kind = set.original.with_config(c.config);
         let check = match limits {
-            Some(l) => c.config.validate(l),
-            None => c.config.check_shape(),
+            Some(l) => kind.validate(l),
+            None => kind.check_shape(),
         };
         let result = check
             .map_err(|e| format!("refused by the device: {}", refusal_reason(&e)))
@@ -885,12 +955,13 @@ pub const SAMPLE_MS_GPU: f64 = 2.0;
 /// there, and the fastest of a few runs filters it.
 pub const SAMPLE_MS_CPU: f64 = 15.0;
 
-/// Times candidates of one problem on a GPU: one `Conv2d` per config (explicit kernel),
-/// shared random-normal input and an output buffer, GPU timestamps (host clock where the
-/// device has none, marked in the report).
+/// Times candidates of one problem on a GPU: one `Conv2d` per config (explicit kernel of
+/// the original's family, at its precision), shared random-normal input and an output
+/// buffer, GPU timestamps (host clock where the device has none, marked in the report).
 pub struct GpuMeasure {
     gpu: Arc<Gpu>,
     problem: ConvProblem,
+    family: KernelKind,
     weight: Vec<f32>,
     bias: Option<Vec<f32>>,
     input: wgpu::Buffer,
@@ -910,8 +981,9 @@ pub fn randn(len: usize, seed: u64) -> Vec<f32> {
 
 impl GpuMeasure {
     /// Allocates the input (standard normal; a block of 2^20 + 7 values repeated, so that
-    /// large batches need not draw 10^8 numbers), the output and the weights.
-    pub fn new(gpu: &Arc<Gpu>, problem: &ConvProblem, warmup: u32, reps: u32) -> Result<Self> {
+    /// large batches need not draw 10^8 numbers), the output and the weights. `family`:
+    /// the kernel every config runs in (its own config is not used).
+    pub fn new(gpu: &Arc<Gpu>, problem: &ConvProblem, family: KernelKind, warmup: u32, reps: u32) -> Result<Self> {
         use wgpu::util::DeviceExt;
         let spec = &problem.spec;
         let weight = randn(spec.weight_len(), 0x5eed_0001);
@@ -940,6 +1012,7 @@ impl GpuMeasure {
         Ok(GpuMeasure {
             gpu: gpu.clone(),
             problem: *problem,
+            family,
             weight,
             bias,
             input,
@@ -961,7 +1034,8 @@ impl GpuMeasure {
 
 impl Measure for GpuMeasure {
     fn prepare(&mut self, cfg: &TileConfig) -> Result<()> {
-        let opts = Conv2dOptions { kernel: Some(KernelKind::Tiled(*cfg)), ..Default::default() };
+        let kind = self.family.with_config(*cfg);
+        let opts = Conv2dOptions { kernel: Some(kind), precision: kind.precision(), ..Default::default() };
         let conv = Conv2d::new(&self.gpu, self.problem.spec, &self.weight, self.bias.as_deref(), opts)?;
         let plan = conv.plan(self.problem.input, &self.input, &self.output)?;
         let scope = crate::gpu::ErrorScope::push(&self.gpu.device);
@@ -1011,34 +1085,40 @@ pub struct TuneOutcome {
     pub store_error: Option<String>,
 }
 
-/// The cache key of a problem on a device.
-pub fn cache_key(info: &wgpu::AdapterInfo, runtime_checks: bool, problem: &ConvProblem) -> CacheKey {
-    CacheKey::new(DeviceKey::new(info, runtime_checks), problem)
+/// The cache key of a problem at a precision on a device.
+pub fn cache_key(
+    info: &wgpu::AdapterInfo,
+    runtime_checks: bool,
+    problem: &ConvProblem,
+    precision: Precision,
+) -> CacheKey {
+    CacheKey::new(DeviceKey::new(info, runtime_checks), problem, precision)
 }
 
-/// The cache key of a problem on this device (adapter, driver, backend, runtime checks).
-pub fn cache_key_for(gpu: &Gpu, problem: &ConvProblem) -> CacheKey {
-    cache_key(&gpu.info, gpu.runtime_checks, problem)
+/// The cache key of a problem at a precision on this device (adapter, driver, backend,
+/// runtime checks).
+pub fn cache_key_for(gpu: &Gpu, problem: &ConvProblem, precision: Precision) -> CacheKey {
+    cache_key(&gpu.info, gpu.runtime_checks, problem, precision)
 }
 
-/// A cached decision for this adapter, problem and original, if there is one whose
-/// config the adapter accepts (`limits`). Needs no device: `wgconv tune` answers from here
-/// without opening one.
+/// A cached decision for this adapter, problem and original (its kernel, hence its
+/// precision, and its config), if there is one whose config the adapter accepts (`limits`).
+/// Needs no device: `wgconv tune` answers from here without opening one.
 pub fn lookup(
     cache: &TuningCache,
     info: &wgpu::AdapterInfo,
     limits: &KernelLimits,
     runtime_checks: bool,
     problem: &ConvProblem,
-    original: &TileConfig,
+    original: &KernelKind,
 ) -> Option<(CachedDecision, Option<TuneReport>)> {
-    let key = cache_key(info, runtime_checks, problem);
+    let key = cache_key(info, runtime_checks, problem, original.precision());
     let d = cache.lookup(&key)?;
-    if &d.original != original {
+    if Some(d.original) != original.config() {
         log::info!("tuning cache: the decision for this shape started from {}, not {original}", d.original);
         return None;
     }
-    if let Err(e) = d.config.validate(limits) {
+    if let Err(e) = original.with_config(d.config).validate(limits) {
         log::warn!("tuning cache {}: cached config refused by the device, ignoring it: {e}", cache.path().display());
         return None;
     }
@@ -1050,20 +1130,28 @@ pub fn lookup(
 
 /// Runs the stage for `problem` around `original` on `gpu` — or returns the cached
 /// decision (unless `opts.force`) — and stores a new decision in `opts.cache`.
+///
+/// `original`: the kernel and config to start from; every candidate runs in the same
+/// kernel family at the same precision ([`crate::conv2d::kind_for`] gives the one a
+/// precision runs in on this device), and the decision is stored under that precision.
 pub fn tune(
     gpu: &Arc<Gpu>,
     problem: &ConvProblem,
-    original: TileConfig,
+    original: KernelKind,
     opts: &TuneOptions,
     progress: &mut ProgressFn<'_>,
 ) -> Result<TuneOutcome> {
     opts.check()?;
+    check_tunable(&original)?;
     original.check_shape()?;
+    let Some(original_cfg) = original.config() else {
+        return Err(Error::Unsupported(format!("{original} has no tile config")));
+    };
     let limits = gpu.kernel_limits();
     if !opts.force {
         if let Some(cache) = &opts.cache {
             if let Some((d, report)) = lookup(cache, &gpu.info, &limits, gpu.runtime_checks, problem, &original) {
-                let report = report.unwrap_or_else(|| minimal_report(gpu, problem, &d));
+                let report = report.unwrap_or_else(|| minimal_report(gpu, problem, &original, &d));
                 return Ok(TuneOutcome { report, from_cache: true, store_error: None });
             }
         }
@@ -1071,14 +1159,16 @@ pub fn tune(
     let t0 = Instant::now();
     let profile = OccupancyProfile::for_adapter(&gpu.info);
     let set = candidates(&original, &profile);
-    let mut measure = GpuMeasure::new(gpu, problem, opts.warmup, opts.reps)?;
+    let mut measure = GpuMeasure::new(gpu, problem, original, opts.warmup, opts.reps)?;
     let stage = run_stage(&set, Some(&limits), &mut measure, opts, progress)?;
     let report = TuneReport {
         problem: *problem,
+        precision: original.precision(),
+        kernel: original.family().to_string(),
         adapter: gpu.info.name.clone(),
         backend: format!("{:?}", gpu.info.backend),
         profile,
-        original,
+        original: original_cfg,
         chosen: stage.chosen,
         gain_pct: stage.gain_pct,
         threshold_pct: opts.threshold_pct,
@@ -1095,10 +1185,10 @@ pub fn tune(
     let store_error = match &opts.cache {
         None => Some("no cache location (set WGCONV_CACHE_DIR)".to_string()),
         Some(cache) => {
-            let key = cache_key_for(gpu, problem);
+            let key = cache_key_for(gpu, problem, original.precision());
             let decision = CachedDecision {
                 config: report.chosen,
-                original,
+                original: original_cfg,
                 threshold_pct: opts.threshold_pct,
                 gain_pct: report.gain_pct,
                 tuned_at: report.tuned_at.clone(),
@@ -1113,9 +1203,11 @@ pub fn tune(
     Ok(TuneOutcome { report, from_cache: false, store_error })
 }
 
-fn minimal_report(gpu: &Gpu, problem: &ConvProblem, d: &CachedDecision) -> TuneReport {
+fn minimal_report(gpu: &Gpu, problem: &ConvProblem, original: &KernelKind, d: &CachedDecision) -> TuneReport {
     TuneReport {
         problem: *problem,
+        precision: original.precision(),
+        kernel: original.family().to_string(),
         adapter: gpu.info.name.clone(),
         backend: format!("{:?}", gpu.info.backend),
         profile: OccupancyProfile::for_adapter(&gpu.info),
@@ -1135,14 +1227,16 @@ fn minimal_report(gpu: &Gpu, problem: &ConvProblem, d: &CachedDecision) -> TuneR
     }
 }
 
-/// The tuner's cached decision for this device and problem, if any, and only if the
-/// device accepts it ([`TileConfig::validate`]). Reads the cache at its default location
-/// ([`crate::cache::default_dir`]); a missing or unreadable cache is a miss.
-pub fn cached_decision(gpu: &Gpu, problem: &ConvProblem) -> Option<TileConfig> {
+/// The tuner's cached decision for this device, problem and precision, if any, and only
+/// if the device accepts it in the kernel that precision runs in here
+/// ([`crate::conv2d::kind_for`], [`KernelKind::validate`]). Reads the cache at its
+/// default location ([`crate::cache::default_dir`]); a missing or unreadable cache is a miss.
+pub fn cached_decision(gpu: &Gpu, problem: &ConvProblem, precision: Precision) -> Option<KernelKind> {
     let cache = TuningCache::open_default()?;
-    let d = cache.lookup(&cache_key_for(gpu, problem))?;
-    match d.config.validate(&gpu.kernel_limits()) {
-        Ok(()) => Some(d.config),
+    let d = cache.lookup(&cache_key_for(gpu, problem, precision))?;
+    let kind = crate::conv2d::kind_for(gpu, precision, d.config).ok()?;
+    match kind.validate(&gpu.kernel_limits()) {
+        Ok(()) => Some(kind),
         Err(e) => {
             log::warn!(
                 "tuning cache {}: cached config refused by the device, ignoring it: {e}",
@@ -1220,13 +1314,15 @@ impl TuneReport {
     pub fn header(&self) -> String {
         let p = &self.profile;
         let mut s = format!(
-            "problem   {}\nadapter   {} ({})\noriginal  {}\nrule      {}\nthreshold {}%   rounds {} (interleaved, rotating start)   \
+            "problem   {}\nadapter   {} ({})\noriginal  {} {} (precision {})\nrule      {}\nthreshold {}%   rounds {} (interleaved, rotating start)   \
              runs/sample {}   warm-up {}   clock {}\noccupancy profile {}: {} regs/SM (unit {}, max {}/invocation), \
              {} B workgroup memory/SM ({} B reserved per workgroup), {} invocations/SM, {} workgroups/SM\n",
             self.problem,
             self.adapter,
             self.backend,
+            self.kernel,
             self.original,
+            self.precision,
             self.rule,
             self.threshold_pct,
             self.rounds,

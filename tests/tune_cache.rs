@@ -70,7 +70,7 @@ fn shape(n: u32) -> ShapeKey {
 }
 
 fn key(adapter: &str, n: u32) -> CacheKey {
-    CacheKey { device: device(adapter), shape: shape(n) }
+    CacheKey { device: device(adapter), shape: shape(n), precision: wgconv::Precision::F32 }
 }
 
 fn decision(stages: u32) -> CachedDecision {
@@ -383,4 +383,36 @@ fn unwritable_location_is_an_error_not_a_panic() {
     assert!(cache.lookup(&key("A", 1)).is_none());
     let e = cache.store(&key("A", 1), &decision(2)).unwrap_err();
     assert!(e.to_string().contains("tuning cache"), "{e}");
+}
+
+/// Each precision keeps its own decision for one device and shape; an entry written before
+/// precisions were tuned (no `precision` in its key) is an f32 decision. A cooperative
+/// config whose thread tile only names the workgroup size (`t4x6`, 8 warps) is well formed
+/// under an f16 precision, as the SIMT kernels' f32 decisions are not.
+#[test]
+fn precisions_have_their_own_entries() {
+    use wgconv::Precision;
+    let dir = tempdir();
+    let cache = TuningCache::in_dir(dir.path());
+    let at = |precision| CacheKey { precision, ..key("precisions", 256) };
+    cache.store(&at(Precision::F32), &decision(3)).unwrap();
+    let coop = TileConfig::parse("m64n96k16-t4x12-w4-s1").unwrap();
+    let coop_w8 = TileConfig::parse("m64n96k16-t4x6-w8-s1").unwrap();
+    let split = CachedDecision { config: coop_w8, original: coop, ..decision(3) };
+    cache.store(&at(Precision::F16x3), &split).unwrap();
+    assert_valid(&cache, 2);
+    assert_eq!(cache.lookup(&at(Precision::F32)), Some(decision(3)));
+    assert_eq!(cache.lookup(&at(Precision::F16x3)), Some(split.clone()));
+    assert_eq!(cache.lookup(&at(Precision::F16Accum32)), None);
+    // The same t4x6 config under f32 is malformed (no SIMT register tile): skipped.
+    cache.store(&at(Precision::F32), &split).unwrap();
+    assert_eq!(cache.lookup(&at(Precision::F32)), None);
+
+    // An old entry: the key without a precision.
+    let mut v = read_json(cache.path());
+    let old =
+        serde_json::json!({ "key": { "device": device("precisions"), "shape": shape(8) }, "decision": decision(2) });
+    v["entries"].as_array_mut().unwrap().push(old);
+    std::fs::write(cache.path(), serde_json::to_vec(&v).unwrap()).unwrap();
+    assert_eq!(cache.lookup(&key("precisions", 8)), Some(decision(2)));
 }

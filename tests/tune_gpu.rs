@@ -62,8 +62,8 @@ fn two_cold_tunes_agree_and_conv2d_runs_the_cached_decision() {
     let opts =
         TuneOptions { threshold_pct: 2.0, rounds: 15, warmup: 3, reps: 0, force: true, cache: Some(cache.clone()) };
     let t = Instant::now();
-    let a = tune::tune(&gpu, &problem, original(), &opts, &mut noop).unwrap();
-    let b = tune::tune(&gpu, &problem, original(), &opts, &mut noop).unwrap();
+    let a = tune::tune(&gpu, &problem, KernelKind::Tiled(original()), &opts, &mut noop).unwrap();
+    let b = tune::tune(&gpu, &problem, KernelKind::Tiled(original()), &opts, &mut noop).unwrap();
     eprintln!("{}\n{}{}", a.report.header(), a.report.table(), a.report.decision_line());
     eprintln!("{}{}", b.report.table(), b.report.decision_line());
     eprintln!("two cold tunes: {:.1} s", t.elapsed().as_secs_f64());
@@ -122,12 +122,20 @@ fn two_cold_tunes_agree_and_conv2d_runs_the_cached_decision() {
 
     // Cached: the same decision without measuring.
     let t = Instant::now();
-    let cached =
-        tune::tune(&gpu, &problem, original(), &TuneOptions { force: false, ..opts.clone() }, &mut noop).unwrap();
+    let cached = tune::tune(
+        &gpu,
+        &problem,
+        KernelKind::Tiled(original()),
+        &TuneOptions { force: false, ..opts.clone() },
+        &mut noop,
+    )
+    .unwrap();
     assert!(cached.from_cache);
     assert_eq!(cached.report.chosen, b.report.chosen);
     eprintln!("cached lookup: {:.2} ms", t.elapsed().as_secs_f64() * 1e3);
-    assert_eq!(tune::cached_decision(&gpu, &problem), Some(b.report.chosen));
+    assert_eq!(tune::cached_decision(&gpu, &problem, Precision::F32), Some(KernelKind::Tiled(b.report.chosen)));
+    // Each precision's decisions are its own: none for f16 here.
+    assert_eq!(tune::cached_decision(&gpu, &problem, Precision::F16Accum32), None);
 
     // A Conv2d keyed by this input runs the cached decision, says so, and is correct.
     let (w, bias) = params(&spec, 11);
@@ -168,7 +176,7 @@ fn cached_config_the_device_refuses_is_never_used() {
     let huge = TileConfig::parse("m128n128k32-t8x8-w8-s4").unwrap();
     huge.check_shape().unwrap();
     assert!(huge.validate(&gpu.kernel_limits()).is_err());
-    let key = tune::cache_key_for(&gpu, &problem);
+    let key = tune::cache_key_for(&gpu, &problem, Precision::F32);
     let decision = CachedDecision {
         config: huge,
         original: huge,
@@ -179,7 +187,7 @@ fn cached_config_the_device_refuses_is_never_used() {
     };
     cache.store(&key, &decision).unwrap();
     assert_eq!(cache.lookup(&key).map(|d| d.config), Some(huge));
-    assert_eq!(tune::cached_decision(&gpu, &problem), None);
+    assert_eq!(tune::cached_decision(&gpu, &problem, Precision::F32), None);
     let (w, _) = params(&spec, 5);
     let conv = Conv2d::new(&gpu, spec, &w, None, Conv2dOptions { tuning_key_input: Some(shape), ..Default::default() })
         .unwrap();
@@ -189,6 +197,63 @@ fn cached_config_the_device_refuses_is_never_used() {
     // And tune does not answer from it either: it measures (the original is refused, so it fails
     // with the reason instead of returning the refused config).
     let opts = TuneOptions { rounds: 5, warmup: 1, force: false, cache: Some(cache.clone()), ..TuneOptions::default() };
-    let e = tune::tune(&gpu, &problem, huge, &opts, &mut noop).unwrap_err();
+    let e = tune::tune(&gpu, &problem, KernelKind::Tiled(huge), &opts, &mut noop).unwrap_err();
     assert!(e.to_string().contains("refused"), "{e}");
+}
+
+/// The f16 precisions tune their own kernel (lavapipe: the f16 SIMT kernel; cooperative-
+/// matrix devices: `coop-f16`, and `coop-f16x3` for f16x3), store the decision under their
+/// precision, and a `Conv2d` of that precision runs it (one of another precision does not).
+fn tune_at(precision: Precision) {
+    let (cache, _turn) = setup();
+    let gpu = gpu();
+    // The kernel a fresh Conv2d of the precision runs; on the SIMT kernels from the f32
+    // test's original, whose neighbours fit lavapipe (the seed's s3 does not).
+    let original = match wgconv::conv2d::default_kind(&gpu, precision) {
+        Ok(kind @ (KernelKind::Tiled(_) | KernelKind::TiledF16(_))) => kind.with_config(original()),
+        Ok(kind) => kind,
+        Err(e) => {
+            eprintln!("skipped: {precision} does not run on {}: {e}", gpu.info.name);
+            return;
+        }
+    };
+    // Per precision its own problem, so that no other test's decision is in the way.
+    let c_in = match precision {
+        Precision::F32 => 5,
+        Precision::F16Accum32 => 6,
+        Precision::F16x3 => 7,
+    };
+    let spec = Conv2dSpec::new(c_in, 32, 3).padding(Padding::uniform(1)).with_bias(true);
+    let shape = Shape4::new(1, c_in, 24, 24);
+    let problem = spec.problem(shape).unwrap();
+    let opts =
+        TuneOptions { threshold_pct: 2.0, rounds: 5, warmup: 1, reps: 0, force: true, cache: Some(cache.clone()) };
+    let out = tune::tune(&gpu, &problem, original, &opts, &mut noop).unwrap();
+    eprintln!("{}\n{}{}", out.report.header(), out.report.table(), out.report.decision_line());
+    assert_eq!((out.report.precision, out.report.kernel.as_str()), (precision, original.family()));
+    let measured = out.report.rows.iter().filter(|r| r.median_ms.is_some()).count();
+    assert!(measured >= 2, "{}", out.report.table());
+    let chosen = original.with_config(out.report.chosen);
+    assert_eq!(tune::cached_decision(&gpu, &problem, precision), Some(chosen));
+    assert_eq!(tune::cached_decision(&gpu, &problem, Precision::F32), None);
+
+    let (w, bias) = params(&spec, 21);
+    let options = |precision| Conv2dOptions { tuning_key_input: Some(shape), precision, ..Default::default() };
+    let conv = Conv2d::new(&gpu, spec, &w, bias.as_deref(), options(precision)).unwrap();
+    assert_eq!(conv.kernel(), (chosen, ConfigSource::TuningCache));
+    let x = randn(shape.len() as usize, 22);
+    let want = reference_out(&problem, &x, &w, bias.as_deref());
+    assert_close("tuned conv", &run_poisoned(&gpu, &conv, &x, shape), &want, tolerance(&chosen));
+    let f32_conv = Conv2d::new(&gpu, spec, &w, bias.as_deref(), options(Precision::F32)).unwrap();
+    assert_ne!(f32_conv.kernel().1, ConfigSource::TuningCache);
+}
+
+#[test]
+fn f16_tunes_its_own_kernel() {
+    tune_at(Precision::F16Accum32);
+}
+
+#[test]
+fn f16x3_tunes_its_own_kernel() {
+    tune_at(Precision::F16x3);
 }

@@ -9,7 +9,7 @@ use wgconv::tune::{
     candidates, decide, estimate_occupancy, run_stage, CandidateReport, CandidateSet, Measure, OccupancyProfile,
     ProfileName, TuneOptions, Verdict,
 };
-use wgconv::{Error, Result, TileConfig};
+use wgconv::{Error, KernelKind, Result, TileConfig};
 
 /// The anchor's best Triton config in wgconv's vocabulary: 6 candidates on every profile.
 fn anchor() -> TileConfig {
@@ -93,14 +93,14 @@ impl Measure for Replay {
 /// A set of the original and explicit candidates (no occupancy rules involved).
 fn set_of(configs: &[TileConfig]) -> CandidateSet {
     let p = OccupancyProfile::NVIDIA;
-    let mut set = candidates(&configs[0], &p);
+    let mut set = candidates(&KernelKind::Tiled(configs[0]), &p);
     set.candidates = configs
         .iter()
         .enumerate()
         .map(|(i, c)| wgconv::tune::Candidate {
             config: *c,
             change: if i == 0 { "original".into() } else { format!("test {i}") },
-            occupancy: estimate_occupancy(c, &p),
+            occupancy: estimate_occupancy(&KernelKind::Tiled(*c), &p),
         })
         .collect();
     set.skipped.clear();
@@ -208,7 +208,7 @@ fn unstable_winner_is_rejected() {
 #[test]
 fn failing_and_refused_candidates_are_excluded_and_reported() {
     let orig = anchor();
-    let set = candidates(&orig, &OccupancyProfile::NVIDIA);
+    let set = candidates(&KernelKind::Tiled(orig), &OccupancyProfile::NVIDIA);
     let cfgs: Vec<TileConfig> = set.candidates.iter().map(|c| c.config).collect();
     assert_eq!(cfgs.len(), 6);
     // stages 4 does not fit 32 KiB (lavapipe's limit): refused before any build.
@@ -255,7 +255,7 @@ fn failing_and_refused_candidates_are_excluded_and_reported() {
 #[test]
 fn original_that_cannot_build_is_an_error() {
     let orig = anchor();
-    let set = candidates(&orig, &OccupancyProfile::NVIDIA);
+    let set = candidates(&KernelKind::Tiled(orig), &OccupancyProfile::NVIDIA);
     let mut m = Noisy::new(1);
     for c in &set.candidates {
         m = m.with(c.config, 1.0, 0.01);
@@ -286,7 +286,7 @@ fn tie_keeps_the_original() {
 #[test]
 fn fastest_stable_candidate_wins_and_ties_go_to_the_earlier() {
     let orig = anchor();
-    let set = candidates(&orig, &OccupancyProfile::NVIDIA);
+    let set = candidates(&KernelKind::Tiled(orig), &OccupancyProfile::NVIDIA);
     let cfgs: Vec<TileConfig> = set.candidates.iter().map(|c| c.config).collect();
     let mut m = Noisy::new(3);
     for (i, c) in cfgs.iter().enumerate() {
@@ -309,7 +309,7 @@ fn fastest_stable_candidate_wins_and_ties_go_to_the_earlier() {
 #[test]
 fn a_nearer_candidate_within_the_threshold_of_the_fastest_wins() {
     let orig = anchor();
-    let set = candidates(&orig, &OccupancyProfile::NVIDIA);
+    let set = candidates(&KernelKind::Tiled(orig), &OccupancyProfile::NVIDIA);
     let cfgs: Vec<TileConfig> = set.candidates.iter().map(|c| c.config).collect();
     let mut m = Noisy::new(3);
     for (i, c) in cfgs.iter().enumerate() {
@@ -333,7 +333,7 @@ fn an_unstable_intended_winner_keeps_the_original_rather_than_promoting_another(
     // only 0.5 % more: the stage change is the intended winner, it is unstable, so the
     // original stays (another run might find it stable: keep vs. it, never a third config).
     let orig = anchor();
-    let set = candidates(&orig, &OccupancyProfile::NVIDIA);
+    let set = candidates(&KernelKind::Tiled(orig), &OccupancyProfile::NVIDIA);
     let cfgs: Vec<TileConfig> = set.candidates.iter().map(|c| c.config).collect();
     let o = vec![1.0, 1.002, 0.998, 1.0, 1.001, 0.999, 1.0, 1.0];
     let near = vec![0.90, 1.05, 0.96, 0.96, 1.04, 0.92, 1.03, 0.96]; // median 0.96, q3 1.03
@@ -372,7 +372,7 @@ fn drift_hits_every_candidate_alike() {
     // run): interleaving keeps the medians together, so nothing is adopted.
     for seed in SEEDS {
         let orig = anchor();
-        let set = candidates(&orig, &OccupancyProfile::NVIDIA);
+        let set = candidates(&KernelKind::Tiled(orig), &OccupancyProfile::NVIDIA);
         let mut m = Noisy::new(seed);
         for c in &set.candidates {
             m = m.with(c.config, 1.0, 0.003);
@@ -387,7 +387,7 @@ fn drift_hits_every_candidate_alike() {
 fn decisions_are_reproducible() {
     let run = || {
         let orig = anchor();
-        let set = candidates(&orig, &OccupancyProfile::GENERIC);
+        let set = candidates(&KernelKind::Tiled(orig), &OccupancyProfile::GENERIC);
         let mut m = Noisy::new(42);
         for (i, c) in set.candidates.iter().enumerate() {
             m = m.with(c.config, 1.0 - 0.01 * i as f64, 0.01);
@@ -419,7 +419,7 @@ fn decide_needs_the_original() {
 
 #[test]
 fn occupancy_estimate_of_the_seed_on_nvidia() {
-    let o = estimate_occupancy(&TileConfig::seed(), &OccupancyProfile::NVIDIA);
+    let o = estimate_occupancy(&KernelKind::Tiled(TileConfig::seed()), &OccupancyProfile::NVIDIA);
     // 16 acc + 8 operands + 8 A + 16 B prefetch + 24 = 72 registers; 72·128 per workgroup.
     assert_eq!(o.registers, 72);
     assert_eq!(o.by_registers, 65536 / (72 * 128));
@@ -433,12 +433,12 @@ fn occupancy_estimate_of_the_seed_on_nvidia() {
     assert!((o.occupancy - 128.0 / 2048.0).abs() < 1e-12);
     // Two warps: a 4x8 tile, 32 acc + 12 + 16 A + 32 B + 24 = 116 → 120 registers · 64.
     let w2 = TileConfig::seed().with_warps(2).unwrap();
-    let o2 = estimate_occupancy(&w2, &OccupancyProfile::NVIDIA);
+    let o2 = estimate_occupancy(&KernelKind::Tiled(w2), &OccupancyProfile::NVIDIA);
     assert_eq!((o2.registers, o2.by_registers), (116, 65536 / (120 * 64)));
     assert!(o2.occupancy < o.occupancy);
     // The anchor's config (25.75 KiB, one workgroup per SM): 6.25 % → 12.5 % with 8 warps.
-    let a = estimate_occupancy(&anchor(), &OccupancyProfile::NVIDIA);
-    let a8 = estimate_occupancy(&anchor().with_warps(8).unwrap(), &OccupancyProfile::NVIDIA);
+    let a = estimate_occupancy(&KernelKind::Tiled(anchor()), &OccupancyProfile::NVIDIA);
+    let a8 = estimate_occupancy(&KernelKind::Tiled(anchor().with_warps(8).unwrap()), &OccupancyProfile::NVIDIA);
     assert_eq!((a.occupancy, a8.occupancy), (0.0625, 0.125));
 }
 
@@ -446,7 +446,7 @@ fn occupancy_estimate_of_the_seed_on_nvidia() {
 fn seed_candidates_follow_the_rules() {
     let seed = TileConfig::seed();
     for p in [OccupancyProfile::NVIDIA, OccupancyProfile::GENERIC] {
-        let set = candidates(&seed, &p);
+        let set = candidates(&KernelKind::Tiled(seed), &p);
         let cfgs: Vec<_> = set.candidates.iter().map(|c| c.config).collect();
         // s1 is outside {2,3,4}; w8 cannot split 32×64 into 4-multiple tiles; w2 lowers the
         // estimated occupancy.
@@ -463,7 +463,7 @@ fn seed_candidates_follow_the_rules() {
 fn anchor_candidates_follow_the_rules() {
     let orig = anchor();
     for p in [OccupancyProfile::NVIDIA, OccupancyProfile::GENERIC] {
-        let set = candidates(&orig, &p);
+        let set = candidates(&KernelKind::Tiled(orig), &p);
         let names: Vec<String> = set.candidates.iter().map(|c| c.config.name()).collect();
         assert_eq!(
             names,
@@ -489,7 +489,7 @@ fn every_candidate_keeps_blocks_and_moves_stages_by_one() {
     originals.push(anchor());
     for orig in originals {
         for p in [OccupancyProfile::NVIDIA, OccupancyProfile::GENERIC] {
-            let set = candidates(&orig, &p);
+            let set = candidates(&KernelKind::Tiled(orig), &p);
             assert!(set.candidates.len() <= 6);
             assert_eq!(set.candidates[0].config, orig);
             let mut seen = HashSet::new();
@@ -507,7 +507,10 @@ fn every_candidate_keeps_blocks_and_moves_stages_by_one() {
                 }
                 if c.warps != orig.warps {
                     // Only where the estimate suggests it.
-                    let (o0, o1) = (estimate_occupancy(&orig, &p), estimate_occupancy(&c.with_stages(orig.stages), &p));
+                    let (o0, o1) = (
+                        estimate_occupancy(&KernelKind::Tiled(orig), &p),
+                        estimate_occupancy(&KernelKind::Tiled(c.with_stages(orig.stages)), &p),
+                    );
                     let more = o1.resident_invocations() > o0.resident_invocations();
                     let ample = c.warps < orig.warps && o0.occupancy >= 0.5 && o1.occupancy >= 0.5;
                     assert!(more || ample, "{orig} → {c} on {}", p.name);
@@ -535,7 +538,7 @@ fn nvidia_profile_is_picked_by_vendor() {
 #[test]
 fn a_farther_candidate_must_beat_the_nearer_choice_stably() {
     let orig = anchor();
-    let set = candidates(&orig, &OccupancyProfile::NVIDIA);
+    let set = candidates(&KernelKind::Tiled(orig), &OccupancyProfile::NVIDIA);
     let cfgs: Vec<TileConfig> = set.candidates.iter().map(|c| c.config).collect();
     let o = vec![1.0, 1.002, 0.998, 1.0, 1.001, 0.999, 1.0, 1.0];
     let near = vec![0.96, 0.962, 0.958, 0.96, 0.961, 0.959, 0.96, 0.96]; // steady, 4 % faster
@@ -557,4 +560,51 @@ fn a_farther_candidate_must_beat_the_nearer_choice_stably() {
     let r = run_stage(&set, Some(&lenient()), &mut m, &opts(2.0, 8), &mut noop).unwrap();
     assert_eq!(r.chosen, cfgs[4]);
     assert_eq!(row(&r.rows, &cfgs[4]).verdict, Verdict::Adopt);
+}
+
+/// The cooperative kernels are tuned in their own terms: fragments instead of a register
+/// tile (m64n96 over 8 warps is 4×2 warps of 1×3 fragments, named `t4x6`), registers and
+/// workgroup memory of their operand halves. The estimates match the SASS of
+/// `m64n96k16-t4x12-w4-s1` in resident workgroups (f16: 119 registers, 4 per SM; f16x3:
+/// 161, 3 per SM; BENCHMARKS.md runs 43 and 63).
+#[test]
+fn cooperative_candidates_follow_the_rules() {
+    let orig = wgconv::config::default_coop_config();
+    let p = OccupancyProfile::NVIDIA;
+    let f16 = estimate_occupancy(&KernelKind::Coop(orig), &p);
+    let f16x3 = estimate_occupancy(&KernelKind::CoopSplit(orig), &p);
+    assert_eq!((f16.registers, f16.resident), (122, 4));
+    assert_eq!((f16x3.registers, f16x3.resident, f16x3.limiter.as_str()), (156, 3, "registers"));
+    assert_eq!(f16x3.by_storage, 3);
+    // f16x3 at 8 warps: 116 registers and 20 KiB, 2 workgroups of 256 (512 invocations
+    // against 3 × 128): suggested. f16 at 8 warps: 88 registers, 2 workgroups by the
+    // estimate, the same 512 invocations as its 4 × 128: not suggested (run 55 measured it
+    // slower, 0.85 against 0.735 ms).
+    let w8 = ["m64n96k16-t4x6-w8-s1", "m64n96k16-t4x6-w8-s2"];
+    for (kind, with_w8) in [(KernelKind::Coop(orig), false), (KernelKind::CoopSplit(orig), true)] {
+        let set = candidates(&kind, &p);
+        assert_eq!(set.original, kind);
+        let names: Vec<String> = set.candidates.iter().map(|c| c.config.name()).collect();
+        let mut want = vec!["m64n96k16-t4x12-w4-s1", "m64n96k16-t4x12-w4-s2"];
+        if with_w8 {
+            want.extend(w8);
+        } else {
+            let skipped = set.skipped.iter().find(|s| s.warps == 8).unwrap();
+            assert!(skipped.reason.contains("does not suggest"), "{}", skipped.reason);
+        }
+        assert_eq!(names, want, "{}", kind.family());
+        for c in &set.candidates {
+            kind.with_config(c.config).check_shape().unwrap();
+        }
+        let w2 = set.skipped.iter().find(|s| s.warps == 2).unwrap();
+        assert!(w2.reason.contains("no fragment layout"), "{}", w2.reason);
+    }
+    // The SIMT kernels cannot take 8 warps there (24 outputs per invocation).
+    let simt = candidates(&KernelKind::Tiled(orig), &p);
+    assert!(simt.candidates.iter().all(|c| c.config.warps != 8));
+    // Kernels the tuner does not tune get no candidates.
+    for kind in [KernelKind::Direct, KernelKind::CoopBand(wgconv::config::default_band_config())] {
+        assert!(candidates(&kind, &p).candidates.is_empty());
+        assert!(wgconv::tune::check_tunable(&kind).is_err());
+    }
 }

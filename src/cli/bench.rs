@@ -2,6 +2,7 @@
 
 use super::shape::ShapeArgs;
 use super::CliResult;
+use super::PrecisionArg;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::sync::Arc;
 use wgconv::bench::{self, BenchOptions, BenchReport, Outcome};
@@ -57,24 +58,6 @@ pub struct Args {
     /// Adapter name substring (default: WGCONV_ADAPTER, else the best adapter)
     #[arg(long)]
     adapter: Option<String>,
-}
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PrecisionArg {
-    F32,
-    F16,
-    /// f32-accurate, from three f16 products on cooperative matrices
-    F16x3,
-}
-
-impl From<PrecisionArg> for Precision {
-    fn from(p: PrecisionArg) -> Self {
-        match p {
-            PrecisionArg::F32 => Precision::F32,
-            PrecisionArg::F16 => Precision::F16Accum32,
-            PrecisionArg::F16x3 => Precision::F16x3,
-        }
-    }
 }
 
 pub fn main(args: Args) -> CliResult {

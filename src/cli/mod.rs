@@ -35,6 +35,25 @@ enum Command {
     Info(info::Args),
 }
 
+/// `--precision` of `bench` and `tune`: wgconv's [`wgconv::Precision`] by its CLI name.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrecisionArg {
+    F32,
+    F16,
+    /// f32-accurate, from three f16 products on cooperative matrices
+    F16x3,
+}
+
+impl From<PrecisionArg> for wgconv::Precision {
+    fn from(p: PrecisionArg) -> Self {
+        match p {
+            PrecisionArg::F32 => wgconv::Precision::F32,
+            PrecisionArg::F16 => wgconv::Precision::F16Accum32,
+            PrecisionArg::F16x3 => wgconv::Precision::F16x3,
+        }
+    }
+}
+
 /// A CLI failure: one line for the user.
 #[derive(Debug)]
 pub struct CliError(pub String);

@@ -3,42 +3,52 @@
 
 use super::run::BackendArg;
 use super::shape::ShapeArgs;
+use super::PrecisionArg;
 use super::{CliError, CliResult};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 use wgconv::cache::TuningCache;
 use wgconv::config::KernelLimits;
+use wgconv::conv2d::{default_kind_for_features, kind_for_features};
 use wgconv::gpu::{adapter_substring, choose_adapter, enumerate_adapters};
 use wgconv::tune::{self, TuneOptions, TuneReport};
-use wgconv::{Gpu, GpuOptions, Shape4, TileConfig};
+use wgconv::{Gpu, GpuOptions, Precision, Shape4, TileConfig};
 
 #[derive(clap::Args)]
 #[command(
     about = "Micro-tune one convolution: try nearby warp/stage counts of a tile config, keep a change only if it is clearly and stably faster",
     long_about = "Micro-tune one convolution (the seed's \"final micro-tuning\" stage).\n\n\
-Around the original tile config (default: the seed's, m32n64k32-t4x4-w4-s2) it builds 3-6 nearby \
-configs: stages +-1 within 2..=4, and half or double the warps only where an occupancy estimate \
+Around the original tile config (default: the one a fresh Conv2d of the --precision uses: the seed's \
+m32n64k32-t4x4-w4-s2 on the SIMT kernels, m64n96k16-t4x12-w4-s1 on cooperative matrices) it builds 3-6 nearby \
+configs of the same kernel: stages +-1 within 2..=4, and half or double the warps only where an occupancy estimate \
 (registers, workgroup memory, invocations per multiprocessor) suggests it; BLOCK sizes and the grid \
 never change. Candidates are timed with GPU timestamps in interleaved rounds (A B C, B C A, ...) on \
 random normal inputs. A candidate replaces the original only if its median is at least --threshold % \
 faster AND stable: its inter-quartile range lies entirely below the original's (q3 < original q1).\n\n\
 The decision is stored in the tuning cache (WGCONV_CACHE_DIR, else the platform cache dir \
-/wgconv/tuning.json), keyed by adapter, driver, backend, wgconv version, shader hash and shape; a \
+/wgconv/tuning.json), keyed by adapter, driver, backend, wgconv version, shader hash, shape and precision; a \
 Conv2d built with tuning_key_input (and `wgconv run`) uses it. A later `wgconv tune` of the same shape \
 and original answers from the cache without opening a device; --force measures again.\n\n\
 Default shape: AlexNet conv1 (3->96, 11x11, stride 4, padding 2, bias, 224x224), N = 256 on a GPU, \
 N = 2 on a CPU adapter (lavapipe runs ~1 GFLOP/s).",
     after_help = "Examples:\n  wgconv tune\n  wgconv tune --force --threshold 1.5 --rounds 21 --json tune.json\n  \
-wgconv tune --config m64n64k16-t4x8-w4-s3\n  \
+wgconv tune --config m64n64k16-t4x8-w4-s3\n  wgconv tune --precision f16x3\n  \
 wgconv tune --batch 8 --in-channels 64 --height 56 --width 56 --out-channels 64 --kernel 3 --stride 1 --padding 1"
 )]
 pub struct Args {
     #[command(flatten)]
     shape: ShapeArgs,
-    /// The original tile config, e.g. m64n64k16-t4x8-w4-s3 (default: the seed's)
+    /// The original tile config, e.g. m64n64k16-t4x8-w4-s3 (default: the one a fresh Conv2d
+    /// of this precision uses: the seed's on the SIMT kernels, m64n96k16-t4x12-w4-s1 on
+    /// cooperative matrices)
     #[arg(long, value_name = "NAME")]
     config: Option<String>,
+    /// The precision to tune: f32, f16 (cooperative matrices where the device has them,
+    /// else the f16 SIMT kernel) or f16x3 (cooperative matrices only). Each precision's
+    /// decision is cached on its own
+    #[arg(long, value_enum, default_value = "f32")]
+    precision: PrecisionArg,
     /// Minimum median gain to replace the original, percent (1-2)
     #[arg(long, value_name = "PCT", default_value_t = tune::DEFAULT_THRESHOLD_PCT)]
     threshold: f64,
@@ -86,13 +96,10 @@ pub fn main(a: Args) -> CliResult {
         return Err(CliError(format!("--rounds {}: at least {} are needed for quartiles", a.rounds, tune::MIN_ROUNDS)));
     }
     let spec = a.shape.spec()?;
-    let original = match &a.config {
-        Some(name) => {
-            let c = TileConfig::parse(name).map_err(|e| CliError(format!("--config {name}: {e}")))?;
-            c.check_shape().map_err(|e| CliError(format!("--config {name}: {e}")))?;
-            c
-        }
-        None => TileConfig::seed(),
+    let precision = Precision::from(a.precision);
+    let config = match &a.config {
+        Some(name) => Some(TileConfig::parse(name).map_err(|e| CliError(format!("--config {name}: {e}")))?),
+        None => None,
     };
     let input = |n: u32| Shape4::new(n, spec.in_channels, a.shape.height, a.shape.width);
     if let Some(b) = a.shape.batch {
@@ -112,6 +119,17 @@ pub fn main(a: Args) -> CliResult {
         })?;
     let info = infos[idx].clone();
     let limits = KernelLimits::from(&adapters[idx].limits());
+    // The kernel the precision runs in on this adapter, as a device opened below decides it.
+    let coop = precision != Precision::F32 && wgconv::gpu::coop_f16_supported(&adapters[idx]);
+    let shader_f16 = adapters[idx].features().contains(wgpu::Features::SHADER_F16);
+    let original = match config {
+        Some(c) => kind_for_features(precision, c, coop, shader_f16, &info.name)?,
+        None => default_kind_for_features(precision, coop, shader_f16, &info.name)?,
+    };
+    if let (Some(name), Err(e)) = (&a.config, original.check_shape()) {
+        return Err(CliError(format!("--config {name}: {e}")));
+    }
+    tune::check_tunable(&original)?;
     let is_cpu = info.device_type == wgpu::DeviceType::Cpu;
     let batch = a.shape.batch.unwrap_or(if is_cpu { 2 } else { 256 });
     let problem = spec.problem(input(batch))?;
@@ -177,6 +195,7 @@ pub fn main(a: Args) -> CliResult {
     let gpu = Gpu::with_options(GpuOptions {
         adapter: a.adapter.clone(),
         backends: Some(wgpu::Backends::from(info.backend)),
+        cooperative_matrix: precision != Precision::F32,
         ..Default::default()
     })?;
     if gpu.info.name != info.name {
