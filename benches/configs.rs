@@ -1,7 +1,8 @@
 //! Criterion comparison of a handful of kernels on one small convolution (N=2, 16→32
 //! channels, 32×32, 3×3, padding 1, bias) on the default adapter (`WGCONV_ADAPTER` picks
-//! another): the seed's config, the next sweep configs that fit the device, and the
-//! direct kernel. Each kernel's `Conv2d` and `ConvPlan` are built once (and checked
+//! another): the seed's config, the next sweep configs that fit the device, the direct
+//! kernel, and the default kernel of each other precision the device runs (f16: the
+//! cooperative or the SIMT f16 kernel; f16x3: cooperative matrices only). Each kernel's `Conv2d` and `ConvPlan` are built once (and checked
 //! against the CPU reference); an iteration is encode + submit + `gpu.wait()`, so the
 //! times are host wall-clock and include submission (`wgconv bench` reports GPU
 //! timestamps instead). Throughput is in FLOP (criterion prints it as elem/s).
@@ -12,9 +13,12 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput};
 use std::sync::Arc;
 use std::time::Duration;
-use wgconv::bench::F32_TOLERANCE;
 use wgconv::config::default_sweep;
-use wgconv::{reference, Conv2d, Conv2dOptions, Conv2dSpec, Gpu, KernelKind, Padding, Shape4, TileConfig};
+use wgconv::conv2d::default_kind;
+use wgconv::{
+    bench, reference, Conv2d, Conv2dOptions, Conv2dSpec, Gpu, GpuOptions, KernelKind, Padding, Precision, Shape4,
+    TileConfig,
+};
 
 /// Sweep configs compared besides the seed (the first ones after it that fit the device).
 const SWEEP_CONFIGS: usize = 3;
@@ -43,11 +47,19 @@ fn kernels(gpu: &Gpu) -> Vec<KernelKind> {
         default_sweep().into_iter().map(KernelKind::Tiled).filter(|k| *k != seed && fits(k)).take(SWEEP_CONFIGS),
     );
     kinds.push(KernelKind::Direct);
+    for precision in [Precision::F16Accum32, Precision::F16x3] {
+        match default_kind(gpu, precision) {
+            Ok(kind) if fits(&kind) => kinds.push(kind),
+            Ok(kind) => eprintln!("configs bench: {kind} does not fit {}: left out", gpu.info.name),
+            Err(e) => eprintln!("configs bench: no {precision} kernel: {e}"),
+        }
+    }
     kinds
 }
 
 fn configs(c: &mut Criterion) {
-    let gpu = Arc::new(Gpu::new().expect("a wgpu adapter (lavapipe on a machine without GPU)"));
+    let opts = GpuOptions { cooperative_matrix: true, ..Default::default() };
+    let gpu = Arc::new(Gpu::with_options(opts).expect("a wgpu adapter (lavapipe on a machine without GPU)"));
     let spec = Conv2dSpec::new(16, 32, 3).padding(Padding::uniform(1)).with_bias(true);
     let shape = Shape4::new(2, 16, 32, 32);
     let problem = spec.problem(shape).expect("a valid problem");
@@ -82,7 +94,7 @@ fn configs(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(2));
     group.throughput(Throughput::Elements(problem.flops() as u64));
     for kind in kernels(&gpu) {
-        let opts = Conv2dOptions { kernel: Some(kind), ..Default::default() };
+        let opts = Conv2dOptions { kernel: Some(kind), precision: kind.precision(), ..Default::default() };
         let conv = Conv2d::new(&gpu, spec, &w, Some(&b), opts).unwrap_or_else(|e| panic!("{kind}: {e}"));
         let plan = conv.plan(shape, &input, &output).unwrap_or_else(|e| panic!("{kind}: {e}"));
         // A wrong kernel's time means nothing: check once before timing.
@@ -91,7 +103,8 @@ fn configs(c: &mut Criterion) {
         gpu.queue.submit([enc.finish()]);
         let got = gpu.read_buffer::<f32>(&output, 0, want.len()).expect("read back");
         let err = reference::relative_l2(&got, &want);
-        assert!(err <= F32_TOLERANCE, "{kind}: relative L2 {err:.2e} against the reference");
+        let bound = bench::tolerance(kind.precision());
+        assert!(err <= bound, "{kind}: relative L2 {err:.2e} against the reference (bound {bound:.0e})");
         group.bench_function(BenchmarkId::from_parameter(kind.to_string()), |bench| {
             bench.iter(|| {
                 let mut enc = gpu.device.create_command_encoder(&Default::default());

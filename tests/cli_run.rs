@@ -623,3 +623,48 @@ fn run_help_explains_with_examples() {
         assert!(text.contains(needle), "run --help lacks {needle:?}:\n{text}");
     }
 }
+
+/// `--precision f16` runs the f16 kernel the device has (lavapipe: the SIMT one) within
+/// the f16 bound; `--precision f16x3` runs on cooperative matrices within the f32 bound,
+/// or is refused in one line where the device has none; `direct` is f32 only.
+#[test]
+fn precisions_run_their_own_kernels() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = |precision: &str| Case {
+        spec: Conv2dSpec::new(3, 8, 5).stride(2, 2).padding(Padding::uniform(2)).with_bias(true),
+        input: Shape4::new(2, 3, 17, 15),
+        relu: false,
+        flags: flags(&["--stride", "2", "--padding", "2", "--precision", precision, "--verbose"]),
+    };
+    let (_, got, want, stderr) = run_case(dir.path(), &case("f16"), 50, false);
+    let err = reference::relative_l2(&got, &want);
+    assert!(err <= wgconv::bench::F16_TOLERANCE, "f16: relative L2 {err:.3e}");
+    assert!(stderr.contains("kernel: tiled-f16 ") || stderr.contains("kernel: coop-f16 "), "{stderr}");
+
+    let f16x3 = case("f16x3");
+    let mut args: Vec<String> = vec!["run".into()];
+    let x = dir.path().join("x.npy");
+    write_npy(&x, &[2, 3, 17, 15], &rand_vec(2 * 3 * 17 * 15, 60));
+    let w = dir.path().join("w.npy");
+    write_npy(&w, &[8, 3, 5, 5], &rand_vec(8 * 3 * 5 * 5, 61));
+    args.extend(["--input", s(&x), "--weight", s(&w), "--output", s(&dir.path().join("y3.npy"))].map(String::from));
+    args.extend(f16x3.flags.iter().cloned());
+    let out = wgconv().args(&args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() {
+        assert!(stderr.contains("kernel: coop-f16x3 "), "{stderr}");
+        let (_, got, want, _) = run_case(dir.path(), &f16x3, 62, false);
+        assert_close("f16x3", &got, &want);
+    } else {
+        assert!(stderr.contains("f16x3 precision runs on cooperative matrices"), "{stderr}");
+        assert_eq!(stderr.lines().filter(|l| l.starts_with("wgconv: error")).count(), 1, "one error line: {stderr}");
+    }
+
+    let out = wgconv()
+        .args(["run", "--input", s(&x), "--weight", s(&w), "--output", s(&dir.path().join("yd.npy"))])
+        .args(["--config", "direct", "--precision", "f16"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--config direct computes in f32"));
+}

@@ -4,12 +4,13 @@
 //! is exactly one line on stderr; the output is written atomically (see [`super::npy`]).
 
 use super::npy::{self, PendingOutput};
-use super::{CliError, CliResult};
+use super::{CliError, CliResult, PrecisionArg};
 use std::path::PathBuf;
 use std::sync::Arc;
+use wgconv::conv2d::kind_for;
 use wgconv::{
-    timing, Activation, ConfigSource, Conv2d, Conv2dOptions, Conv2dSpec, Error, Gpu, GpuOptions, KernelKind, Shape4,
-    TileConfig,
+    timing, Activation, ConfigSource, Conv2d, Conv2dOptions, Conv2dSpec, Error, Gpu, GpuOptions, KernelKind, Precision,
+    Shape4, TileConfig,
 };
 
 /// A wgpu backend, as `--backend` names it.
@@ -55,7 +56,8 @@ line on stderr naming the file or flag and the bad value; no output file is writ
 wgconv run --input x.npy --weight w.npy --output y.npy\n  \
 wgconv run --input x.npy --weight w.npy --bias b.npy --stride 4 --padding 2 --relu --output y.npy\n  \
 wgconv run --input x.npy --weight w.npy --padding 1,0,2,1 --dilation 2 --groups 4 --output y.npy --verbose\n  \
-wgconv run --input x.npy --weight w.npy --output y.npy --config m64n64k16-t8x8-w2-s2 --backend vulkan\n\n\
+wgconv run --input x.npy --weight w.npy --output y.npy --config m64n64k16-t8x8-w2-s2 --backend vulkan\n  \
+wgconv run --input x.npy --weight w.npy --bias b.npy --stride 4 --padding 2 --precision f16x3 --output y.npy -v\n\n\
 Make the inputs with NumPy (np.save(\"x.npy\", x.astype(np.float32))) and read Y with np.load(\"y.npy\")."
 )]
 pub struct Args {
@@ -96,6 +98,12 @@ pub struct Args {
     /// (default: the tuning cache's decision for this problem, else the library default)
     #[arg(long, value_name = "NAME")]
     config: Option<String>,
+    /// f32 (default); f16 operands with f32 accumulation (cooperative matrices where the
+    /// device has them, else the f16 SIMT kernel; refused where it has neither); or f16x3,
+    /// f32-accurate from three f16 products (cooperative matrices only). `--verbose` names
+    /// the kernel that ran
+    #[arg(long, value_enum, default_value = "f32")]
+    precision: PrecisionArg,
     /// Print the adapter, the kernel config and where it came from, and the GPU time (stderr)
     #[arg(long, short)]
     verbose: bool,
@@ -138,15 +146,21 @@ fn parse_padding(raw: &str) -> CliResult<[i64; 4]> {
     })
 }
 
-/// The kernel `--config` names.
-fn parse_config(raw: &str) -> CliResult<KernelKind> {
+/// The kernel `--config` names, at f32 (`--precision` picks the kernel family once the
+/// device is open).
+fn parse_config(raw: &str, precision: Precision) -> CliResult<KernelKind> {
     if raw.eq_ignore_ascii_case("direct") {
+        if precision != Precision::F32 {
+            return Err(CliError(format!("--config direct computes in f32, not --precision {precision}")));
+        }
         return Ok(KernelKind::Direct);
     }
     let cfg = TileConfig::parse(raw)
         .map_err(|e| CliError(format!("--config {raw}: {e} (or `direct` for the direct kernel)")))?;
-    // Structural checks now, before a GPU is opened; the device's limits come later.
-    cfg.check_shape().map_err(|e| CliError(format!("--config {raw}: {e}")))?;
+    // Structural checks now, before a GPU is opened; the device's limits come later (and the
+    // f16 precisions' own tiles once their kernel is known).
+    let check = if precision == Precision::F32 { cfg.check_shape() } else { cfg.check_common() };
+    check.map_err(|e| CliError(format!("--config {raw}: {e}")))?;
     Ok(KernelKind::Tiled(cfg))
 }
 
@@ -180,7 +194,8 @@ pub fn main(a: Args) -> CliResult {
         let c = groups.saturating_abs().max(1);
         Conv2dSpec::from_signed(c, c, [1, 1], [1, 1], [0; 4], [1, 1], groups, false)
     })?;
-    let kernel = a.config.as_deref().map(parse_config).transpose()?;
+    let precision = Precision::from(a.precision);
+    let kernel = a.config.as_deref().map(|raw| parse_config(raw, precision)).transpose()?;
 
     // 2. The files, and their shapes against each other and the flags.
     let x = npy::read_f32(&a.input, "--input", &["N", "C", "H", "W"])?;
@@ -254,13 +269,17 @@ pub fn main(a: Args) -> CliResult {
 
     // 4. The GPU.
     let backends = a.backend.map(BackendArg::backends);
-    let gpu = Gpu::with_options(GpuOptions { adapter: a.adapter.clone(), backends, ..Default::default() }).map_err(
-        |e| match (&e, &a.adapter, a.backend) {
-            (Error::NoAdapter(_), Some(sub), _) => CliError(format!("--adapter {sub}: {e}")),
-            (Error::NoAdapter(_), None, Some(bk)) => CliError(format!("--backend {}: {e}", bk.name())),
-            _ => CliError(e.to_string()),
-        },
-    )?;
+    let gpu_options = GpuOptions {
+        adapter: a.adapter.clone(),
+        backends,
+        cooperative_matrix: precision != Precision::F32,
+        ..Default::default()
+    };
+    let gpu = Gpu::with_options(gpu_options).map_err(|e| match (&e, &a.adapter, a.backend) {
+        (Error::NoAdapter(_), Some(sub), _) => CliError(format!("--adapter {sub}: {e}")),
+        (Error::NoAdapter(_), None, Some(bk)) => CliError(format!("--backend {}: {e}", bk.name())),
+        _ => CliError(e.to_string()),
+    })?;
     let gpu = Arc::new(gpu);
     if a.verbose {
         let s = gpu.summary();
@@ -269,7 +288,16 @@ pub fn main(a: Args) -> CliResult {
         eprintln!("wgconv: problem: {problem}{}", if a.relu { " relu" } else { "" });
     }
     let activation = if a.relu { Activation::Relu } else { Activation::None };
-    let options = Conv2dOptions { kernel, activation, tuning_key_input: Some(shape), ..Default::default() };
+    // --config names the tiles; the precision's kernel on this device runs them.
+    let kernel = match kernel {
+        Some(KernelKind::Tiled(cfg)) if precision != Precision::F32 => {
+            let kind = kind_for(&gpu, precision, cfg)?;
+            kind.check_shape().map_err(|e| CliError(format!("--config {cfg}: {e}")))?;
+            Some(kind)
+        }
+        k => k,
+    };
+    let options = Conv2dOptions { kernel, activation, precision, tuning_key_input: Some(shape), ..Default::default() };
     let conv = Conv2d::new(&gpu, spec, &w.data, b.as_ref().map(|b| &b.data[..]), options).map_err(|e| match e {
         Error::ConfigRefused { .. } if a.config.is_some() => {
             CliError(format!("--config {}: {e}", a.config.as_deref().unwrap_or_default()))
