@@ -297,7 +297,7 @@ pub fn main(a: Args) -> CliResult {
         }
         k => k,
     };
-    let options = Conv2dOptions { kernel, activation, precision, tuning_key_input: Some(shape), ..Default::default() };
+    let options = Conv2dOptions { kernel, activation, precision, tuning_key_input: Some(shape) };
     let conv = Conv2d::new(&gpu, spec, &w.data, b.as_ref().map(|b| &b.data[..]), options).map_err(|e| match e {
         Error::ConfigRefused { .. } if a.config.is_some() => {
             CliError(format!("--config {}: {e}", a.config.as_deref().unwrap_or_default()))
