@@ -14,13 +14,13 @@
 //! output size (KH, KW, stride, padding, dilation, groups), plus what makes a measurement
 //! stale: adapter name, vendor and device id, driver and driver info, backend, whether
 //! wgpu's runtime bounds checks are on, the wgconv version (`CARGO_PKG_VERSION`) and
-//! [`crate::kernel::shader_hash`], and the precision tuned (f32, f16, f16x3: each runs its
-//! own kernel). A lookup matches the whole key exactly; an upgrade or a
+//! [`crate::kernel::shader_hash`], and the kernel family tuned (`tiled`, `tiled-f16`,
+//! `coop-f16`, `coop-f16x3`). A lookup matches the whole key exactly; an upgrade or a
 //! changed shader simply misses (the stale entry stays, harmless, for a downgrade).
 //!
 //! # File format (schema [`SCHEMA_VERSION`])
 //! ```json
-//! { "schema": 1, "written_by": "wgconv 0.1.0",
+//! { "schema": 2, "written_by": "wgconv 0.1.0",
 //!   "entries": [ { "key": { ... }, "decision": { "config": ..., "original": ..., ... } } ] }
 //! ```
 //!
@@ -40,7 +40,7 @@
 
 use crate::config::TileConfig;
 use crate::error::{Error, Result};
-use crate::kernel::Precision;
+use crate::kernel::KernelKind;
 use crate::spec::ConvProblem;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -48,8 +48,13 @@ use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// The version of the file layout. Files with any other value are ignored and rewritten.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The version of the file layout this build writes. 2 added the kernel family to the key:
+/// a build that reads only schema 1 ignores (and rewrites) a schema 2 file instead of
+/// taking another kernel's decision for its own.
+pub const SCHEMA_VERSION: u32 = 2;
+/// The versions this build reads (schema 1 entries are `tiled` decisions). Files with any
+/// other value are ignored and rewritten.
+pub const READABLE_SCHEMAS: [u32; 2] = [1, 2];
 /// The cache file's name inside the cache directory.
 pub const FILE_NAME: &str = "tuning.json";
 /// The environment variable that overrides the cache directory.
@@ -129,15 +134,22 @@ impl ShapeKey {
 pub struct CacheKey {
     pub device: DeviceKey,
     pub shape: ShapeKey,
-    /// The precision the decision was measured at: each runs its own kernel (entries
-    /// written before precisions were tuned hold f32 decisions).
-    #[serde(default)]
-    pub precision: Precision,
+    /// The kernel family the decision was measured on ([`KernelKind::family`]: `tiled`,
+    /// `tiled-f16`, `coop-f16`, `coop-f16x3`). Not the precision alone: f16 runs `coop-f16`
+    /// or `tiled-f16` on one device, depending on whether cooperative matrices were enabled.
+    /// Schema 1 files hold `tiled` decisions only.
+    #[serde(default = "tiled_family")]
+    pub kernel: String,
+}
+
+fn tiled_family() -> String {
+    "tiled".into()
 }
 
 impl CacheKey {
-    pub fn new(device: DeviceKey, problem: &ConvProblem, precision: Precision) -> Self {
-        CacheKey { device, shape: ShapeKey::of(problem), precision }
+    /// The key of `problem` tuned on `kernel` (its family; the config plays no part).
+    pub fn new(device: DeviceKey, problem: &ConvProblem, kernel: &KernelKind) -> Self {
+        CacheKey { device, shape: ShapeKey::of(problem), kernel: kernel.family().to_string() }
     }
 }
 
@@ -298,8 +310,8 @@ impl TuningCache {
             return ignore("not a JSON object".into());
         };
         match obj.get("schema").and_then(Value::as_u64) {
-            Some(v) if v == SCHEMA_VERSION as u64 => {}
-            Some(v) => return ignore(format!("schema version {v}, this wgconv reads {SCHEMA_VERSION}")),
+            Some(v) if READABLE_SCHEMAS.iter().any(|r| *r as u64 == v) => {}
+            Some(v) => return ignore(format!("schema version {v}, this wgconv reads {READABLE_SCHEMAS:?}")),
             None => return ignore("no schema version".into()),
         }
         let Some(entries) = obj.get("entries").and_then(Value::as_array) else {
@@ -324,11 +336,11 @@ fn parse_entry(raw: &Value) -> Option<(CacheKey, CachedDecision)> {
         }
         None => return None,
     };
-    // f32 decisions are the SIMT kernel's (a register tile); the f16 precisions' may be the
-    // cooperative kernels', whose thread tile only names the workgroup size.
-    let check = |c: &TileConfig| match key.precision {
-        Precision::F32 => c.check_shape(),
-        _ => c.check_common(),
+    // Each config must form the tiles of the kernel it was measured on (a register tile for
+    // the SIMT kernels, a fragment layout for the cooperative ones).
+    let check = |c: &TileConfig| match KernelKind::from_family(&key.kernel, *c) {
+        Some(kind) => kind.check_shape(),
+        None => Err(Error::Unsupported(format!("unknown kernel family {:?}", key.kernel))),
     };
     for cfg in [&decision.config, &decision.original] {
         if let Err(e) = check(cfg) {

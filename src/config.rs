@@ -92,11 +92,15 @@ impl TileConfig {
     }
     /// [`TileConfig::with_warps`] for the cooperative-matrix kernels, whose warps own 16×16
     /// fragments ([`TileConfig::coop_layout`]), not a register tile: the thread tile only
-    /// records the workgroup size, so it is the most square split of the block's cells per
-    /// invocation into sides dividing the block, multiples of 4 or not (m64n96 over 8 warps:
-    /// `t4x6`, which the SIMT kernels would refuse). The fragment layout is checked by
-    /// `coop_layout`, not here.
+    /// records the workgroup size. It is the SIMT kernels' register tile where one exists
+    /// (so names round-trip: `t4x12-w4` → `w8` → `w4` is `t4x12-w4` again), else the most
+    /// square split of the cells per invocation into sides dividing the block (m64n96 over 8
+    /// warps: `t4x6`, which the SIMT kernels would refuse). The fragment layout is checked
+    /// by `coop_layout`, not here.
     pub fn with_fragment_warps(&self, warps: u32) -> Result<Self> {
+        if let Ok(cfg) = self.with_warps(warps) {
+            return Ok(cfg);
+        }
         let cfg = TileConfig { warps, ..*self };
         cfg.check_bounds()?;
         let threads = warps.saturating_mul(WARP);

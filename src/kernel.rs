@@ -74,6 +74,19 @@ impl KernelKind {
             KernelKind::Direct => KernelKind::Direct,
         }
     }
+    /// The kind of a family name ([`KernelKind::family`]) with a config: how the tuning
+    /// cache names the kernel a decision was measured on. `None` for an unknown name.
+    pub fn from_family(family: &str, config: TileConfig) -> Option<KernelKind> {
+        let kinds = [
+            KernelKind::Tiled(config),
+            KernelKind::TiledF16(config),
+            KernelKind::Coop(config),
+            KernelKind::CoopSplit(config),
+            KernelKind::CoopBand(config),
+            KernelKind::Direct,
+        ];
+        kinds.into_iter().find(|k| k.family() == family)
+    }
     /// The same blocks over another warp count, BLOCK sizes (and so the grid) unchanged:
     /// a re-derived register tile for the SIMT kernels ([`TileConfig::with_warps`]), a
     /// re-split of the fragments for the cooperative ones

@@ -18,9 +18,11 @@
 //!    stages `s`, then the same with stages `s ± 1`;
 //!
 //! in that order, at most [`MAX_CANDIDATES`] (6). Neighbours that are not candidates (a warp
-//! count the occupancy estimate does not suggest, one whose block cannot be split into a
-//! register tile of multiples of 4, or one past the cap) are listed in the report as
-//! `skipped` with the reason. Candidates the device refuses ([`TileConfig::validate`]) or
+//! count the occupancy estimate does not suggest, one whose block the kernel cannot split
+//! that way — no register tile of multiples of 4, or no fragment layout — or one past the
+//! cap) are listed in the report as `skipped` with the reason. An original at 1 stage (the
+//! cooperative kernels' default) has one stage neighbour, 2: the stage's range is the
+//! seed's {2, 3, 4}. Candidates the device refuses ([`KernelKind::validate`]) or
 //! that fail to build or to run are `excluded`, with the error.
 //!
 //! # Occupancy estimate ([`estimate_occupancy`])
@@ -71,11 +73,11 @@
 //! it does not (88 registers, still 2 workgroups of 256 by the estimate).
 //!
 //! # Cache
-//! [`tune`] stores one decision per device, shape and precision (see [`crate::cache`] for
-//! the key);
+//! [`tune`] stores one decision per device, shape and kernel family (see [`crate::cache`]
+//! for the key);
 //! a later tune of the same shape from the same original answers from it (unless forced),
 //! a tune from another original measures and replaces it. [`cached_decision`] is what
-//! `Conv2d` consults; it returns a config only if the device accepts it.
+//! `Conv2d` consults; it returns a kernel only if the device accepts it.
 //!
 //! # Measurement ([`run_stage`], [`Measure`])
 //! Each candidate is prepared (built and warmed up) once, then timed in interleaved rounds:
@@ -637,8 +639,8 @@ pub struct TuneReport {
     /// The precision tuned (reports written before precisions were tuned: f32).
     #[serde(default)]
     pub precision: Precision,
-    /// The kernel family every candidate ran in, e.g. `coop-f16x3`.
-    #[serde(default)]
+    /// The kernel family every candidate ran in, e.g. `coop-f16x3` (older reports: `tiled`).
+    #[serde(default = "tiled_family")]
     pub kernel: String,
     pub adapter: String,
     pub backend: String,
@@ -659,6 +661,10 @@ pub struct TuneReport {
     /// Wall time of the stage (building, warm-up and rounds), milliseconds.
     pub elapsed_ms: f64,
     pub tuned_at: String,
+}
+
+fn tiled_family() -> String {
+    "tiled".into()
 }
 
 /// Whether `candidate` is stably faster than `original`: `q3(candidate) < q1(original)`.
@@ -1085,20 +1091,20 @@ pub struct TuneOutcome {
     pub store_error: Option<String>,
 }
 
-/// The cache key of a problem at a precision on a device.
+/// The cache key of a problem tuned on `kernel`'s family on a device.
 pub fn cache_key(
     info: &wgpu::AdapterInfo,
     runtime_checks: bool,
     problem: &ConvProblem,
-    precision: Precision,
+    kernel: &KernelKind,
 ) -> CacheKey {
-    CacheKey::new(DeviceKey::new(info, runtime_checks), problem, precision)
+    CacheKey::new(DeviceKey::new(info, runtime_checks), problem, kernel)
 }
 
-/// The cache key of a problem at a precision on this device (adapter, driver, backend,
-/// runtime checks).
-pub fn cache_key_for(gpu: &Gpu, problem: &ConvProblem, precision: Precision) -> CacheKey {
-    cache_key(&gpu.info, gpu.runtime_checks, problem, precision)
+/// The cache key of a problem tuned on `kernel`'s family on this device (adapter, driver,
+/// backend, runtime checks).
+pub fn cache_key_for(gpu: &Gpu, problem: &ConvProblem, kernel: &KernelKind) -> CacheKey {
+    cache_key(&gpu.info, gpu.runtime_checks, problem, kernel)
 }
 
 /// A cached decision for this adapter, problem and original (its kernel, hence its
@@ -1112,7 +1118,7 @@ pub fn lookup(
     problem: &ConvProblem,
     original: &KernelKind,
 ) -> Option<(CachedDecision, Option<TuneReport>)> {
-    let key = cache_key(info, runtime_checks, problem, original.precision());
+    let key = cache_key(info, runtime_checks, problem, original);
     let d = cache.lookup(&key)?;
     if Some(d.original) != original.config() {
         log::info!("tuning cache: the decision for this shape started from {}, not {original}", d.original);
@@ -1133,7 +1139,7 @@ pub fn lookup(
 ///
 /// `original`: the kernel and config to start from; every candidate runs in the same
 /// kernel family at the same precision ([`crate::conv2d::kind_for`] gives the one a
-/// precision runs in on this device), and the decision is stored under that precision.
+/// precision runs in on this device), and the decision is stored under that family.
 pub fn tune(
     gpu: &Arc<Gpu>,
     problem: &ConvProblem,
@@ -1185,7 +1191,7 @@ pub fn tune(
     let store_error = match &opts.cache {
         None => Some("no cache location (set WGCONV_CACHE_DIR)".to_string()),
         Some(cache) => {
-            let key = cache_key_for(gpu, problem, original.precision());
+            let key = cache_key_for(gpu, problem, &original);
             let decision = CachedDecision {
                 config: report.chosen,
                 original: original_cfg,
@@ -1227,14 +1233,16 @@ fn minimal_report(gpu: &Gpu, problem: &ConvProblem, original: &KernelKind, d: &C
     }
 }
 
-/// The tuner's cached decision for this device, problem and precision, if any, and only
-/// if the device accepts it in the kernel that precision runs in here
-/// ([`crate::conv2d::kind_for`], [`KernelKind::validate`]). Reads the cache at its
-/// default location ([`crate::cache::default_dir`]); a missing or unreadable cache is a miss.
+/// The tuner's cached decision for this device, problem and precision, if any: the one
+/// measured on the kernel family that precision runs here ([`crate::conv2d::kind_for`]: f16
+/// is `coop-f16` or `tiled-f16` depending on whether cooperative matrices are enabled), and
+/// only if the device accepts it ([`KernelKind::validate`]). Reads the cache at its default
+/// location ([`crate::cache::default_dir`]); a missing or unreadable cache is a miss.
 pub fn cached_decision(gpu: &Gpu, problem: &ConvProblem, precision: Precision) -> Option<KernelKind> {
     let cache = TuningCache::open_default()?;
-    let d = cache.lookup(&cache_key_for(gpu, problem, precision))?;
-    let kind = crate::conv2d::kind_for(gpu, precision, d.config).ok()?;
+    let family = crate::conv2d::kind_for(gpu, precision, crate::config::default_config()).ok()?;
+    let d = cache.lookup(&cache_key_for(gpu, problem, &family))?;
+    let kind = family.with_config(d.config);
     match kind.validate(&gpu.kernel_limits()) {
         Ok(()) => Some(kind),
         Err(e) => {

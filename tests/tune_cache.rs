@@ -70,7 +70,7 @@ fn shape(n: u32) -> ShapeKey {
 }
 
 fn key(adapter: &str, n: u32) -> CacheKey {
-    CacheKey { device: device(adapter), shape: shape(n), precision: wgconv::Precision::F32 }
+    CacheKey { device: device(adapter), shape: shape(n), kernel: "tiled".into() }
 }
 
 fn decision(stages: u32) -> CachedDecision {
@@ -190,13 +190,13 @@ fn foreign_schema_is_ignored_and_rewritten() {
     let cache = TuningCache::in_dir(dir.path());
     cache.store(&key("A", 1), &decision(2)).unwrap();
     let mut v = read_json(cache.path());
-    for schema in [serde_json::json!(2), serde_json::json!(0), serde_json::json!("1"), serde_json::Value::Null] {
+    for schema in [serde_json::json!(3), serde_json::json!(0), serde_json::json!("1"), serde_json::Value::Null] {
         v["schema"] = schema.clone();
         std::fs::write(cache.path(), serde_json::to_vec(&v).unwrap()).unwrap();
         assert!(cache.lookup(&key("A", 1)).is_none(), "schema {schema}");
     }
     let w = warnings_about(&dir.path().display().to_string());
-    assert!(w.iter().any(|w| w.contains("schema version 2")), "{w:?}");
+    assert!(w.iter().any(|w| w.contains("schema version 3")), "{w:?}");
     cache.store(&key("A", 2), &decision(4)).unwrap();
     assert_valid(&cache, 1);
     assert!(cache.lookup(&key("A", 1)).is_none());
@@ -385,34 +385,40 @@ fn unwritable_location_is_an_error_not_a_panic() {
     assert!(e.to_string().contains("tuning cache"), "{e}");
 }
 
-/// Each precision keeps its own decision for one device and shape; an entry written before
-/// precisions were tuned (no `precision` in its key) is an f32 decision. A cooperative
-/// config whose thread tile only names the workgroup size (`t4x6`, 8 warps) is well formed
-/// under an f16 precision, as the SIMT kernels' f32 decisions are not.
+/// Each kernel family keeps its own decision for one device and shape (f16's `coop-f16` and
+/// `tiled-f16` too: which one runs depends on how the device was opened); an entry of a
+/// schema 1 file (no `kernel` in its key) is a `tiled` decision. A cooperative config whose
+/// thread tile only names the workgroup size (`t4x6`, 8 warps) is well formed for the
+/// cooperative kernels, not for the SIMT ones, and a family the build does not know is
+/// skipped.
 #[test]
-fn precisions_have_their_own_entries() {
-    use wgconv::Precision;
+fn kernel_families_have_their_own_entries() {
     let dir = tempdir();
     let cache = TuningCache::in_dir(dir.path());
-    let at = |precision| CacheKey { precision, ..key("precisions", 256) };
-    cache.store(&at(Precision::F32), &decision(3)).unwrap();
+    let at = |family: &str| CacheKey { kernel: family.into(), ..key("families", 256) };
+    cache.store(&at("tiled"), &decision(3)).unwrap();
     let coop = TileConfig::parse("m64n96k16-t4x12-w4-s1").unwrap();
     let coop_w8 = TileConfig::parse("m64n96k16-t4x6-w8-s1").unwrap();
     let split = CachedDecision { config: coop_w8, original: coop, ..decision(3) };
-    cache.store(&at(Precision::F16x3), &split).unwrap();
+    cache.store(&at("coop-f16x3"), &split).unwrap();
     assert_valid(&cache, 2);
-    assert_eq!(cache.lookup(&at(Precision::F32)), Some(decision(3)));
-    assert_eq!(cache.lookup(&at(Precision::F16x3)), Some(split.clone()));
-    assert_eq!(cache.lookup(&at(Precision::F16Accum32)), None);
-    // The same t4x6 config under f32 is malformed (no SIMT register tile): skipped.
-    cache.store(&at(Precision::F32), &split).unwrap();
-    assert_eq!(cache.lookup(&at(Precision::F32)), None);
+    assert_eq!(cache.lookup(&at("tiled")), Some(decision(3)));
+    assert_eq!(cache.lookup(&at("coop-f16x3")), Some(split.clone()));
+    assert_eq!(cache.lookup(&at("coop-f16")), None);
+    assert_eq!(cache.lookup(&at("tiled-f16")), None);
+    // The same t4x6 config for the SIMT kernels is malformed (no register tile): skipped.
+    cache.store(&at("tiled-f16"), &split).unwrap();
+    assert_eq!(cache.lookup(&at("tiled-f16")), None);
+    cache.store(&at("no-such-kernel"), &decision(3)).unwrap();
+    assert_eq!(cache.lookup(&at("no-such-kernel")), None);
 
-    // An old entry: the key without a precision.
+    // A schema 1 file: keys without a kernel family.
     let mut v = read_json(cache.path());
+    v["schema"] = serde_json::json!(1);
     let old =
-        serde_json::json!({ "key": { "device": device("precisions"), "shape": shape(8) }, "decision": decision(2) });
+        serde_json::json!({ "key": { "device": device("families"), "shape": shape(8) }, "decision": decision(2) });
     v["entries"].as_array_mut().unwrap().push(old);
     std::fs::write(cache.path(), serde_json::to_vec(&v).unwrap()).unwrap();
-    assert_eq!(cache.lookup(&key("precisions", 8)), Some(decision(2)));
+    assert_eq!(cache.lookup(&key("families", 8)), Some(decision(2)));
+    assert_eq!(cache.lookup(&at("coop-f16x3")), Some(split));
 }

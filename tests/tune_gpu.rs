@@ -176,7 +176,7 @@ fn cached_config_the_device_refuses_is_never_used() {
     let huge = TileConfig::parse("m128n128k32-t8x8-w8-s4").unwrap();
     huge.check_shape().unwrap();
     assert!(huge.validate(&gpu.kernel_limits()).is_err());
-    let key = tune::cache_key_for(&gpu, &problem, Precision::F32);
+    let key = tune::cache_key_for(&gpu, &problem, &KernelKind::Tiled(huge));
     let decision = CachedDecision {
         config: huge,
         original: huge,

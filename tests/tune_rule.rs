@@ -599,6 +599,12 @@ fn cooperative_candidates_follow_the_rules() {
         let w2 = set.skipped.iter().find(|s| s.warps == 2).unwrap();
         assert!(w2.reason.contains("no fragment layout"), "{}", w2.reason);
     }
+    // Warp changes round-trip the name (one pipeline per kernel, not one per spelling).
+    let coop = KernelKind::Coop(orig);
+    let w8 = coop.with_warps(8).unwrap();
+    assert_eq!(w8.config().unwrap().name(), "m64n96k16-t4x6-w8-s1");
+    assert_eq!(w8.with_warps(4).unwrap(), coop);
+    assert!(KernelKind::Direct.with_warps(4).is_err());
     // The SIMT kernels cannot take 8 warps there (24 outputs per invocation).
     let simt = candidates(&KernelKind::Tiled(orig), &p);
     assert!(simt.candidates.iter().all(|c| c.config.warps != 8));

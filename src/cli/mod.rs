@@ -35,7 +35,7 @@ enum Command {
     Info(info::Args),
 }
 
-/// `--precision` of `bench` and `tune`: wgconv's [`wgconv::Precision`] by its CLI name.
+/// `--precision` of `bench`, `tune` and `run`: wgconv's [`wgconv::Precision`] by its CLI name.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PrecisionArg {
     F32,

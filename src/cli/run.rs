@@ -95,7 +95,8 @@ pub struct Args {
     #[arg(long, value_enum)]
     backend: Option<BackendArg>,
     /// Force the kernel: a tile config such as m32n64k32-t4x4-w4-s2, or `direct`
-    /// (default: the tuning cache's decision for this problem, else the library default)
+    /// (default: the tuning cache's decision for this problem at --precision, else the
+    /// library default)
     #[arg(long, value_name = "NAME")]
     config: Option<String>,
     /// f32 (default); f16 operands with f32 accumulation (cooperative matrices where the
@@ -291,7 +292,7 @@ pub fn main(a: Args) -> CliResult {
     // --config names the tiles; the precision's kernel on this device runs them.
     let kernel = match kernel {
         Some(KernelKind::Tiled(cfg)) if precision != Precision::F32 => {
-            let kind = kind_for(&gpu, precision, cfg)?;
+            let kind = kind_for(&gpu, precision, cfg).map_err(|e| CliError(format!("--precision {precision}: {e}")))?;
             kind.check_shape().map_err(|e| CliError(format!("--config {cfg}: {e}")))?;
             Some(kind)
         }

@@ -20,8 +20,9 @@ use wgconv::{Gpu, GpuOptions, Precision, Shape4, TileConfig};
     about = "Micro-tune one convolution: try nearby warp/stage counts of a tile config, keep a change only if it is clearly and stably faster",
     long_about = "Micro-tune one convolution (the seed's \"final micro-tuning\" stage).\n\n\
 Around the original tile config (default: the one a fresh Conv2d of the --precision uses: the seed's \
-m32n64k32-t4x4-w4-s2 on the SIMT kernels, m64n96k16-t4x12-w4-s1 on cooperative matrices) it builds 3-6 nearby \
-configs of the same kernel: stages +-1 within 2..=4, and half or double the warps only where an occupancy estimate \
+m32n64k32-t4x4-w4-s2 on the SIMT kernels, m64n96k16-t4x12-w4-s1 on cooperative matrices) it builds up to 6 \
+configs of the same kernel, the original and its neighbours (fewer than 3 where the rules leave no more: the report \
+says so): stages +-1 within 2..=4, and half or double the warps only where an occupancy estimate \
 (registers, workgroup memory, invocations per multiprocessor) suggests it; BLOCK sizes and the grid \
 never change. Candidates are timed with GPU timestamps in interleaved rounds (A B C, B C A, ...) on \
 random normal inputs. A candidate replaces the original only if its median is at least --threshold % \
