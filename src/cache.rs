@@ -142,7 +142,8 @@ pub struct CacheKey {
     pub kernel: String,
 }
 
-fn tiled_family() -> String {
+/// The kernel family of keys and reports written before families were recorded.
+pub(crate) fn tiled_family() -> String {
     "tiled".into()
 }
 

@@ -560,23 +560,22 @@ fn choose_kernel(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -> Resul
 /// tuning: the seed's config on the SIMT kernels, [`default_coop_config`] on the
 /// cooperative ones (also the tuner's default original).
 pub fn default_kind(gpu: &Gpu, precision: Precision) -> Result<KernelKind> {
-    let shader_f16 = gpu.device.features().contains(wgpu::Features::SHADER_F16);
-    default_kind_for_features(precision, gpu.has_coop_f16(), shader_f16, &gpu.info.name)
+    kind_for(gpu, precision, default_config()).map(with_default_tiles)
 }
 
-/// [`default_kind`] from what a device offers (see [`kind_for_features`]), for the tuner's
-/// cache lookup, which opens no device.
-pub fn default_kind_for_features(
-    precision: Precision,
-    coop_f16: bool,
-    shader_f16: bool,
-    adapter: &str,
-) -> Result<KernelKind> {
-    let kind = kind_for_features(precision, default_config(), coop_f16, shader_f16, adapter)?;
-    Ok(match kind {
+/// [`default_kind`] for a device not opened yet ([`kind_for_adapter`]): the tuner's cache
+/// lookup opens none.
+pub fn default_kind_for_adapter(adapter: &wgpu::Adapter, precision: Precision) -> Result<KernelKind> {
+    kind_for_adapter(adapter, precision, default_config()).map(with_default_tiles)
+}
+
+/// `kind` with its family's default config: [`default_coop_config`] for the cooperative
+/// kernels, the config as it is (the seed's) for the others.
+fn with_default_tiles(kind: KernelKind) -> KernelKind {
+    match kind {
         KernelKind::Coop(_) | KernelKind::CoopSplit(_) => kind.with_config(default_coop_config()),
         k => k,
-    })
+    }
 }
 
 /// The tiled kernel that runs a config at a precision on this device: f32 → `Tiled`;
@@ -589,10 +588,18 @@ pub fn kind_for(gpu: &Gpu, precision: Precision, config: TileConfig) -> Result<K
     kind_for_features(precision, config, gpu.has_coop_f16(), shader_f16, &gpu.info.name)
 }
 
+/// [`kind_for`] for a device not opened yet, as one opened from `adapter` with the
+/// cooperative-matrix opt-in would decide it (cooperative matrices counted where usable):
+/// for reports (`wgconv info`) and cache lookups (`wgconv tune`) that open no device.
+pub fn kind_for_adapter(adapter: &wgpu::Adapter, precision: Precision, config: TileConfig) -> Result<KernelKind> {
+    let coop_f16 = crate::gpu::coop_f16_supported(adapter);
+    let shader_f16 = adapter.features().contains(wgpu::Features::SHADER_F16);
+    kind_for_features(precision, config, coop_f16, shader_f16, &adapter.get_info().name)
+}
+
 /// [`kind_for`]'s decision from what a device offers (`coop_f16`: cooperative matrices
-/// usable and enabled; `shader_f16`: the `SHADER_F16` feature), for reports about adapters
-/// that have no device yet (`wgconv info`).
-pub fn kind_for_features(
+/// usable and enabled; `shader_f16`: the `SHADER_F16` feature).
+fn kind_for_features(
     precision: Precision,
     config: TileConfig,
     coop_f16: bool,

@@ -640,7 +640,7 @@ pub struct TuneReport {
     #[serde(default)]
     pub precision: Precision,
     /// The kernel family every candidate ran in, e.g. `coop-f16x3` (older reports: `tiled`).
-    #[serde(default = "tiled_family")]
+    #[serde(default = "crate::cache::tiled_family")]
     pub kernel: String,
     pub adapter: String,
     pub backend: String,
@@ -661,10 +661,6 @@ pub struct TuneReport {
     /// Wall time of the stage (building, warm-up and rounds), milliseconds.
     pub elapsed_ms: f64,
     pub tuned_at: String,
-}
-
-fn tiled_family() -> String {
-    "tiled".into()
 }
 
 /// Whether `candidate` is stably faster than `original`: `q3(candidate) < q1(original)`.

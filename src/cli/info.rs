@@ -5,7 +5,7 @@ use super::run::BackendArg;
 use super::CliResult;
 use serde::Serialize;
 use wgconv::config::{default_config, default_sweep, KernelLimits};
-use wgconv::conv2d::kind_for_features;
+use wgconv::conv2d::kind_for_adapter;
 use wgconv::gpu::{adapter_substring, choose_adapter, enumerate_adapters, AdapterSummary};
 use wgconv::Precision;
 
@@ -69,14 +69,11 @@ struct PrecisionPaths {
 }
 
 impl PrecisionPaths {
-    /// `wgconv::conv2d::kind_for_features`'s decision for each precision (cooperative
+    /// `wgconv::conv2d::kind_for_adapter`'s decision for each precision (cooperative
     /// matrices counted where usable: `wgconv bench --precision` enables them), as the
     /// kernel's family (`tiled`, `tiled-f16`, `coop-f16`, `coop-f16x3`) or "refused".
     fn of(adapter: &wgpu::Adapter) -> Self {
-        let coop = wgconv::gpu::coop_f16_supported(adapter);
-        let simt_f16 = adapter.features().contains(wgpu::Features::SHADER_F16);
-        let name = adapter.get_info().name;
-        let path = |p: Precision| match kind_for_features(p, default_config(), coop, simt_f16, &name) {
+        let path = |p: Precision| match kind_for_adapter(adapter, p, default_config()) {
             Ok(kind) => kind.family().to_string(),
             Err(_) => "refused".to_string(),
         };

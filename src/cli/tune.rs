@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use wgconv::cache::TuningCache;
 use wgconv::config::KernelLimits;
-use wgconv::conv2d::{default_kind_for_features, kind_for_features};
+use wgconv::conv2d::{default_kind_for_adapter, kind_for_adapter};
 use wgconv::gpu::{adapter_substring, choose_adapter, enumerate_adapters};
 use wgconv::tune::{self, TuneOptions, TuneReport};
 use wgconv::{Gpu, GpuOptions, Precision, Shape4, TileConfig};
@@ -28,7 +28,7 @@ never change. Candidates are timed with GPU timestamps in interleaved rounds (A 
 random normal inputs. A candidate replaces the original only if its median is at least --threshold % \
 faster AND stable: its inter-quartile range lies entirely below the original's (q3 < original q1).\n\n\
 The decision is stored in the tuning cache (WGCONV_CACHE_DIR, else the platform cache dir \
-/wgconv/tuning.json), keyed by adapter, driver, backend, wgconv version, shader hash, shape and precision; a \
+/wgconv/tuning.json), keyed by adapter, driver, backend, wgconv version, shader hash, shape and kernel (each precision's own); a \
 Conv2d built with tuning_key_input (and `wgconv run`) uses it. A later `wgconv tune` of the same shape \
 and original answers from the cache without opening a device; --force measures again.\n\n\
 Default shape: AlexNet conv1 (3->96, 11x11, stride 4, padding 2, bias, 224x224), N = 256 on a GPU, \
@@ -120,12 +120,10 @@ pub fn main(a: Args) -> CliResult {
         })?;
     let info = infos[idx].clone();
     let limits = KernelLimits::from(&adapters[idx].limits());
-    // The kernel the precision runs in on this adapter, as a device opened below decides it.
-    let coop = precision != Precision::F32 && wgconv::gpu::coop_f16_supported(&adapters[idx]);
-    let shader_f16 = adapters[idx].features().contains(wgpu::Features::SHADER_F16);
+    // The kernel the precision runs in on this adapter, as the device opened below decides it.
     let original = match config {
-        Some(c) => kind_for_features(precision, c, coop, shader_f16, &info.name)?,
-        None => default_kind_for_features(precision, coop, shader_f16, &info.name)?,
+        Some(c) => kind_for_adapter(&adapters[idx], precision, c)?,
+        None => default_kind_for_adapter(&adapters[idx], precision)?,
     };
     if let (Some(name), Err(e)) = (&a.config, original.check_shape()) {
         return Err(CliError(format!("--config {name}: {e}")));
