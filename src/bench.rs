@@ -133,7 +133,7 @@ impl BenchReport {
 pub fn known_peak(adapter_name: &str, kind: &KernelKind) -> Option<f64> {
     let n = adapter_name.to_lowercase();
     let (table, products): (&[(&str, f64)], f64) = match kind {
-        KernelKind::Coop(_) | KernelKind::CoopBand(_) => (F16_TENSOR_PEAKS, 1.0),
+        KernelKind::Coop(_) | KernelKind::CoopBand(_) | KernelKind::CoopStem(_) => (F16_TENSOR_PEAKS, 1.0),
         KernelKind::CoopSplit(_) => (F16_TENSOR_PEAKS, 3.0),
         _ => (&[("h100", 67.0), ("h200", 67.0), ("4090", 82.6), ("a100", 19.5)], 1.0),
     };

@@ -356,6 +356,45 @@ impl TileConfig {
         self.check_device(limits, self.band_scratch_bytes())
     }
 
+    /// The warp layout of the stem kernel (`shaders/conv_stem.wgsl`): `(warps_m, warps_n, fm,
+    /// 1)`. There `block_m` counts the output columns of a workgroup row (whole 16-column
+    /// fragments), each warp owns one 16-channel N fragment (so `warps_n = block_n / 16`,
+    /// whose weights it holds in registers) and `fm` fragments of the row; `block_k` is the
+    /// fragment depth 16 and `stages` is 1 (rows are streamed through a ring, see the shader).
+    /// The warp count follows from the blocks, so it may lie outside [`WARP_CHOICES`]
+    /// (AlexNet: 96 channels are 6 N fragments).
+    pub fn stem_layout(&self) -> Result<(u32, u32, u32, u32)> {
+        self.check_bounds()?;
+        self.check_fragment_blocks("stem")?;
+        if self.block_k != 16 || self.stages != 1 {
+            return Err(self.refuse(format!(
+                "the stem kernel has block_k 16 and 1 stage, got block_k {} and {} stages",
+                self.block_k, self.stages
+            )));
+        }
+        let (frags_m, warps_n) = (self.block_m / 16, self.block_n / 16);
+        if self.warps == 0 || !self.warps.is_multiple_of(warps_n) || !frags_m.is_multiple_of(self.warps / warps_n) {
+            return Err(self.refuse(format!(
+                "the stem kernel gives each warp one of the {warps_n} N fragments and an equal share of the \
+                 {frags_m} M fragments; {} warps cannot",
+                self.warps
+            )));
+        }
+        let warps_m = self.warps / warps_n;
+        let fm = frags_m / warps_m;
+        if fm > MAX_STEM_FRAGMENTS {
+            return Err(self.refuse(format!("{fm} M fragments per warp exceed the stem kernel's {MAX_STEM_FRAGMENTS}")));
+        }
+        Ok((warps_m, warps_n, fm, 1))
+    }
+
+    /// Checks the config for the stem kernel against a device's limits (its ring of input
+    /// rows is checked against the problem when the op is planned).
+    pub fn validate_stem(&self, limits: &KernelLimits) -> Result<()> {
+        self.stem_layout()?;
+        self.check_device(limits, crate::stem::stem_scratch_bytes(self))
+    }
+
     /// Workgroup memory of the cooperative-matrix kernel: f16 A and B stages (rows padded by
     /// 8) once per operand half (`halves`: 1 for f16, 2 for the split f16x3 kernel), the row
     /// gather info, and one 16×16 f32 scratch fragment per warp.
@@ -513,6 +552,27 @@ pub fn band_sweep() -> Vec<TileConfig> {
         T::with_thread_tile(128, 96, 32, 8, 12, 1),
         T::with_thread_tile(64, 64, 16, 4, 8, 1),
     ]
+}
+
+/// Accumulator fragments one warp of the stem kernel may own (its registers also hold the
+/// warp's weights).
+pub const MAX_STEM_FRAGMENTS: u32 = 4;
+
+/// The declared sweep of the stem kernel (`wgconv bench --precision f16`): warps follow
+/// from the blocks ([`TileConfig::stem_layout`]).
+pub fn stem_sweep() -> Vec<TileConfig> {
+    use TileConfig as T;
+    vec![
+        T::with_thread_tile(64, 96, 16, 4, 4, 1), // 12 warps: 6 N fragments × 2 halves of the row
+        T::with_thread_tile(32, 96, 16, 4, 4, 1), // 6 warps of 2 fragments, half-rows
+        T::with_thread_tile(64, 96, 16, 4, 8, 1), // 6 warps of 4 fragments
+        T::with_thread_tile(64, 48, 16, 4, 4, 1), // 6 warps, half the channels per workgroup
+    ]
+}
+
+/// The stem kernel's reference config: 64 output columns × 96 channels, 12 warps.
+pub fn default_stem_config() -> TileConfig {
+    TileConfig::with_thread_tile(64, 96, 16, 4, 4, 1)
 }
 
 /// The row-band kernel's reference config (its fastest on the H100, BENCHMARKS.md run 31):

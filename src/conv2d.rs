@@ -4,11 +4,14 @@
 //! are folded into two dimensions.
 
 use crate::band::{band_geometry, band_weight_len, pack_band_weights, BandGeometry};
-use crate::config::{default_config, default_coop_config, default_sweep, KernelLimits, TileConfig};
+use crate::config::{
+    default_config, default_coop_config, default_stem_config, default_sweep, KernelLimits, TileConfig,
+};
 use crate::error::{Error, Result};
 use crate::gpu::{ErrorScope, Gpu};
-use crate::kernel::{ConvParams, Kernel, KernelKind, Precision, DIRECT_WORKGROUP, FLAG_RELU};
+use crate::kernel::{ConvParams, Geometry, Kernel, KernelKind, Precision, DIRECT_WORKGROUP, FLAG_RELU};
 use crate::spec::{Conv2dSpec, ConvProblem, Shape4};
+use crate::stem::{pack_stem_bias, pack_stem_weights, stem_geometry, stem_weight_len, StemGeometry};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use wgpu::util::DeviceExt;
@@ -47,8 +50,15 @@ pub struct Conv2dOptions {
     pub tuning_key_input: Option<Shape4>,
 }
 
-/// A row-band pipeline with the geometry it was composed for.
-type BandKernel = (Arc<Kernel>, BandGeometry);
+/// The geometry of a problem for the kernels composed per problem.
+#[derive(Debug, Clone, Copy)]
+enum ProblemGeometry {
+    Band(BandGeometry),
+    Stem(StemGeometry),
+}
+
+/// A row-band or stem pipeline with the geometry it was composed for.
+type ShapedKernel = (Arc<Kernel>, ProblemGeometry);
 
 /// A 2-D convolution bound to a device, with its weights resident there.
 pub struct Conv2d {
@@ -57,13 +67,16 @@ pub struct Conv2d {
     kind: KernelKind,
     source: ConfigSource,
     activation: Activation,
-    /// The pipeline; `None` for the row-band kernel, whose pipeline depends on the input
-    /// width (see `band_kernels`).
+    /// The pipeline; `None` for the row-band and stem kernels, whose pipelines depend on the
+    /// input size (see `shaped_kernels`).
     kernel: Option<Arc<Kernel>>,
-    /// Row-band pipelines and geometry, by input (H, W).
-    band_kernels: Mutex<HashMap<(u32, u32), BandKernel>>,
+    /// Row-band and stem pipelines and geometry, by input (H, W).
+    shaped_kernels: Mutex<HashMap<(u32, u32), ShapedKernel>>,
     weight: wgpu::Buffer,
     bias: wgpu::Buffer,
+    /// The stem kernel's bias tiles (`stem::pack_stem_bias`), bound where the tiled kernels
+    /// bind their gather table.
+    bias_tiles: Option<wgpu::Buffer>,
     /// `Params.out_scale`: the inverse of the f16x3 kernel's weight scale, 1 for the others.
     out_scale: f32,
     /// Set by the f16 kernels when an input value is beyond f16's range; `range_snapshot`
@@ -161,6 +174,7 @@ impl Conv2d {
         let (kind, source) = choose_kernel(gpu, &spec, &options)?;
         let packed_bytes = match kind {
             KernelKind::CoopBand(cfg) => band_weight_len(&spec, &cfg).saturating_mul(2),
+            KernelKind::CoopStem(cfg) => stem_weight_len(&spec, &cfg).saturating_mul(2),
             KernelKind::Coop(cfg) => packed_weight_len(&spec, &cfg).saturating_mul(2),
             KernelKind::CoopSplit(cfg) => packed_weight_len(&spec, &cfg).saturating_mul(4),
             _ => match kind.config() {
@@ -170,7 +184,7 @@ impl Conv2d {
         };
         gpu.check_buffer("the packed weights", packed_bytes, true)?;
         let kernel = match kind {
-            KernelKind::CoopBand(_) => None,
+            KernelKind::CoopBand(_) | KernelKind::CoopStem(_) => None,
             _ => Some(gpu.pipelines.get_or_build(&gpu.device, kind, gpu.runtime_checks)?),
         };
         let mut out_scale = 1.0;
@@ -188,6 +202,7 @@ impl Conv2d {
                 bytes
             }
             KernelKind::CoopBand(cfg) => f16_bytes(pack_band_weights(&spec, weight, cfg))?,
+            KernelKind::CoopStem(cfg) => f16_bytes(pack_stem_weights(&spec, weight, cfg))?,
             KernelKind::Direct => bytemuck::cast_slice(weight).to_vec(),
         };
         let zeros;
@@ -197,6 +212,10 @@ impl Conv2d {
                 zeros = vec![0.0f32; spec.out_channels as usize];
                 &zeros
             }
+        };
+        let stem_bias = match kind {
+            KernelKind::CoopStem(cfg) => Some(pack_stem_bias(&spec, Some(bias), &cfg)),
+            _ => None,
         };
         let scope = ErrorScope::push(&gpu.device);
         let storage = wgpu::BufferUsages::STORAGE;
@@ -209,6 +228,13 @@ impl Conv2d {
             label: Some("wgconv bias"),
             contents: bytemuck::cast_slice(bias),
             usage: storage,
+        });
+        let bias_tiles = stem_bias.as_ref().map(|tiles| {
+            gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some("wgconv bias tiles"),
+                contents: bytemuck::cast_slice(tiles),
+                usage: storage,
+            })
         });
         let range_flag = gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some("wgconv f16 range flag"),
@@ -229,9 +255,10 @@ impl Conv2d {
             source,
             activation: options.activation,
             kernel,
-            band_kernels: Mutex::new(HashMap::new()),
+            shaped_kernels: Mutex::new(HashMap::new()),
             weight,
             bias,
+            bias_tiles,
             out_scale,
             range_flag,
             range_snapshot,
@@ -276,9 +303,9 @@ impl Conv2d {
             KernelKind::Tiled(cfg) | KernelKind::TiledF16(cfg) | KernelKind::Coop(cfg) | KernelKind::CoopSplit(cfg) => {
                 Some(self.gather_table(&problem, &cfg)?)
             }
-            KernelKind::CoopBand(_) | KernelKind::Direct => None,
+            KernelKind::CoopBand(_) | KernelKind::CoopStem(_) | KernelKind::Direct => None,
         };
-        let (kernel, band) = self.kernel_for(&problem)?;
+        let (kernel, geometry) = self.kernel_for(&problem)?;
         let s = &self.spec;
         let scope = ErrorScope::push(&self.gpu.device);
         let mut dispatches = Vec::new();
@@ -321,8 +348,20 @@ impl Conv2d {
                 out_scale: self.out_scale,
                 ..Default::default()
             };
-            let workgroups = match (self.kind.config(), band) {
-                (Some(cfg), Some(b)) => {
+            let workgroups = match (self.kind.config(), geometry) {
+                (Some(cfg), Some(ProblemGeometry::Stem(g))) => {
+                    params.n_pad = g.k.n_pad;
+                    params.n_tiles = g.k.n_pad / cfg.block_n;
+                    params.x_tiles = g.x_tiles;
+                    params.x_clamp = g.x_clamp;
+                    let others = params.n_tiles as u64 * g.x_tiles as u64 * batch as u64 * s.groups as u64;
+                    params.row_tiles = g.row_tiles(problem.output.h, others);
+                    let total = others * params.row_tiles as u64;
+                    params.total_tiles = u32::try_from(total)
+                        .map_err(|_| Error::TooLarge(format!("{total} workgroups in one chunk")))?;
+                    params.total_tiles
+                }
+                (Some(cfg), Some(ProblemGeometry::Band(b))) => {
                     params.n_pad = s.out_channels_per_group().next_multiple_of(cfg.block_n);
                     params.n_tiles = params.n_pad / cfg.block_n;
                     params.row_tiles = b.row_tiles;
@@ -355,10 +394,12 @@ impl Conv2d {
             fn bind_range(buffer: &wgpu::Buffer, offset: u64, size: u64) -> wgpu::BindingResource<'_> {
                 wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset, size: wgpu::BufferSize::new(size) })
             }
-            // The direct and row-band kernels have no gather table; bind the bias in its slot (unused).
-            let ktab_res = match &ktab {
-                Some(t) => t.as_entire_binding(),
-                None => self.bias.as_entire_binding(),
+            // The direct and row-band kernels have no gather table: bind the bias in its slot
+            // (unused); the stem kernel's bias tiles go there.
+            let ktab_res = match (&ktab, &self.bias_tiles) {
+                (Some(t), _) => t.as_entire_binding(),
+                (None, Some(t)) => t.as_entire_binding(),
+                (None, None) => self.bias.as_entire_binding(),
             };
             let bind_group = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: Some("wgconv conv2d"),
@@ -462,26 +503,30 @@ impl Conv2d {
         Ok(flag.first().copied().unwrap_or(0) != 0)
     }
 
-    /// The pipeline for a problem, with the row-band geometry where the row-band kernel runs.
-    fn kernel_for(&self, problem: &ConvProblem) -> Result<(Arc<Kernel>, Option<BandGeometry>)> {
+    /// The pipeline for a problem, with the geometry where the row-band or stem kernel runs.
+    fn kernel_for(&self, problem: &ConvProblem) -> Result<(Arc<Kernel>, Option<ProblemGeometry>)> {
         if let Some(k) = &self.kernel {
             return Ok((k.clone(), None));
         }
-        let KernelKind::CoopBand(cfg) = self.kind else {
-            return Err(Error::Unsupported(format!("{} has no pipeline", self.kind)));
-        };
         let key = (problem.input.h, problem.input.w);
-        let mut kernels = self.band_kernels.lock().unwrap_or_else(|e| e.into_inner());
+        let mut kernels = self.shaped_kernels.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((k, g)) = kernels.get(&key) {
             return Ok((k.clone(), Some(*g)));
         }
-        let geometry = band_geometry(&self.spec, problem.output.h, problem.output.w, &cfg, &self.gpu.kernel_limits())?;
-        let kernel = self.gpu.pipelines.get_or_build_band(
-            &self.gpu.device,
-            self.kind,
-            geometry.shape(&self.spec),
-            self.gpu.runtime_checks,
-        )?;
+        let limits = self.gpu.kernel_limits();
+        let (geometry, shape) = match self.kind {
+            KernelKind::CoopBand(cfg) => {
+                let g = band_geometry(&self.spec, problem.output.h, problem.output.w, &cfg, &limits)?;
+                (ProblemGeometry::Band(g), Geometry::Band(g.shape(&self.spec)))
+            }
+            KernelKind::CoopStem(cfg) => {
+                let g = stem_geometry(&self.spec, problem.output.w, &cfg, &limits)?;
+                (ProblemGeometry::Stem(g), Geometry::Stem(g.shape()))
+            }
+            _ => return Err(Error::Unsupported(format!("{} has no pipeline", self.kind))),
+        };
+        let kernel =
+            self.gpu.pipelines.get_or_build_for(&self.gpu.device, self.kind, shape, self.gpu.runtime_checks)?;
         kernels.insert(key, (kernel.clone(), geometry));
         Ok((kernel, Some(geometry)))
     }
@@ -508,9 +553,10 @@ impl Conv2d {
 
 /// The kernel for a new op: explicit, else the tuning cache, else the default, else the
 /// first sweep config the device can run, else the direct kernel. For f16 precision:
-/// cooperative matrices where the device has them, else the f16 SIMT kernel where it has
-/// `SHADER_F16`, else a refusal — never the f32 path under an f16 label. For f16x3:
-/// cooperative matrices, else a refusal.
+/// cooperative matrices where the device has them (the stem kernel for convolutions on image
+/// inputs, `stem::stem_by_default`, else the gathering kernel), else the f16 SIMT kernel
+/// where it has `SHADER_F16`, else a refusal — never the f32 path under an f16 label. For
+/// f16x3: cooperative matrices, else a refusal.
 fn choose_kernel(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -> Result<(KernelKind, ConfigSource)> {
     let limits = gpu.kernel_limits();
     if let Some(kind) = options.kernel {
@@ -523,10 +569,22 @@ fn choose_kernel(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -> Resul
         }
         check_kind_supported(gpu, &kind)?;
         kind.validate(&limits)?;
-        if let KernelKind::CoopBand(cfg) = kind {
-            band_runs(spec, &cfg, &limits)?;
+        match kind {
+            KernelKind::CoopBand(cfg) => band_runs(spec, &cfg, &limits)?,
+            KernelKind::CoopStem(cfg) => stem_runs(spec, &cfg, &limits)?,
+            _ => {}
         }
         return Ok((kind, ConfigSource::Explicit));
+    }
+    // f16 on the matrix units for a network's first layer: the stem kernel, before the
+    // tuning cache (whose f16 decisions are the gathering kernel's, which the stem kernel
+    // replaces for these convolutions; the tuner does not tune the stem kernel).
+    if options.precision == Precision::F16Accum32 && gpu.has_coop_f16() && crate::stem::stem_by_default(spec) {
+        let cfg = default_stem_config();
+        let kind = KernelKind::CoopStem(cfg);
+        if kind.validate(&limits).is_ok() && stem_runs(spec, &cfg, &limits).is_ok() {
+            return Ok((kind, ConfigSource::Default));
+        }
     }
     // The tuner's decision for this precision (each precision's decisions are its own).
     if let Some(input) = options.tuning_key_input {
@@ -632,10 +690,18 @@ pub(crate) fn band_runs(spec: &Conv2dSpec, cfg: &TileConfig, limits: &KernelLimi
     band_geometry(spec, 1, 1, cfg, limits).map(|_| ())
 }
 
+/// Whether the stem kernel can run a convolution for any input size: it applies, and its
+/// geometry for outputs at least one fragment wide (the widest ring) fits the device.
+pub(crate) fn stem_runs(spec: &Conv2dSpec, cfg: &TileConfig, limits: &KernelLimits) -> Result<()> {
+    stem_geometry(spec, cfg.block_m, cfg, limits).map(|_| ())
+}
+
 /// Refuses kinds whose device features are missing.
 fn check_kind_supported(gpu: &Gpu, kind: &KernelKind) -> Result<()> {
     match kind {
-        KernelKind::Coop(_) | KernelKind::CoopSplit(_) | KernelKind::CoopBand(_) if !gpu.has_coop_f16() => {
+        KernelKind::Coop(_) | KernelKind::CoopSplit(_) | KernelKind::CoopBand(_) | KernelKind::CoopStem(_)
+            if !gpu.has_coop_f16() =>
+        {
             Err(Error::Unsupported(format!(
                 "{kind} needs cooperative matrices {COOP_NEEDS}; {} has none enabled",
                 gpu.info.name

@@ -18,6 +18,7 @@ const COOP_WGSL: &str = include_str!("../shaders/conv_coop.wgsl");
 const COOP_OPERANDS_F16_WGSL: &str = include_str!("../shaders/coop_operands_f16.wgsl");
 const COOP_OPERANDS_F16X3_WGSL: &str = include_str!("../shaders/coop_operands_f16x3.wgsl");
 const BAND_WGSL: &str = include_str!("../shaders/conv_band.wgsl");
+const STEM_WGSL: &str = include_str!("../shaders/conv_stem.wgsl");
 const DIRECT_WGSL: &str = include_str!("../shaders/conv_direct.wgsl");
 
 /// Which kernel runs a convolution.
@@ -41,6 +42,14 @@ pub enum KernelKind {
     /// the column stride, a NaN input also makes NaN the outputs up to one stride beyond its
     /// receptive field (the padded taps meet zero weights; 0 × NaN is NaN).
     CoopBand(TileConfig),
+    /// The stem kernel on cooperative matrices (`shaders/conv_stem.wgsl`): space-to-depth by
+    /// the strides, each warp's weights held in registers, output rows streamed through a
+    /// ring of staged input rows. For convolutions without dilation whose K after the
+    /// layout fits [`crate::stem::MAX_STEM_K_FRAGS`] fragments (few input channels per group:
+    /// a network's first layer); f16 operands, f32 accumulation. Where KH or KW is not a
+    /// multiple of its stride, a NaN input also makes NaN the outputs up to one stride
+    /// beyond its receptive field (the padded taps meet zero weights; 0 × NaN is NaN).
+    CoopStem(TileConfig),
     /// One output per invocation: the oracle and the fallback.
     Direct,
 }
@@ -52,14 +61,17 @@ impl KernelKind {
             | KernelKind::TiledF16(c)
             | KernelKind::Coop(c)
             | KernelKind::CoopSplit(c)
-            | KernelKind::CoopBand(c) => Some(*c),
+            | KernelKind::CoopBand(c)
+            | KernelKind::CoopStem(c) => Some(*c),
             KernelKind::Direct => None,
         }
     }
     pub fn precision(&self) -> Precision {
         match self {
             KernelKind::Tiled(_) | KernelKind::Direct => Precision::F32,
-            KernelKind::TiledF16(_) | KernelKind::Coop(_) | KernelKind::CoopBand(_) => Precision::F16Accum32,
+            KernelKind::TiledF16(_) | KernelKind::Coop(_) | KernelKind::CoopBand(_) | KernelKind::CoopStem(_) => {
+                Precision::F16Accum32
+            }
             KernelKind::CoopSplit(_) => Precision::F16x3,
         }
     }
@@ -71,6 +83,7 @@ impl KernelKind {
             KernelKind::Coop(_) => KernelKind::Coop(c),
             KernelKind::CoopSplit(_) => KernelKind::CoopSplit(c),
             KernelKind::CoopBand(_) => KernelKind::CoopBand(c),
+            KernelKind::CoopStem(_) => KernelKind::CoopStem(c),
             KernelKind::Direct => KernelKind::Direct,
         }
     }
@@ -83,6 +96,7 @@ impl KernelKind {
             KernelKind::Coop(config),
             KernelKind::CoopSplit(config),
             KernelKind::CoopBand(config),
+            KernelKind::CoopStem(config),
             KernelKind::Direct,
         ];
         kinds.into_iter().find(|k| k.family() == family)
@@ -97,7 +111,9 @@ impl KernelKind {
             return Err(Error::Unsupported(format!("{self} has no warp count to change")));
         };
         let c = match self {
-            KernelKind::Coop(_) | KernelKind::CoopSplit(_) | KernelKind::CoopBand(_) => c.with_fragment_warps(warps)?,
+            KernelKind::Coop(_) | KernelKind::CoopSplit(_) | KernelKind::CoopBand(_) | KernelKind::CoopStem(_) => {
+                c.with_fragment_warps(warps)?
+            }
             _ => c.with_warps(warps)?,
         };
         let kind = self.with_config(c);
@@ -111,6 +127,7 @@ impl KernelKind {
             KernelKind::Coop(c) => c.validate_coop(limits, 1),
             KernelKind::CoopSplit(c) => c.validate_coop(limits, 2),
             KernelKind::CoopBand(c) => c.validate_band(limits),
+            KernelKind::CoopStem(c) => c.validate_stem(limits),
             KernelKind::Direct => Ok(()),
         }
     }
@@ -122,6 +139,7 @@ impl KernelKind {
             KernelKind::Tiled(c) | KernelKind::TiledF16(c) => c.check_shape(),
             KernelKind::Coop(c) | KernelKind::CoopSplit(c) => c.coop_layout().map(|_| ()),
             KernelKind::CoopBand(c) => c.band_layout().map(|_| ()),
+            KernelKind::CoopStem(c) => c.stem_layout().map(|_| ()),
             KernelKind::Direct => Ok(()),
         }
     }
@@ -132,14 +150,14 @@ impl KernelKind {
             KernelKind::Tiled(c) | KernelKind::TiledF16(c) => Some(c.workgroup_bytes()),
             KernelKind::Coop(c) => Some(c.coop_workgroup_bytes(1)),
             KernelKind::CoopSplit(c) => Some(c.coop_workgroup_bytes(2)),
-            KernelKind::CoopBand(_) | KernelKind::Direct => None,
+            KernelKind::CoopBand(_) | KernelKind::CoopStem(_) | KernelKind::Direct => None,
         }
     }
 }
 
 impl KernelKind {
     /// The kernel's family, the first word of its display name: `tiled`, `tiled-f16`,
-    /// `coop-f16`, `coop-f16x3`, `coop-band-f16` or `direct`.
+    /// `coop-f16`, `coop-f16x3`, `coop-band-f16`, `coop-stem-f16` or `direct`.
     pub fn family(&self) -> &'static str {
         match self {
             KernelKind::Tiled(_) => "tiled",
@@ -147,6 +165,7 @@ impl KernelKind {
             KernelKind::Coop(_) => "coop-f16",
             KernelKind::CoopSplit(_) => "coop-f16x3",
             KernelKind::CoopBand(_) => "coop-band-f16",
+            KernelKind::CoopStem(_) => "coop-stem-f16",
             KernelKind::Direct => "direct",
         }
     }
@@ -174,7 +193,10 @@ pub enum Precision {
     /// (|x| > 65504) never become infinities: weights are refused at upload with
     /// [`crate::Error::F16Range`]; inputs are clamped in the kernel and flagged, `forward`
     /// then returns `F16Range`, and callers of `encode`/`plan` must check
-    /// [`crate::Conv2d::take_range_flag`] before using a result.
+    /// [`crate::Conv2d::take_range_flag`] before using a result. On cooperative-matrix devices,
+    /// convolutions on image inputs (at most 4 channels per group) run the stem kernel
+    /// ([`KernelKind::CoopStem`]), where a NaN input may also make NaN the outputs up to one
+    /// stride beyond its receptive field.
     F16Accum32,
     /// f32-accurate products from the f16 matrix units (cooperative-matrix devices only):
     /// each operand is split into two f16, `x ≈ hi + lo/2048`, keeping 22 of f32's 24
@@ -254,15 +276,30 @@ pub struct BandShape {
     pub wg_rows: u32,
 }
 
-/// The WGSL of a kernel, ready for naga or wgpu. The row-band kernel, whose geometry comes
-/// from a problem, is composed for AlexNet conv1 ([`crate::band::representative_shapes`]'s
-/// first that its config can run, else an all-ones geometry).
+/// The compile-time geometry of the kernels whose workgroup arrays and loops are sized by
+/// the problem (the row-band and stem kernels); `None` for the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Geometry {
+    #[default]
+    None,
+    Band(BandShape),
+    Stem(crate::stem::StemShape),
+}
+
+/// The WGSL of a kernel, ready for naga or wgpu. The row-band and stem kernels, whose
+/// geometry comes from a problem, are composed for AlexNet conv1 (the first of their
+/// `representative_shapes` that the config can run, else an all-ones geometry).
 pub fn source(kind: &KernelKind) -> String {
-    let band = match kind {
-        KernelKind::CoopBand(c) => crate::band::representative_shapes(c).into_iter().next(),
-        _ => None,
+    let geometry = match kind {
+        KernelKind::CoopBand(c) => {
+            Geometry::Band(crate::band::representative_shapes(c).into_iter().next().unwrap_or(BandShape::ONES))
+        }
+        KernelKind::CoopStem(c) => Geometry::Stem(
+            crate::stem::representative_shapes(c).into_iter().next().unwrap_or(crate::stem::StemShape::ONES),
+        ),
+        _ => Geometry::None,
     };
-    compose(kind, band.unwrap_or(BandShape::ONES))
+    compose(kind, geometry)
 }
 
 impl BandShape {
@@ -281,8 +318,17 @@ impl BandShape {
     };
 }
 
-/// The WGSL of a kernel; `band` is the row-band kernel's geometry (ignored by the others).
-pub(crate) fn compose(kind: &KernelKind, band: BandShape) -> String {
+/// The WGSL of a kernel; `geometry` is the row-band or stem kernel's (ignored by the others;
+/// an absent one reads as all ones).
+pub(crate) fn compose(kind: &KernelKind, geometry: Geometry) -> String {
+    let band = match geometry {
+        Geometry::Band(b) => b,
+        _ => BandShape::ONES,
+    };
+    let stem = match geometry {
+        Geometry::Stem(s) => s,
+        _ => crate::stem::StemShape::ONES,
+    };
     let Some(c) = kind.config() else {
         return format!("{PARAMS_WGSL}\n{DIRECT_WGSL}");
     };
@@ -290,7 +336,10 @@ pub(crate) fn compose(kind: &KernelKind, band: BandShape) -> String {
     if kind.precision() != Precision::F32 {
         enables.push_str("enable f16;\n");
     }
-    if matches!(kind, KernelKind::Coop(_) | KernelKind::CoopSplit(_) | KernelKind::CoopBand(_)) {
+    if matches!(
+        kind,
+        KernelKind::Coop(_) | KernelKind::CoopSplit(_) | KernelKind::CoopBand(_) | KernelKind::CoopStem(_)
+    ) {
         enables.push_str("enable wgpu_cooperative_matrix;\n");
     }
     let mut header = format!(
@@ -342,10 +391,29 @@ pub(crate) fn compose(kind: &KernelKind, band: BandShape) -> String {
             ));
             band_body(fm, fn_)
         }
+        KernelKind::CoopStem(_) => {
+            let (wm, wn, fm, _) = c.stem_layout().unwrap_or((1, 1, 1, 1));
+            header.push_str(&format!(
+                "const WARPS_M: u32 = {wm}u;\nconst WARPS_N: u32 = {wn}u;\nconst FM: u32 = {fm}u;\n\
+                 const SH: u32 = {}u;\nconst SW: u32 = {}u;\nconst CG: u32 = {}u;\nconst TY: u32 = {}u;\n\
+                 const TX: u32 = {}u;\nconst CSP: u32 = {}u;\nconst CST: u32 = {}u;\nconst BAND_COLS: u32 = {}u;\n\
+                 const K_FRAGS: u32 = {}u;\n",
+                stem.stride_h,
+                stem.stride_w,
+                stem.cg,
+                stem.taps_y,
+                stem.taps_x,
+                stem.csp,
+                stem.cst,
+                stem.band_cols,
+                stem.taps_y * stem.taps_x * stem.csp / 16,
+            ));
+            stem_body(fm, &stem)
+        }
         _ => TILED_WGSL.to_string(),
     };
-    // The row-band kernel stages its own operands; the others share gather.wgsl's loaders.
-    let loaders = if matches!(kind, KernelKind::CoopBand(_)) { "" } else { GATHER_WGSL };
+    // The row-band and stem kernels stage their own operands; the others share gather.wgsl's loaders.
+    let loaders = if matches!(kind, KernelKind::CoopBand(_) | KernelKind::CoopStem(_)) { "" } else { GATHER_WGSL };
     format!("{enables}{header}{prelude}\n{PARAMS_WGSL}\n{loaders}\n{body}")
 }
 
@@ -464,6 +532,67 @@ fn band_body(fm: u32, fn_: u32) -> String {
     )
 }
 
+/// conv_stem.wgsl with its per-fragment statements: the warp's FM accumulators and the
+/// column offsets of its fragments; its K_FRAGS weight fragments, loaded once; per output
+/// row, for each K fragment (ty, tx, j) an A fragment per accumulator from ring row
+/// (oy + ty) mod TY; then the stores through scratch. Each K fragment's statements are a
+/// block of their own (their A fragments are named alike).
+fn stem_body(fm: u32, shape: &crate::stem::StemShape) -> String {
+    const BIAS_TILE: &str = "coopLoadT<coop_mat16x16<f32, C>>(&bias_tiles[bias_at], FRAG)";
+    let (ty_n, tx_n, csp, cst) = (shape.taps_y, shape.taps_x, shape.csp, shape.cst);
+    let decls: String = (0..fm).map(|i| format!("var<private> acc_{i}: coop_mat16x16<f32, C>;\n")).collect();
+    let weights: String = (0..ty_n * tx_n * csp / 16)
+        .map(|k| {
+            format!(
+                "    let b_{k} = coopLoadT<coop_mat16x16<f16, B>>(&weight[w_base + {}u * p.n_pad], p.n_pad);\n",
+                k * 16
+            )
+        })
+        .collect();
+    let init: String = (0..fm)
+        .map(|i| format!("    acc_{i} = {BIAS_TILE};\n    let a_col_{i} = frag_band_col(t, wm * FM + {i}u) * CST;\n"))
+        .collect();
+    let ind = "        ";
+    let mut mma: String =
+        (0..ty_n).map(|ty| format!("{ind}let rb_{ty} = ((oy + {ty}u) % TY) * ROW_ELEMS;\n")).collect();
+    for ty in 0..ty_n {
+        for tx in 0..tx_n {
+            for j in 0..csp / 16 {
+                let k = (ty * tx_n + tx) * (csp / 16) + j;
+                let off = tx * cst + 16 * j;
+                mma.push_str(&format!("{ind}{{\n"));
+                for i in 0..fm {
+                    mma.push_str(&format!(
+                        "{ind}    let a_{i} = coopLoadT<coop_mat16x16<f16, A>>(&ring[rb_{ty} + a_col_{i} + {off}u], CST);\n"
+                    ));
+                }
+                for i in 0..fm {
+                    mma.push_str(&format!("{ind}    acc_{i} = coopMultiplyAdd(a_{i}, b_{k}, acc_{i});\n"));
+                }
+                mma.push_str(&format!("{ind}}}\n"));
+            }
+        }
+    }
+    let scratch: String = (0..fm)
+        .map(|i| {
+            format!(
+                "{ind}let sc_{i} = (warp * FM + {i}u) * 256u;\n{ind}coopStore(acc_{i}, &c_scratch[sc_{i}], FRAG);\n\
+                 {ind}acc_{i} = {BIAS_TILE};\n"
+            )
+        })
+        .collect();
+    let store: String = (0..fm)
+        .map(|i| format!("{ind}store_fragment(t, oy, lane, wm * FM + {i}u, warp * FM + {i}u, wn * FRAG);\n"))
+        .collect();
+    STEM_WGSL
+        .replace("//@STEM_DECLS", &decls)
+        .replace("    //@STEM_WEIGHTS\n", &weights)
+        .replace("    //@STEM_INIT\n", &init)
+        .replace(&format!("{ind}//@STEM_MMA\n"), &mma)
+        .replace(&format!("{ind}//@STEM_SCRATCH\n"), &scratch)
+        .replace(&format!("{ind}//@STEM_STORE\n"), &store)
+}
+
 /// A hash of every shader source: part of the tuning cache's key, so a cached decision
 /// goes stale when a kernel changes.
 pub fn shader_hash() -> String {
@@ -476,6 +605,7 @@ pub fn shader_hash() -> String {
         COOP_OPERANDS_F16_WGSL,
         COOP_OPERANDS_F16X3_WGSL,
         BAND_WGSL,
+        STEM_WGSL,
         DIRECT_WGSL,
         PRELUDE_F32,
         PRELUDE_F16,
@@ -492,7 +622,9 @@ pub fn shader_hash() -> String {
 /// cooperative matrices, which naga's other backends do not express.
 pub fn portable_targets(kind: &KernelKind) -> &'static [&'static str] {
     match kind {
-        KernelKind::Coop(_) | KernelKind::CoopSplit(_) | KernelKind::CoopBand(_) => &["SPIR-V"],
+        KernelKind::Coop(_) | KernelKind::CoopSplit(_) | KernelKind::CoopBand(_) | KernelKind::CoopStem(_) => {
+            &["SPIR-V"]
+        }
         KernelKind::TiledF16(_) => &["SPIR-V", "MSL", "HLSL"],
         _ => &["SPIR-V", "MSL", "HLSL", "GLSL"],
     }
@@ -511,6 +643,9 @@ pub fn check_portable(kind: &KernelKind) -> Result<()> {
         KernelKind::CoopBand(c) => {
             c.band_layout()?;
         }
+        KernelKind::CoopStem(c) => {
+            c.stem_layout()?;
+        }
         KernelKind::Direct => {}
     }
     match kind {
@@ -523,7 +658,17 @@ pub fn check_portable(kind: &KernelKind) -> Result<()> {
                     reason: "no representative problem fits a 48 KiB device".into(),
                 });
             }
-            shapes.into_iter().try_for_each(|band| check_source(kind, &compose(kind, band)))
+            shapes.into_iter().try_for_each(|band| check_source(kind, &compose(kind, Geometry::Band(band))))
+        }
+        KernelKind::CoopStem(c) => {
+            let shapes = crate::stem::representative_shapes(c);
+            if shapes.is_empty() {
+                return Err(Error::ConfigRefused {
+                    config: c.to_string(),
+                    reason: "no representative problem fits a 48 KiB device".into(),
+                });
+            }
+            shapes.into_iter().try_for_each(|stem| check_source(kind, &compose(kind, Geometry::Stem(stem))))
         }
         _ => check_source(kind, &source(kind)),
     }
@@ -632,27 +777,27 @@ pub(crate) struct Kernel {
 /// Pipelines by kernel, built once per device.
 #[derive(Default)]
 pub(crate) struct PipelineCache {
-    /// By kernel and band sizes (zero for all but the row-band kernel).
-    map: Mutex<HashMap<(KernelKind, BandShape), Arc<Kernel>>>,
+    /// By kernel and geometry (`None` for all but the row-band and stem kernels).
+    map: Mutex<HashMap<(KernelKind, Geometry), Arc<Kernel>>>,
 }
 
 impl PipelineCache {
     pub fn get_or_build(&self, device: &wgpu::Device, kind: KernelKind, runtime_checks: bool) -> Result<Arc<Kernel>> {
-        self.get_or_build_band(device, kind, BandShape::default(), runtime_checks)
+        self.get_or_build_for(device, kind, Geometry::None, runtime_checks)
     }
-    /// The row-band kernel needs its geometry; other kernels ignore it.
-    pub fn get_or_build_band(
+    /// The row-band and stem kernels need their geometry; other kernels ignore it.
+    pub fn get_or_build_for(
         &self,
         device: &wgpu::Device,
         kind: KernelKind,
-        band: BandShape,
+        geometry: Geometry,
         runtime_checks: bool,
     ) -> Result<Arc<Kernel>> {
-        let key = (kind, band);
+        let key = (kind, geometry);
         if let Some(k) = self.map.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return Ok(k.clone());
         }
-        let kernel = Arc::new(build(device, &kind, band, runtime_checks)?);
+        let kernel = Arc::new(build(device, &kind, geometry, runtime_checks)?);
         self.map.lock().unwrap_or_else(|e| e.into_inner()).insert(key, kernel.clone());
         Ok(kernel)
     }
@@ -667,8 +812,8 @@ fn layout_entry(binding: u32, ty: wgpu::BufferBindingType) -> wgpu::BindGroupLay
     }
 }
 
-fn build(device: &wgpu::Device, kind: &KernelKind, band: BandShape, runtime_checks: bool) -> Result<Kernel> {
-    let src = compose(kind, band);
+fn build(device: &wgpu::Device, kind: &KernelKind, geometry: Geometry, runtime_checks: bool) -> Result<Kernel> {
+    let src = compose(kind, geometry);
     let ro = wgpu::BufferBindingType::Storage { read_only: true };
     let scope = crate::gpu::ErrorScope::push(device);
     let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
@@ -739,7 +884,8 @@ mod tests {
             .chain(
                 crate::config::coop_sweep().into_iter().flat_map(|c| [KernelKind::Coop(c), KernelKind::CoopSplit(c)]),
             )
-            .chain(crate::config::band_sweep().into_iter().map(KernelKind::CoopBand));
+            .chain(crate::config::band_sweep().into_iter().map(KernelKind::CoopBand))
+            .chain(crate::config::stem_sweep().into_iter().map(KernelKind::CoopStem));
         for kind in kinds {
             let src = source(&kind);
             assert!(!src.lines().any(|l| l.trim_start().starts_with("//@")), "{kind}: a marker was left");

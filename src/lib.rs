@@ -32,6 +32,7 @@ pub mod gpu;
 pub mod kernel;
 pub mod reference;
 pub mod spec;
+pub mod stem;
 pub mod timing;
 pub mod tune;
 

@@ -367,12 +367,12 @@ fn stage_neighbours(s: u32) -> Vec<u32> {
 }
 
 /// Whether the tuner can tune a kernel: the tiled kernels, SIMT and cooperative, at any
-/// precision. The row-band kernel's workgroup memory depends on the problem and the
-/// direct kernel has no config.
+/// precision. The row-band and stem kernels' workgroup memory depends on the problem (and
+/// the stem kernel's warps on its blocks); the direct kernel has no config.
 pub fn check_tunable(kind: &KernelKind) -> Result<()> {
     match kind {
         KernelKind::Tiled(_) | KernelKind::TiledF16(_) | KernelKind::Coop(_) | KernelKind::CoopSplit(_) => Ok(()),
-        KernelKind::CoopBand(_) | KernelKind::Direct => {
+        KernelKind::CoopBand(_) | KernelKind::CoopStem(_) | KernelKind::Direct => {
             Err(Error::Unsupported(format!("the tuner tunes the tiled kernels, not {}", kind.family())))
         }
     }
@@ -485,7 +485,9 @@ pub fn candidates(original: &KernelKind, profile: &OccupancyProfile) -> Candidat
 /// What a warp count must split the block into, for the skipped-neighbour reasons.
 fn tile_word(kind: &KernelKind) -> &'static str {
     match kind {
-        KernelKind::Coop(_) | KernelKind::CoopSplit(_) | KernelKind::CoopBand(_) => "no fragment layout",
+        KernelKind::Coop(_) | KernelKind::CoopSplit(_) | KernelKind::CoopBand(_) | KernelKind::CoopStem(_) => {
+            "no fragment layout"
+        }
         _ => "no register tile",
     }
 }

@@ -15,7 +15,7 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use wgconv::bench::F16_TOLERANCE;
-use wgconv::config::{band_sweep, coop_sweep, default_band_config, default_sweep};
+use wgconv::config::{band_sweep, coop_sweep, default_band_config, default_sweep, stem_sweep};
 use wgconv::{reference, ConfigSource, Conv2d, Conv2dOptions, Error, Gpu, GpuOptions};
 use wgconv::{Conv2dSpec as S, KernelKind, Padding as P, Precision, Shape4, TileConfig};
 
@@ -68,11 +68,16 @@ fn explicit_tiled_f16(gpu: &Gpu) -> Vec<KernelKind> {
 #[test]
 fn default_f16_kernel_is_tiled_f16_without_coop() {
     let gpu = gpu();
-    let case = case("default_kind", S::new(3, 8, 3).padding(P::uniform(1)), [1, 8, 8], false);
+    let case_of = |name: &str, spec, nhw| case(name, spec, nhw, false);
+    let case = case_of("default_kind", S::new(3, 8, 3).padding(P::uniform(1)), [1, 8, 8]);
     let conv = f16_conv(&gpu, &case, None, false);
     let (kind, source) = conv.kernel();
     if gpu.has_coop_f16() {
-        assert!(matches!(kind, KernelKind::Coop(_)), "coop device chose {kind}");
+        // A 3-channel input: the stem kernel; 16 channels: the gathering kernel.
+        assert!(matches!(kind, KernelKind::CoopStem(_)), "coop device chose {kind} for 3 channels");
+        let deep = case_of("default_kind_deep", S::new(16, 8, 3).padding(P::uniform(1)), [1, 8, 8]);
+        let (deep_kind, _) = f16_conv(&gpu, &deep, None, false).kernel();
+        assert!(matches!(deep_kind, KernelKind::Coop(_)), "coop device chose {deep_kind} for 16 channels");
     } else {
         // Never the f32 kernel under an f16 label.
         assert!(matches!(kind, KernelKind::TiledF16(_)), "{}: f16 default is {kind}", gpu.info.name);
@@ -235,20 +240,29 @@ fn coop_kernel_on_ragged_shapes() {
     let limits = gpu.kernel_limits();
     let gather = coop_sweep().into_iter().map(KernelKind::Coop).filter(|k| k.validate(&limits).is_ok()).take(3);
     let band = band_sweep().into_iter().map(KernelKind::CoopBand).filter(|k| k.validate(&limits).is_ok());
-    let explicit: Vec<KernelKind> = gather.chain(band).collect();
-    let mut band_runs = 0;
+    let stem = stem_sweep().into_iter().map(KernelKind::CoopStem).filter(|k| k.validate(&limits).is_ok());
+    let explicit: Vec<KernelKind> = gather.chain(band).chain(stem).collect();
+    let (mut band_runs, mut stem_runs) = (0, 0);
     for (name, spec, nhw, relu) in ragged_shapes() {
         let case = case(name, spec, nhw, relu);
         let conv = f16_conv(&gpu, &case, None, relu);
         let (kind, _) = conv.kernel();
-        // The gathering kernel: faster than the row-band one on the H100 (BENCHMARKS.md).
-        assert!(matches!(kind, KernelKind::Coop(_)), "{name}: default f16 kernel on a coop device is {kind}");
+        // The stem kernel for image inputs (at most 4 channels per group, no dilation), else the
+        // gathering kernel (faster than the row-band one on the H100: BENCHMARKS.md).
+        let stem = wgconv::stem::stem_by_default(&spec);
+        assert!(
+            matches!((stem, kind), (true, KernelKind::CoopStem(_)) | (false, KernelKind::Coop(_))),
+            "{name}: default f16 kernel on a coop device is {kind}"
+        );
         check_f16(&gpu, &case, &conv);
         for kind in &explicit {
             let conv = match Conv2d::new(&gpu, case.spec, &case.w, case.b.as_deref(), f16_options(Some(*kind), relu)) {
                 Ok(conv) => conv,
-                // Column dilation, a stride past the band depth, or a band beyond the device.
-                Err(Error::ConfigRefused { reason, .. }) if matches!(kind, KernelKind::CoopBand(_)) => {
+                // Column dilation, a stride past the band depth, or a band beyond the device;
+                // dilation or too deep a K for the stem kernel.
+                Err(Error::ConfigRefused { reason, .. })
+                    if matches!(kind, KernelKind::CoopBand(_) | KernelKind::CoopStem(_)) =>
+                {
                     eprintln!("{name}: {kind} refused: {reason}");
                     continue;
                 }
@@ -257,8 +271,11 @@ fn coop_kernel_on_ragged_shapes() {
             assert_eq!(conv.kernel(), (*kind, ConfigSource::Explicit));
             check_f16(&gpu, &case, &conv);
             band_runs += matches!(kind, KernelKind::CoopBand(_)) as usize;
+            stem_runs += matches!(kind, KernelKind::CoopStem(_)) as usize;
         }
     }
+    // The stem kernel refuses only the two dilated shapes (every other K fits 32 fragments).
+    assert!(stem_runs >= (ragged_shapes().len() - 2) * stem_sweep().len(), "only {stem_runs} stem runs");
     // 8 of the 10 shapes have no column dilation: at least half the band runs must happen.
     assert!(band_runs >= 8 * band_sweep().len() / 2, "only {band_runs} row-band runs");
 }
@@ -266,6 +283,8 @@ fn coop_kernel_on_ragged_shapes() {
 /// NaN in the input stays NaN through the f16 operands, the sums and the ReLU: exactly the
 /// outputs whose receptive field holds the NaN are NaN (the f16 conversion must not clamp
 /// it away, the ReLU must not turn it into 0; both are tested on the bits in the kernels).
+/// The gathering kernel on cooperative-matrix devices (the default for this 3-channel input
+/// there is the stem kernel, whose NaN bound is tested below), the default elsewhere.
 #[test]
 fn nan_input_stays_nan_through_f16_and_relu() {
     let gpu = gpu();
@@ -279,18 +298,20 @@ fn nan_input_stays_nan_through_f16_and_relu() {
         .into_iter()
         .map(reference::relu)
         .collect();
-    let conv = f16_conv(&gpu, &case, None, true);
+    let gathering = gpu.has_coop_f16().then(|| KernelKind::Coop(wgconv::config::default_coop_config()));
+    let conv = f16_conv(&gpu, &case, gathering, true);
     let got = run_poisoned(&gpu, &conv, &case.x, case.shape);
     assert_same_nans(&conv.kernel().0.to_string(), &got, &want);
     assert!(!conv.take_range_flag().unwrap(), "NaN is not a range error");
 }
 
-/// The row-band kernel where KW is not a multiple of the column stride: its last tap column
-/// reads real inputs against zero weights, so a NaN input also reaches the outputs whose
-/// window, widened to ⌈KW/S⌉·S columns, holds it (documented on `KernelKind::CoopBand`).
-/// Every output the reference makes NaN is NaN, and no output outside the widened window is.
+/// The row-band and stem kernels where KW (and, for the stem kernel, KH) is not a multiple of
+/// the stride: their surplus taps read real inputs against zero weights, so a NaN input also
+/// reaches the outputs whose window, widened to ⌈KW/S⌉·S columns (and ⌈KH/S⌉·S rows), holds
+/// it (documented on `KernelKind::CoopBand` and `KernelKind::CoopStem`). Every output the
+/// reference makes NaN is NaN, and no output outside the widened window is.
 #[test]
-fn band_kernel_spreads_nan_at_most_to_the_widened_window() {
+fn band_and_stem_kernels_spread_nan_at_most_to_the_widened_window() {
     let gpu = gpu();
     if !gpu.has_coop_f16() {
         eprintln!("skipped: {} has no cooperative matrices (f16 16x16x16, subgroup 32)", gpu.info.name);
@@ -302,19 +323,26 @@ fn band_kernel_spreads_nan_at_most_to_the_widened_window() {
     let (nan_c, nan_y, nan_x) = (1usize, 9usize, 12usize);
     case.x[(nan_c * 31 + nan_y) * 27 + nan_x] = f32::NAN;
     let want = reference::conv2d(&case.problem, &case.x, &case.w, case.b.as_deref()).unwrap();
-    let conv = f16_conv(&gpu, &case, Some(KernelKind::CoopBand(default_band_config())), false);
-    let got = run_poisoned(&gpu, &conv, &case.x, case.shape);
     let (oh, ow) = (case.problem.output.h as usize, case.problem.output.w as usize);
     let widened = k.div_ceil(s) * s;
-    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        let (oy, ox) = ((i / ow) % oh, i % ow);
-        let rows = (oy * s) as i64 - pad as i64..(oy * s + k) as i64 - pad as i64;
-        let cols = (ox * s) as i64 - pad as i64..(ox * s + widened) as i64 - pad as i64;
-        let reachable = rows.contains(&(nan_y as i64)) && cols.contains(&(nan_x as i64));
-        if w.is_nan() {
-            assert!(g.is_nan(), "output {i}: reference NaN, got {g}");
-        } else if !reachable {
-            assert!(!g.is_nan(), "output {i} (oy {oy}, ox {ox}): NaN outside the widened window");
+    let stem = KernelKind::CoopStem(wgconv::config::default_stem_config());
+    for (kind, rows_widened) in [(KernelKind::CoopBand(default_band_config()), false), (stem, true)] {
+        let conv = f16_conv(&gpu, &case, Some(kind), false);
+        let got = run_poisoned(&gpu, &conv, &case.x, case.shape);
+        let mut spread = 0;
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let (oy, ox) = ((i / ow) % oh, i % ow);
+            let kh = if rows_widened { widened } else { k };
+            let rows = (oy * s) as i64 - pad as i64..(oy * s + kh) as i64 - pad as i64;
+            let cols = (ox * s) as i64 - pad as i64..(ox * s + widened) as i64 - pad as i64;
+            let reachable = rows.contains(&(nan_y as i64)) && cols.contains(&(nan_x as i64));
+            if w.is_nan() {
+                assert!(g.is_nan(), "{kind}: output {i}: reference NaN, got {g}");
+            } else if !reachable {
+                assert!(!g.is_nan(), "{kind}: output {i} (oy {oy}, ox {ox}): NaN outside the widened window");
+            }
+            spread += (g.is_nan() && !w.is_nan()) as usize;
         }
+        eprintln!("{kind}: {spread} outputs NaN beyond the receptive field (within the widened window)");
     }
 }

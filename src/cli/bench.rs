@@ -6,7 +6,7 @@ use super::PrecisionArg;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::sync::Arc;
 use wgconv::bench::{self, BenchOptions, BenchReport, Outcome};
-use wgconv::config::{band_sweep, coop_sweep, default_sweep};
+use wgconv::config::{band_sweep, coop_sweep, default_sweep, stem_sweep};
 use wgconv::conv2d::kind_for;
 use wgconv::{Activation, Gpu, GpuOptions, KernelKind, Precision, TileConfig};
 
@@ -23,8 +23,8 @@ wgconv bench --in-channels 64 --out-channels 64 --height 56 --width 56 --kernel 
 pub struct Args {
     #[command(flatten)]
     shape: ShapeArgs,
-    /// Comma-separated configs (e.g. m32n64k32-t4x4-w4-s2,direct; band:NAME for the f16
-    /// row-band kernel); default: the declared sweep
+    /// Comma-separated configs (e.g. m32n64k32-t4x4-w4-s2,direct; band:NAME and stem:NAME
+    /// for the f16 row-band and stem kernels); default: the declared sweep
     #[arg(long, value_delimiter = ',')]
     configs: Option<Vec<String>>,
     /// Also run the direct (one output per invocation) kernel
@@ -88,6 +88,13 @@ pub fn main(args: Args) -> CliResult {
                         )));
                     }
                     Ok(KernelKind::CoopBand(TileConfig::parse(band)?))
+                } else if let Some(stem) = n.strip_prefix("stem:") {
+                    if precision != Precision::F16Accum32 {
+                        return Err(super::CliError(format!(
+                            "{n}: the stem kernel computes in f16; add --precision f16"
+                        )));
+                    }
+                    Ok(KernelKind::CoopStem(TileConfig::parse(stem)?))
                 } else {
                     Ok(kind_for(&gpu, precision, TileConfig::parse(n)?)?)
                 }
@@ -95,9 +102,12 @@ pub fn main(args: Args) -> CliResult {
             .collect::<CliResult<_>>()?,
         None => {
             if precision == Precision::F16Accum32 && gpu.has_coop_f16() {
-                // Both cooperative-matrix kernels: the opt-in row-band one, then the gathering one.
+                // Every cooperative-matrix kernel: the stem one (where the convolution suits
+                // it; refused with the reason otherwise), the opt-in row-band one, then the
+                // gathering one.
+                let stem = stem_sweep().into_iter().map(KernelKind::CoopStem);
                 let band = band_sweep().into_iter().map(KernelKind::CoopBand);
-                band.chain(coop_sweep().into_iter().map(KernelKind::Coop)).collect()
+                stem.chain(band).chain(coop_sweep().into_iter().map(KernelKind::Coop)).collect()
             } else {
                 let sweep = if precision == Precision::F16x3 { coop_sweep() } else { default_sweep() };
                 sweep.into_iter().map(|c| kind_for(&gpu, precision, c)).collect::<Result<_, _>>()?

@@ -13,7 +13,7 @@ use wgconv::config::KernelLimits;
 use wgconv::conv2d::{default_kind_for_adapter, kind_for_adapter};
 use wgconv::gpu::{adapter_substring, choose_adapter, enumerate_adapters};
 use wgconv::tune::{self, TuneOptions, TuneReport};
-use wgconv::{Gpu, GpuOptions, Precision, Shape4, TileConfig};
+use wgconv::{Gpu, GpuOptions, KernelKind, Precision, Shape4, TileConfig};
 
 #[derive(clap::Args)]
 #[command(
@@ -129,6 +129,14 @@ pub fn main(a: Args) -> CliResult {
         return Err(CliError(format!("--config {name}: {e}")));
     }
     tune::check_tunable(&original)?;
+    if matches!(original, KernelKind::Coop(_)) && wgconv::stem::stem_by_default(&spec) {
+        eprintln!(
+            "wgconv: note: for this convolution an f16 Conv2d runs the stem kernel ({}), which the tuner \
+             does not tune; this tunes {}, the f16 kernel of the convolutions the stem kernel does not take",
+            KernelKind::CoopStem(wgconv::config::default_stem_config()),
+            original.family()
+        );
+    }
     let is_cpu = info.device_type == wgpu::DeviceType::Cpu;
     let batch = a.shape.batch.unwrap_or(if is_cpu { 2 } else { 256 });
     let problem = spec.problem(input(batch))?;
