@@ -14,7 +14,8 @@ use wgconv::{Conv2dSpec as S, Padding as P};
 
 /// Runs one shape on the default kernel (which must be a tiled config) and the direct one,
 /// and on the default f16 kernel where the device has one (cooperative matrices on GPUs that
-/// offer them, the f16 SIMT kernel on lavapipe) at the f16 tolerance.
+/// offer them: the stem kernel for inputs of at most 4 channels per group, else the gathering
+/// kernel; the f16 SIMT kernel on lavapipe) at the f16 tolerance.
 fn check(name: &str, spec: S, [n, h, w]: [u32; 3]) {
     let gpu = gpu();
     let case = Case::new(name, spec, Shape4::new(n, spec.in_channels, h, w));
@@ -28,7 +29,10 @@ fn check(name: &str, spec: S, [n, h, w]: [u32; 3]) {
     if has_f16(&gpu) {
         let f16 = case.conv_at(&gpu, None, Precision::F16Accum32);
         let (kind, _) = f16.kernel();
-        assert!(matches!(kind, KernelKind::Coop(_) | KernelKind::TiledF16(_)), "{name}: f16 kernel is {kind}");
+        // The stem kernel for image inputs on cooperative-matrix devices, else the gathering one.
+        let stem = matches!(kind, KernelKind::CoopStem(_));
+        assert_eq!(stem, gpu.has_coop_f16() && wgconv::stem::stem_by_default(&spec), "{name}: f16 kernel is {kind}");
+        assert!(stem || matches!(kind, KernelKind::Coop(_) | KernelKind::TiledF16(_)), "{name}: f16 kernel is {kind}");
         case.check_encode(&gpu, &f16);
     }
 }
