@@ -90,8 +90,7 @@ impl BandGeometry {
 /// composes with and what `kernel::check_portable` validates.
 pub fn representative_shapes(cfg: &TileConfig) -> Vec<crate::kernel::BandShape> {
     use crate::spec::{Padding, Shape4};
-    let limits =
-        KernelLimits { workgroup_storage_bytes: 48 * 1024, invocations_per_workgroup: 1024, workgroup_size_x: 1024 };
+    let limits = KernelLimits::with_workgroup_bytes(48 * 1024);
     let problems = [
         (Conv2dSpec::new(3, 96, 11).stride(4, 4).padding(Padding::uniform(2)), Shape4::new(1, 3, 224, 224)),
         (Conv2dSpec::new(64, 64, 3).padding(Padding::uniform(1)), Shape4::new(1, 64, 56, 56)),
@@ -346,10 +345,6 @@ mod tests {
     use super::*;
     use crate::spec::{Padding, Shape4};
 
-    fn limits(bytes: u32) -> KernelLimits {
-        KernelLimits { workgroup_storage_bytes: bytes, invocations_per_workgroup: 1024, workgroup_size_x: 1024 }
-    }
-
     /// The twin against the reference on shapes that exercise every geometry rule: clamped
     /// last fragments, rows narrower than a fragment, idle fragments, partial row tiles,
     /// several channel chunks, groups, KW not a multiple of the stride, row dilation.
@@ -383,17 +378,17 @@ mod tests {
         ];
         for (name, spec, shape, cfg) in cases {
             let problem = spec.problem(shape).unwrap();
-            let geometry = band_geometry(&spec, problem.output.h, problem.output.w, &cfg, &limits(48 * 1024))
-                .unwrap_or_else(|e| panic!("{name}: {e}"));
-            let x: Vec<f32> = (0..problem.input.len()).map(|i| ((i * 7919) % 113) as f32 / 56.0 - 1.0).collect();
-            let w: Vec<f32> = (0..spec.weight_len()).map(|i| ((i * 104729) % 97) as f32 / 48.0 - 1.0).collect();
-            let b: Vec<f32> = (0..spec.out_channels).map(|i| i as f32 / 10.0).collect();
-            let bias = spec.bias.then_some(b.as_slice());
-            let packed = pack_band_weights(&spec, &w, &cfg);
-            let got = conv_band(&problem, &cfg, &geometry, &x, &packed, bias);
-            let want = crate::reference::conv2d(&problem, &x, &w, bias).unwrap();
-            let err = crate::reference::relative_l2(&got, &want);
-            assert!(err < 1e-6, "{name} ({geometry:?}): rel L2 {err}");
+            let geometry = band_geometry(
+                &spec,
+                problem.output.h,
+                problem.output.w,
+                &cfg,
+                &KernelLimits::with_workgroup_bytes(48 * 1024),
+            )
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+            crate::reference::check_twin(&format!("{name} ({geometry:?})"), &problem, |x, w, bias| {
+                conv_band(&problem, &cfg, &geometry, x, &pack_band_weights(&spec, w, &cfg), bias)
+            });
         }
     }
 
@@ -401,13 +396,13 @@ mod tests {
     fn geometry_narrows_rows_to_fit_and_refuses_what_cannot() {
         let spec = Conv2dSpec::new(3, 96, 11).stride(4, 4).padding(Padding::uniform(2));
         let cfg = crate::config::default_band_config();
-        let g = band_geometry(&spec, 55, 55, &cfg, &limits(48 * 1024)).unwrap();
+        let g = band_geometry(&spec, 55, 55, &cfg, &KernelLimits::with_workgroup_bytes(48 * 1024)).unwrap();
         assert_eq!((g.fx, g.wg_rows, g.band_rows, g.band_cols, g.k.k_frags, g.k.chunks), (4, 2, 15, 57, 3, 1));
         // Less memory: fewer fragments per row, more rows.
-        let g = band_geometry(&spec, 55, 55, &cfg, &limits(40 * 1024)).unwrap();
+        let g = band_geometry(&spec, 55, 55, &cfg, &KernelLimits::with_workgroup_bytes(40 * 1024)).unwrap();
         let used = g.band_elems as u64 * 2 + cfg.band_scratch_bytes() + weight_stage_bytes(&cfg, g.k.k_frags);
         assert!(g.fx < 4 && used <= 40 * 1024, "{g:?}");
-        assert!(band_geometry(&spec, 55, 55, &cfg, &limits(8 * 1024)).is_err());
+        assert!(band_geometry(&spec, 55, 55, &cfg, &KernelLimits::with_workgroup_bytes(8 * 1024)).is_err());
         let dilated = Conv2dSpec::new(3, 8, 3).dilation(1, 2);
         assert!(band_refusal(&dilated, &cfg).is_some());
         let strided = Conv2dSpec::new(3, 8, 3).stride(1, 17);

@@ -43,6 +43,15 @@ pub struct KernelLimits {
     pub workgroup_size_x: u32,
 }
 
+impl KernelLimits {
+    /// A device with `workgroup_storage_bytes` of workgroup memory and 1024 invocations per
+    /// workgroup: the geometry checks of the problem-shaped kernels (row-band, stem) for
+    /// representative problems and in tests.
+    pub const fn with_workgroup_bytes(workgroup_storage_bytes: u32) -> Self {
+        KernelLimits { workgroup_storage_bytes, invocations_per_workgroup: 1024, workgroup_size_x: 1024 }
+    }
+}
+
 impl From<&wgpu::Limits> for KernelLimits {
     fn from(l: &wgpu::Limits) -> Self {
         KernelLimits {

@@ -32,7 +32,8 @@ pub enum ConfigSource {
     Explicit,
     /// A decision of the tuner, read from the tuning cache.
     TuningCache,
-    /// The library default (the seed's config).
+    /// The library default: the seed's config (f32), the cooperative kernels' default
+    /// config, or the stem kernel (f16 on image inputs, ahead of any tuning decision).
     Default,
     /// The default did not fit the device; the first sweep config that does.
     Fallback,
@@ -40,7 +41,8 @@ pub enum ConfigSource {
 
 #[derive(Debug, Clone, Default)]
 pub struct Conv2dOptions {
-    /// The kernel to run; `None`: the tuning cache's decision for the problem, else the default.
+    /// The kernel to run; `None`: the stem kernel for f16 on image inputs on cooperative-matrix
+    /// devices, else the tuning cache's decision for the problem, else the default.
     pub kernel: Option<KernelKind>,
     pub activation: Activation,
     /// f32 (default), f16 operands with f32 accumulation, or f32-accurate f16x3 on

@@ -194,7 +194,7 @@ pub enum Precision {
     /// [`crate::Error::F16Range`]; inputs are clamped in the kernel and flagged, `forward`
     /// then returns `F16Range`, and callers of `encode`/`plan` must check
     /// [`crate::Conv2d::take_range_flag`] before using a result. On cooperative-matrix devices,
-    /// convolutions on image inputs (at most 4 channels per group) run the stem kernel
+    /// convolutions on image inputs (no groups, at most 4 channels) run the stem kernel
     /// ([`KernelKind::CoopStem`]), where a NaN input may also make NaN the outputs up to one
     /// stride beyond its receptive field.
     F16Accum32,
@@ -650,25 +650,20 @@ pub fn check_portable(kind: &KernelKind) -> Result<()> {
     }
     match kind {
         // Every geometry of a few real problems, not one nominal one.
-        KernelKind::CoopBand(c) => {
-            let shapes = crate::band::representative_shapes(c);
+        KernelKind::CoopBand(c) | KernelKind::CoopStem(c) => {
+            let shapes: Vec<Geometry> = match kind {
+                KernelKind::CoopBand(_) => {
+                    crate::band::representative_shapes(c).into_iter().map(Geometry::Band).collect()
+                }
+                _ => crate::stem::representative_shapes(c).into_iter().map(Geometry::Stem).collect(),
+            };
             if shapes.is_empty() {
                 return Err(Error::ConfigRefused {
                     config: c.to_string(),
                     reason: "no representative problem fits a 48 KiB device".into(),
                 });
             }
-            shapes.into_iter().try_for_each(|band| check_source(kind, &compose(kind, Geometry::Band(band))))
-        }
-        KernelKind::CoopStem(c) => {
-            let shapes = crate::stem::representative_shapes(c);
-            if shapes.is_empty() {
-                return Err(Error::ConfigRefused {
-                    config: c.to_string(),
-                    reason: "no representative problem fits a 48 KiB device".into(),
-                });
-            }
-            shapes.into_iter().try_for_each(|stem| check_source(kind, &compose(kind, Geometry::Stem(stem))))
+            shapes.into_iter().try_for_each(|g| check_source(kind, &compose(kind, g)))
         }
         _ => check_source(kind, &source(kind)),
     }
@@ -842,7 +837,10 @@ fn build(device: &wgpu::Device, kind: &KernelKind, geometry: Geometry, runtime_c
         // table's -2^30 sentinel never lands in range), B and the gather table by host-side
         // zero padding to whole tiles, outputs by m/n tests; chunking keeps every bound
         // window under 2^31 elements. Workgroup arrays are indexed by compile-time-bounded
-        // loops. The GPU-vs-CPU suite runs with the checks off. With them on, AlexNet conv1
+        // loops, except the stem kernel's ring, whose fragment columns are clamped in the
+        // shader (`frag_band_col`) to the band its pipeline was composed for: pipeline and
+        // parameters come from the same `StemGeometry`; its bias tiles are padded to whole
+        // N fragments at upload. The GPU-vs-CPU suite runs with the checks off. With them on, AlexNet conv1
         // takes 22× longer on the H100 (BENCHMARKS.md).
         unsafe { device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
     };

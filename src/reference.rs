@@ -105,3 +105,23 @@ fn check_len(what: &'static str, expected: usize, got: usize) -> Result<()> {
     }
     Ok(())
 }
+
+/// Checks a CPU twin of a kernel's indexing against [`conv2d`]: deterministic data for
+/// `problem` (inputs and weights in [-1, 1), a bias where the spec has one) go through `twin`
+/// as (input, weight, bias); its output must match within a relative L2 of 1e-6.
+#[cfg(test)]
+pub(crate) fn check_twin(
+    label: &str,
+    problem: &ConvProblem,
+    twin: impl Fn(&[f32], &[f32], Option<&[f32]>) -> Vec<f32>,
+) {
+    let spec = &problem.spec;
+    let x: Vec<f32> = (0..problem.input.len()).map(|i| ((i * 7919) % 113) as f32 / 56.0 - 1.0).collect();
+    let w: Vec<f32> = (0..spec.weight_len()).map(|i| ((i * 104729) % 97) as f32 / 48.0 - 1.0).collect();
+    let b: Vec<f32> = (0..spec.out_channels).map(|i| i as f32 / 10.0).collect();
+    let bias = spec.bias.then_some(b.as_slice());
+    let got = twin(&x, &w, bias);
+    let want = conv2d(problem, &x, &w, bias).unwrap();
+    let err = relative_l2(&got, &want);
+    assert!(err < 1e-6, "{label}: rel L2 {err}");
+}

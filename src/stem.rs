@@ -133,17 +133,20 @@ pub fn stem_scratch_bytes(cfg: &TileConfig) -> u64 {
     (cfg.block_m as u64 / 16) * (cfg.block_n as u64 / 16) * 1024
 }
 
-/// Input channels per group up to which an f16 `Conv2d` on a cooperative-matrix device runs
-/// the stem kernel by default: image inputs (gray, RGB, RGBA), the first layer it was built
-/// for. It runs deeper convolutions too (within [`MAX_STEM_K_FRAGS`]) when named, but is
+/// Input channels up to which an f16 `Conv2d` on a cooperative-matrix device runs the stem
+/// kernel by default (ungrouped convolutions only): image inputs (gray, RGB, RGBA), the first
+/// layer it was built for. It runs deeper convolutions too (within [`MAX_STEM_K_FRAGS`]) when named, but is
 /// measured only on AlexNet conv1 (BENCHMARKS.md).
 pub const STEM_DEFAULT_MAX_CHANNELS: u32 = 4;
 
 /// Whether an f16 `Conv2d` runs the stem kernel by default for this convolution (where the
-/// device has cooperative matrices and the workgroup memory it needs): at most
-/// [`STEM_DEFAULT_MAX_CHANNELS`] input channels per group, and a convolution it runs.
+/// device has cooperative matrices and the workgroup memory it needs): no groups, at most
+/// [`STEM_DEFAULT_MAX_CHANNELS`] input channels, and a convolution it runs. Depthwise and
+/// grouped layers keep the gathering kernel: the stem kernel's 96-channel blocks would pad
+/// their few channels per group (unmeasured, so not the default).
 pub fn stem_by_default(spec: &Conv2dSpec) -> bool {
-    spec.in_channels_per_group() <= STEM_DEFAULT_MAX_CHANNELS
+    spec.groups == 1
+        && spec.in_channels <= STEM_DEFAULT_MAX_CHANNELS
         && stem_refusal(spec, &crate::config::default_stem_config()).is_none()
 }
 
@@ -197,8 +200,7 @@ pub fn stem_geometry(spec: &Conv2dSpec, ow: u32, cfg: &TileConfig, limits: &Kern
 /// `kernel::check_portable` validates.
 pub fn representative_shapes(cfg: &TileConfig) -> Vec<StemShape> {
     use crate::spec::{Padding, Shape4};
-    let limits =
-        KernelLimits { workgroup_storage_bytes: 48 * 1024, invocations_per_workgroup: 1024, workgroup_size_x: 1024 };
+    let limits = KernelLimits::with_workgroup_bytes(48 * 1024);
     let problems = [
         (Conv2dSpec::new(3, 96, 11).stride(4, 4).padding(Padding::uniform(2)), Shape4::new(1, 3, 224, 224)),
         (Conv2dSpec::new(3, 64, 7).stride(2, 2).padding(Padding::uniform(3)), Shape4::new(1, 3, 224, 224)),
@@ -397,10 +399,6 @@ mod tests {
     use super::*;
     use crate::spec::{Padding, Shape4};
 
-    fn limits(bytes: u32) -> KernelLimits {
-        KernelLimits { workgroup_storage_bytes: bytes, invocations_per_workgroup: 1024, workgroup_size_x: 1024 }
-    }
-
     /// The twin against the reference on shapes that exercise every geometry rule: clamped
     /// last fragments, rows narrower than a fragment, several column tiles, row runs, pad
     /// slots, kernels not a multiple of the stride, groups, asymmetric padding.
@@ -434,17 +432,12 @@ mod tests {
         ];
         for (name, spec, shape, cfg) in cases {
             let problem = spec.problem(shape).unwrap();
-            let geometry = stem_geometry(&spec, problem.output.w, &cfg, &limits(48 * 1024))
+            let geometry = stem_geometry(&spec, problem.output.w, &cfg, &KernelLimits::with_workgroup_bytes(48 * 1024))
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
-            let x: Vec<f32> = (0..problem.input.len()).map(|i| ((i * 7919) % 113) as f32 / 56.0 - 1.0).collect();
-            let w: Vec<f32> = (0..spec.weight_len()).map(|i| ((i * 104729) % 97) as f32 / 48.0 - 1.0).collect();
-            let b: Vec<f32> = (0..spec.out_channels).map(|i| i as f32 / 10.0).collect();
-            let bias = spec.bias.then_some(b.as_slice());
-            let packed = pack_stem_weights(&spec, &w, &cfg);
-            let got = conv_stem(&problem, &cfg, &geometry, &x, &packed, &pack_stem_bias(&spec, bias, &cfg));
-            let want = crate::reference::conv2d(&problem, &x, &w, bias).unwrap();
-            let err = crate::reference::relative_l2(&got, &want);
-            assert!(err < 1e-6, "{name} ({geometry:?}): rel L2 {err}");
+            crate::reference::check_twin(&format!("{name} ({geometry:?})"), &problem, |x, w, bias| {
+                let bias_tiles = pack_stem_bias(&spec, bias, &cfg);
+                conv_stem(&problem, &cfg, &geometry, x, &pack_stem_weights(&spec, w, &cfg), &bias_tiles)
+            });
         }
     }
 
@@ -452,7 +445,7 @@ mod tests {
     fn alexnet_geometry_and_refusals() {
         let spec = Conv2dSpec::new(3, 96, 11).stride(4, 4).padding(Padding::uniform(2));
         let cfg = crate::config::default_stem_config();
-        let g = stem_geometry(&spec, 55, &cfg, &limits(48 * 1024)).unwrap();
+        let g = stem_geometry(&spec, 55, &cfg, &KernelLimits::with_workgroup_bytes(48 * 1024)).unwrap();
         assert_eq!((g.k.slots, g.k.csp, g.k.cst, g.k.taps, g.k.k_frags), (48, 48, 56, [3, 3], 27));
         assert_eq!((g.x_tiles, g.x_clamp, g.band_cols), (1, 39, 57));
         // The ring (3 rows × 57 columns × 56 f16) and 24 scratch fragments.
@@ -460,7 +453,7 @@ mod tests {
         // 256 images: two runs of 28 rows (512 workgroups); one image: 14 runs of 4 rows.
         assert_eq!(g.row_tiles(55, 256), 2);
         assert_eq!(g.row_tiles(55, 1), 14);
-        assert!(stem_geometry(&spec, 55, &cfg, &limits(32 * 1024)).is_err());
+        assert!(stem_geometry(&spec, 55, &cfg, &KernelLimits::with_workgroup_bytes(32 * 1024)).is_err());
         let deep = Conv2dSpec::new(64, 64, 3).padding(Padding::uniform(1));
         assert!(stem_refusal(&deep, &cfg).unwrap().contains("36"), "{:?}", stem_refusal(&deep, &cfg));
         assert!(stem_refusal(&Conv2dSpec::new(3, 8, 3).dilation(2, 1), &cfg).is_some());
