@@ -35,7 +35,6 @@
 // src/reference.rs (conv2d) with operands rounded to f16.
 
 const FRAG: u32 = 16u;
-const FX: u32 = BM / FRAG;                        // 16-column fragments per workgroup row
 const SLOTS: u32 = SH * SW * CG;
 const ROW_ELEMS: u32 = BAND_COLS * CST;           // ring elements per space-to-depth row
 const STAGE_COLS: u32 = BAND_COLS * SW;           // input columns per staged row
@@ -105,7 +104,7 @@ fn stash_row(slot: u32, inv: u32) {
     }
 }
 
-// Where fragment f (0 ≤ f < FX) of the row starts: its first output column (the last
+// Where fragment f (0 ≤ f < BM/16) of the row starts: its first output column (the last
 // fragments are moved left to end at OW: they recompute columns and do not store them),
 // and its band column.
 fn frag_x(t: Tile, f: u32) -> u32 {

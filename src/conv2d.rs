@@ -185,9 +185,10 @@ impl Conv2d {
             },
         };
         gpu.check_buffer("the packed weights", packed_bytes, true)?;
-        let kernel = match kind {
-            KernelKind::CoopBand(_) | KernelKind::CoopStem(_) => None,
-            _ => Some(gpu.pipelines.get_or_build(&gpu.device, kind, gpu.runtime_checks)?),
+        let kernel = if kind.is_shaped() {
+            None
+        } else {
+            Some(gpu.pipelines.get_or_build(&gpu.device, kind, gpu.runtime_checks)?)
         };
         let mut out_scale = 1.0;
         let packed: Vec<u8> = match &kind {
@@ -701,14 +702,10 @@ pub(crate) fn stem_runs(spec: &Conv2dSpec, cfg: &TileConfig, limits: &KernelLimi
 /// Refuses kinds whose device features are missing.
 fn check_kind_supported(gpu: &Gpu, kind: &KernelKind) -> Result<()> {
     match kind {
-        KernelKind::Coop(_) | KernelKind::CoopSplit(_) | KernelKind::CoopBand(_) | KernelKind::CoopStem(_)
-            if !gpu.has_coop_f16() =>
-        {
-            Err(Error::Unsupported(format!(
-                "{kind} needs cooperative matrices {COOP_NEEDS}; {} has none enabled",
-                gpu.info.name
-            )))
-        }
+        k if k.is_cooperative() && !gpu.has_coop_f16() => Err(Error::Unsupported(format!(
+            "{kind} needs cooperative matrices {COOP_NEEDS}; {} has none enabled",
+            gpu.info.name
+        ))),
         KernelKind::TiledF16(_) if !gpu.device.features().contains(wgpu::Features::SHADER_F16) => {
             Err(Error::Unsupported(format!("{kind} needs SHADER_F16, which {} lacks", gpu.info.name)))
         }

@@ -75,6 +75,19 @@ impl KernelKind {
             KernelKind::CoopSplit(_) => Precision::F16x3,
         }
     }
+    /// Whether the kernel runs on cooperative matrices (needs the feature; SPIR-V only; its
+    /// warps own 16×16 fragments rather than a register tile).
+    pub fn is_cooperative(&self) -> bool {
+        matches!(
+            self,
+            KernelKind::Coop(_) | KernelKind::CoopSplit(_) | KernelKind::CoopBand(_) | KernelKind::CoopStem(_)
+        )
+    }
+    /// Whether the kernel is composed per problem (its [`Geometry`] comes from the input
+    /// size): the row-band and stem kernels. They stage their own operands.
+    pub fn is_shaped(&self) -> bool {
+        matches!(self, KernelKind::CoopBand(_) | KernelKind::CoopStem(_))
+    }
     /// The same kind with another config (the tuner's neighbours).
     pub fn with_config(&self, c: TileConfig) -> KernelKind {
         match self {
@@ -110,12 +123,7 @@ impl KernelKind {
         let Some(c) = self.config() else {
             return Err(Error::Unsupported(format!("{self} has no warp count to change")));
         };
-        let c = match self {
-            KernelKind::Coop(_) | KernelKind::CoopSplit(_) | KernelKind::CoopBand(_) | KernelKind::CoopStem(_) => {
-                c.with_fragment_warps(warps)?
-            }
-            _ => c.with_warps(warps)?,
-        };
+        let c = if self.is_cooperative() { c.with_fragment_warps(warps)? } else { c.with_warps(warps)? };
         let kind = self.with_config(c);
         kind.check_shape()?;
         Ok(kind)
@@ -292,11 +300,11 @@ pub enum Geometry {
 pub fn source(kind: &KernelKind) -> String {
     let geometry = match kind {
         KernelKind::CoopBand(c) => {
-            Geometry::Band(crate::band::representative_shapes(c).into_iter().next().unwrap_or(BandShape::ONES))
+            crate::band::representative_shapes(c).into_iter().next().map_or(Geometry::None, Geometry::Band)
         }
-        KernelKind::CoopStem(c) => Geometry::Stem(
-            crate::stem::representative_shapes(c).into_iter().next().unwrap_or(crate::stem::StemShape::ONES),
-        ),
+        KernelKind::CoopStem(c) => {
+            crate::stem::representative_shapes(c).into_iter().next().map_or(Geometry::None, Geometry::Stem)
+        }
         _ => Geometry::None,
     };
     compose(kind, geometry)
@@ -336,10 +344,7 @@ pub(crate) fn compose(kind: &KernelKind, geometry: Geometry) -> String {
     if kind.precision() != Precision::F32 {
         enables.push_str("enable f16;\n");
     }
-    if matches!(
-        kind,
-        KernelKind::Coop(_) | KernelKind::CoopSplit(_) | KernelKind::CoopBand(_) | KernelKind::CoopStem(_)
-    ) {
+    if kind.is_cooperative() {
         enables.push_str("enable wgpu_cooperative_matrix;\n");
     }
     let mut header = format!(
@@ -406,14 +411,14 @@ pub(crate) fn compose(kind: &KernelKind, geometry: Geometry) -> String {
                 stem.csp,
                 stem.cst,
                 stem.band_cols,
-                stem.taps_y * stem.taps_x * stem.csp / 16,
+                stem.k_frags(),
             ));
             stem_body(fm, &stem)
         }
         _ => TILED_WGSL.to_string(),
     };
     // The row-band and stem kernels stage their own operands; the others share gather.wgsl's loaders.
-    let loaders = if matches!(kind, KernelKind::CoopBand(_) | KernelKind::CoopStem(_)) { "" } else { GATHER_WGSL };
+    let loaders = if kind.is_shaped() { "" } else { GATHER_WGSL };
     format!("{enables}{header}{prelude}\n{PARAMS_WGSL}\n{loaders}\n{body}")
 }
 
@@ -541,7 +546,7 @@ fn stem_body(fm: u32, shape: &crate::stem::StemShape) -> String {
     const BIAS_TILE: &str = "coopLoadT<coop_mat16x16<f32, C>>(&bias_tiles[bias_at], FRAG)";
     let (ty_n, tx_n, csp, cst) = (shape.taps_y, shape.taps_x, shape.csp, shape.cst);
     let decls: String = (0..fm).map(|i| format!("var<private> acc_{i}: coop_mat16x16<f32, C>;\n")).collect();
-    let weights: String = (0..ty_n * tx_n * csp / 16)
+    let weights: String = (0..shape.k_frags())
         .map(|k| {
             format!(
                 "    let b_{k} = coopLoadT<coop_mat16x16<f16, B>>(&weight[w_base + {}u * p.n_pad], p.n_pad);\n",
@@ -622,9 +627,7 @@ pub fn shader_hash() -> String {
 /// cooperative matrices, which naga's other backends do not express.
 pub fn portable_targets(kind: &KernelKind) -> &'static [&'static str] {
     match kind {
-        KernelKind::Coop(_) | KernelKind::CoopSplit(_) | KernelKind::CoopBand(_) | KernelKind::CoopStem(_) => {
-            &["SPIR-V"]
-        }
+        k if k.is_cooperative() => &["SPIR-V"],
         KernelKind::TiledF16(_) => &["SPIR-V", "MSL", "HLSL"],
         _ => &["SPIR-V", "MSL", "HLSL", "GLSL"],
     }

@@ -84,6 +84,10 @@ impl StemShape {
     /// A geometry every formula of the shader accepts (one channel, one tap, one fragment).
     pub const ONES: StemShape =
         StemShape { stride_h: 1, stride_w: 1, cg: 1, taps_y: 1, taps_x: 1, csp: 16, cst: 24, band_cols: 16 };
+    /// 16-deep K fragments: TY·TX·CSP/16 (as [`StemK::k_frags`]).
+    pub fn k_frags(&self) -> u32 {
+        self.taps_y * self.taps_x * self.csp / 16
+    }
 }
 
 /// The stem kernel's geometry for one problem.
@@ -119,8 +123,8 @@ impl StemGeometry {
         let ring = self.k.taps[0] as u64 * self.band_cols as u64 * self.k.cst as u64 * 2;
         ring + stem_scratch_bytes(cfg)
     }
-    /// Runs of output rows per (image, column tile, channel tile): enough workgroups for
-    /// 512 workgroups in all, at least 4 rows per run, and no empty run.
+    /// Runs of output rows per (image, column tile, channel tile): enough for about 512
+    /// workgroups in all, at least 4 rows per run, and no empty run.
     pub fn row_tiles(&self, oh: u32, other_tiles: u64) -> u32 {
         let want = TARGET_WORKGROUPS.div_ceil(other_tiles.max(1)).clamp(1, oh.div_ceil(4).max(1) as u64) as u32;
         let run = oh.div_ceil(want);

@@ -484,11 +484,10 @@ pub fn candidates(original: &KernelKind, profile: &OccupancyProfile) -> Candidat
 
 /// What a warp count must split the block into, for the skipped-neighbour reasons.
 fn tile_word(kind: &KernelKind) -> &'static str {
-    match kind {
-        KernelKind::Coop(_) | KernelKind::CoopSplit(_) | KernelKind::CoopBand(_) | KernelKind::CoopStem(_) => {
-            "no fragment layout"
-        }
-        _ => "no register tile",
+    if kind.is_cooperative() {
+        "no fragment layout"
+    } else {
+        "no register tile"
     }
 }
 

@@ -60,6 +60,14 @@ pub struct Args {
     adapter: Option<String>,
 }
 
+/// A kernel family's constructor from a config.
+type KindOf = fn(TileConfig) -> KernelKind;
+
+/// The `--configs` prefixes of the f16-only kernels that no precision picks by name:
+/// prefix, the kernel's name in messages, its kind.
+const PREFIXED_KERNELS: [(&str, &str, KindOf); 2] =
+    [("band:", "row-band", KernelKind::CoopBand), ("stem:", "stem", KernelKind::CoopStem)];
+
 pub fn main(args: Args) -> CliResult {
     if args.runs < 20 {
         return Err(super::CliError(format!("--runs must be at least 20 (got {})", args.runs)));
@@ -81,20 +89,15 @@ pub fn main(args: Args) -> CliResult {
             .map(|n| {
                 if n == "direct" {
                     Ok(KernelKind::Direct)
-                } else if let Some(band) = n.strip_prefix("band:") {
+                } else if let Some((name, cfg, kind)) =
+                    PREFIXED_KERNELS.iter().find_map(|(p, name, kind)| Some((name, n.strip_prefix(p)?, kind)))
+                {
                     if precision != Precision::F16Accum32 {
                         return Err(super::CliError(format!(
-                            "{n}: the row-band kernel computes in f16; add --precision f16"
+                            "{n}: the {name} kernel computes in f16; add --precision f16"
                         )));
                     }
-                    Ok(KernelKind::CoopBand(TileConfig::parse(band)?))
-                } else if let Some(stem) = n.strip_prefix("stem:") {
-                    if precision != Precision::F16Accum32 {
-                        return Err(super::CliError(format!(
-                            "{n}: the stem kernel computes in f16; add --precision f16"
-                        )));
-                    }
-                    Ok(KernelKind::CoopStem(TileConfig::parse(stem)?))
+                    Ok(kind(TileConfig::parse(cfg)?))
                 } else {
                     Ok(kind_for(&gpu, precision, TileConfig::parse(n)?)?)
                 }
