@@ -19,8 +19,12 @@
 //    MAX_STEM_K_FRAGS fragments, src/stem.rs).
 // 3. Rows streamed. A workgroup walks a run of output rows of one image; each row needs
 //    one new space-to-depth row, fetched into registers while the current row multiplies
-//    and kept in a ring of TY rows: every input element is read from memory once per
-//    workgroup, and a row costs two barriers.
+//    and kept in a ring of TY + 1 rows: every input element is read from memory once per
+//    workgroup. A row costs one workgroup barrier: the extra ring row lets a warp stash
+//    the next row while slower warps still multiply this one, and each warp's epilogue
+//    goes through scratch of its own, ordered by subgroup barriers. (The first version,
+//    with a ring of TY rows and shared scratch, needed two barriers per row; they made the
+//    warps' phases add up instead of overlap: BENCHMARKS.md, run 74.)
 //
 // Slots and taps that match no weight (slots ≥ SLOTS, taps kx ≥ KW or ky ≥ KH) meet zero
 // weights; the pad slots hold zeros, but the surplus taps read real neighbouring inputs, so
@@ -35,6 +39,7 @@
 // src/reference.rs (conv2d) with operands rounded to f16.
 
 const FRAG: u32 = 16u;
+const RING: u32 = TY + 1u;                        // space-to-depth rows in workgroup memory
 const SLOTS: u32 = SH * SW * CG;
 const ROW_ELEMS: u32 = BAND_COLS * CST;           // ring elements per space-to-depth row
 const STAGE_COLS: u32 = BAND_COLS * SW;           // input columns per staged row
@@ -52,8 +57,8 @@ const PAD_DIV: u32 = max(PAD_SLOTS, 1u);         // (no division by zero where t
 @group(0) @binding(4) var<storage, read> bias_tiles: array<f32>;
 @group(0) @binding(5) var<storage, read_write> output: array<f32>;
 
-var<workgroup> ring: array<f16, TY * ROW_ELEMS>;
-var<workgroup> c_scratch: array<f32, WARPS_M * WARPS_N * FM * 256u>; // FM fragments per warp
+var<workgroup> ring: array<f16, RING * ROW_ELEMS>;
+var<workgroup> c_scratch: array<f32, WARPS_M * WARPS_N * 256u>;      // one fragment per warp
 var<private> staged: array<f32, STAGE_ITERS>;
 
 // The workgroup's tile: group, image, output rows r0..r1, first output column ox0 (band
@@ -114,9 +119,9 @@ fn frag_band_col(t: Tile, f: u32) -> u32 {
     return min(frag_x(t, f) - t.xb, BAND_COLS + 1u - FRAG - TX);
 }
 
-// Writes fragment f of output row oy from scratch fragment `slot` (channels n_base.. of the
-// tile; the bias is in it already), with the activation; skips columns another fragment owns, columns past the
-// output and channels past the group. Each lane owns one column (lane % 16) of the
+// Writes fragment f of output row oy from the warp's scratch fragment `slot` (channels
+// n_base.. of the tile; the bias is in it already), with the activation; skips columns
+// another fragment owns, columns past the output and channels past the group. Each lane owns one column (lane % 16) of the
 // channels lane / 16 + 2e: the address is computed once and stepped by two channel planes
 // (per element, the first version's address arithmetic took ~30 instructions).
 fn store_fragment(t: Tile, oy: u32, lane: u32, f: u32, slot: u32, n_base: u32) {
@@ -172,31 +177,28 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     //@STEM_WEIGHTS
     //@STEM_INIT
     // The pad slots are never staged: zero them once.
-    for (var e = inv; e < TY * BAND_COLS * PAD_SLOTS; e += WG) {
+    for (var e = inv; e < RING * BAND_COLS * PAD_SLOTS; e += WG) {
         ring[(e / PAD_DIV) * CST + SLOTS + e % PAD_DIV] = f16(0.0);
     }
     // The ring starts with the run's first TY-1 rows; row TY-1 waits in registers.
     for (var y = 0u; y + 1u < TY; y++) {
         fetch_row(t, t.r0 + y, inv);
-        stash_row((t.r0 + y) % TY, inv);
+        stash_row((t.r0 + y) % RING, inv);
     }
     fetch_row(t, t.r0 + TY - 1u, inv);
     // The step is 1, but only the host knows it: with a known trip count NVIDIA's compiler
     // unrolled this loop 8 times (10 000 instructions, 251 registers: BENCHMARKS.md).
     let row_step = 1u + opaque_zero();
     for (var oy = t.r0; oy < t.r1; oy += row_step) {
-        // Overwrites the row that output row oy-1 read first: every warp is past that
-        // row's second barrier.
-        stash_row((oy + TY - 1u) % TY, inv);
+        // Into the slot of row oy-2, which only output row oy-2 read: every warp is past
+        // that row, as it is past the previous row's barrier.
+        stash_row((oy + TY - 1u) % RING, inv);
         workgroupBarrier();
         if (oy + row_step < t.r1) {
             fetch_row(t, oy + TY, inv);     // in flight while this row multiplies
         }
         //@STEM_MMA
-        // Scratch is free: every warp is past this row's first barrier, so done with the
-        // previous row's stores. The accumulators restart from the bias.
-        //@STEM_SCRATCH
-        workgroupBarrier();
+        // Each fragment through the warp's scratch; the accumulators restart from the bias.
         //@STEM_STORE
     }
     report_range();

@@ -582,7 +582,7 @@ fn choose_kernel(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -> Resul
     // f16 on the matrix units for a network's first layer: the stem kernel, before the
     // tuning cache (whose f16 decisions are the gathering kernel's, which the stem kernel
     // replaces for these convolutions; the tuner does not tune the stem kernel).
-    if options.precision == Precision::F16Accum32 && gpu.has_coop_f16() && crate::stem::stem_by_default(spec) {
+    if options.precision == Precision::F16Accum32 && gpu.has_coop_stem() && crate::stem::stem_by_default(spec) {
         let cfg = default_stem_config();
         let kind = KernelKind::CoopStem(cfg);
         if kind.validate(&limits).is_ok() && stem_runs(spec, &cfg, &limits).is_ok() {
@@ -704,6 +704,10 @@ fn check_kind_supported(gpu: &Gpu, kind: &KernelKind) -> Result<()> {
     match kind {
         k if k.is_cooperative() && !gpu.has_coop_f16() => Err(Error::Unsupported(format!(
             "{kind} needs cooperative matrices {COOP_NEEDS}; {} has none enabled",
+            gpu.info.name
+        ))),
+        KernelKind::CoopStem(_) if !gpu.has_coop_stem() => Err(Error::Unsupported(format!(
+            "{kind} needs the subgroup barrier (SUBGROUP_BARRIER), which {} lacks",
             gpu.info.name
         ))),
         KernelKind::TiledF16(_) if !gpu.device.features().contains(wgpu::Features::SHADER_F16) => {

@@ -540,8 +540,10 @@ fn band_body(fm: u32, fn_: u32) -> String {
 /// conv_stem.wgsl with its per-fragment statements: the warp's FM accumulators and the
 /// column offsets of its fragments; its K_FRAGS weight fragments, loaded once; per output
 /// row, for each K fragment (ty, tx, j) an A fragment per accumulator from ring row
-/// (oy + ty) mod TY; then the stores through scratch. Each K fragment's statements are a
-/// block of their own (their A fragments are named alike).
+/// (oy + ty) mod RING; then each fragment's store through the warp's scratch, between
+/// subgroup barriers (the scratch is the warp's own; the next row's first store comes
+/// after the row's workgroup barrier). Each K fragment's statements are a block of their
+/// own (their A fragments are named alike).
 fn stem_body(fm: u32, shape: &crate::stem::StemShape) -> String {
     const BIAS_TILE: &str = "coopLoadT<coop_mat16x16<f32, C>>(&bias_tiles[bias_at], FRAG)";
     let (ty_n, tx_n, csp, cst) = (shape.taps_y, shape.taps_x, shape.csp, shape.cst);
@@ -559,7 +561,7 @@ fn stem_body(fm: u32, shape: &crate::stem::StemShape) -> String {
         .collect();
     let ind = "        ";
     let mut mma: String =
-        (0..ty_n).map(|ty| format!("{ind}let rb_{ty} = ((oy + {ty}u) % TY) * ROW_ELEMS;\n")).collect();
+        (0..ty_n).map(|ty| format!("{ind}let rb_{ty} = ((oy + {ty}u) % RING) * ROW_ELEMS;\n")).collect();
     for ty in 0..ty_n {
         for tx in 0..tx_n {
             for j in 0..csp / 16 {
@@ -578,23 +580,21 @@ fn stem_body(fm: u32, shape: &crate::stem::StemShape) -> String {
             }
         }
     }
-    let scratch: String = (0..fm)
+    let store: String = (0..fm)
         .map(|i| {
+            let sync_after = if i + 1 < fm { format!("{ind}subgroupBarrier();\n") } else { String::new() };
             format!(
-                "{ind}let sc_{i} = (warp * FM + {i}u) * 256u;\n{ind}coopStore(acc_{i}, &c_scratch[sc_{i}], FRAG);\n\
-                 {ind}acc_{i} = {BIAS_TILE};\n"
+                "{ind}coopStore(acc_{i}, &c_scratch[warp * 256u], FRAG);\n{ind}acc_{i} = {BIAS_TILE};\n\
+                 {ind}subgroupBarrier();\n\
+                 {ind}store_fragment(t, oy, lane, wm * FM + {i}u, warp, wn * FRAG);\n{sync_after}"
             )
         })
-        .collect();
-    let store: String = (0..fm)
-        .map(|i| format!("{ind}store_fragment(t, oy, lane, wm * FM + {i}u, warp * FM + {i}u, wn * FRAG);\n"))
         .collect();
     STEM_WGSL
         .replace("//@STEM_DECLS", &decls)
         .replace("    //@STEM_WEIGHTS\n", &weights)
         .replace("    //@STEM_INIT\n", &init)
         .replace(&format!("{ind}//@STEM_MMA\n"), &mma)
-        .replace(&format!("{ind}//@STEM_SCRATCH\n"), &scratch)
         .replace(&format!("{ind}//@STEM_STORE\n"), &store)
 }
 

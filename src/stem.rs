@@ -117,10 +117,10 @@ impl StemGeometry {
             band_cols: self.band_cols,
         }
     }
-    /// Workgroup memory: the ring of TY space-to-depth rows (f16) and FM scratch fragments
-    /// (f32) per warp.
+    /// Workgroup memory: the ring of TY + 1 space-to-depth rows (f16) and one scratch
+    /// fragment (f32) per warp.
     pub fn workgroup_bytes(&self, cfg: &TileConfig) -> u64 {
-        let ring = self.k.taps[0] as u64 * self.band_cols as u64 * self.k.cst as u64 * 2;
+        let ring = (self.k.taps[0] as u64 + 1) * self.band_cols as u64 * self.k.cst as u64 * 2;
         ring + stem_scratch_bytes(cfg)
     }
     /// Runs of output rows per (image, column tile, channel tile): enough for about 512
@@ -132,9 +132,9 @@ impl StemGeometry {
     }
 }
 
-/// Scratch of the stem kernel's epilogue: one 16×16 f32 fragment per warp and fragment.
+/// Scratch of the stem kernel's epilogue: one 16×16 f32 fragment per warp.
 pub fn stem_scratch_bytes(cfg: &TileConfig) -> u64 {
-    (cfg.block_m as u64 / 16) * (cfg.block_n as u64 / 16) * 1024
+    cfg.stem_layout().map_or(0, |(wm, wn, _, _)| wm as u64 * wn as u64 * 1024)
 }
 
 /// Input channels up to which an f16 `Conv2d` on a cooperative-matrix device runs the stem
@@ -306,7 +306,8 @@ pub fn conv_stem(
     let run = oh.div_ceil(row_tiles);
     let mut out = vec![f32::NAN; problem.output.len() as usize];
     // The pad slots hold zeros; everything else is staged before it is read.
-    let mut ring = vec![f32::NAN; ty_n * row_elems];
+    let ring_rows = ty_n + 1;
+    let mut ring = vec![f32::NAN; ring_rows * row_elems];
     for g in 0..spec.groups as usize {
         for img in 0..problem.input.n as usize {
             for rt in 0..row_tiles {
@@ -317,7 +318,7 @@ pub fn conv_stem(
                         let (ox0, n0) = (xt * bm, nt * bn);
                         let xb = ox0.min(x_clamp);
                         for col in 0..band_cols {
-                            for ty in 0..ty_n {
+                            for ty in 0..ring_rows {
                                 for s in k.slots as usize..csp {
                                     ring[ty * row_elems + col * cst + s] = 0.0;
                                 }
@@ -325,7 +326,7 @@ pub fn conv_stem(
                         }
                         // fetch_row + stash_row
                         let stage = |ring: &mut Vec<f32>, y: usize| {
-                            let slot = y % ty_n;
+                            let slot = y % ring_rows;
                             for r in 0..sh * cg {
                                 for col in 0..band_cols * sw {
                                     let (dy, c) = (r / cg, r % cg);
@@ -360,7 +361,7 @@ pub fn conv_stem(
                                     })
                                     .collect();
                                 for ty in 0..ty_n {
-                                    let rb = ((oy + ty) % ty_n) * row_elems;
+                                    let rb = ((oy + ty) % ring_rows) * row_elems;
                                     for tx in 0..tx_n {
                                         for j in 0..csp / 16 {
                                             let kf = (ty * tx_n + tx) * (csp / 16) + j;
@@ -452,8 +453,8 @@ mod tests {
         let g = stem_geometry(&spec, 55, &cfg, &KernelLimits::with_workgroup_bytes(48 * 1024)).unwrap();
         assert_eq!((g.k.slots, g.k.csp, g.k.cst, g.k.taps, g.k.k_frags), (48, 48, 56, [3, 3], 27));
         assert_eq!((g.x_tiles, g.x_clamp, g.band_cols), (1, 39, 57));
-        // The ring (3 rows × 57 columns × 56 f16) and 24 scratch fragments.
-        assert_eq!(g.workgroup_bytes(&cfg), 3 * 57 * 56 * 2 + 24 * 1024);
+        // The ring (4 rows × 57 columns × 56 f16) and 12 scratch fragments (one per warp).
+        assert_eq!(g.workgroup_bytes(&cfg), 4 * 57 * 56 * 2 + 12 * 1024);
         // 256 images: two runs of 28 rows (512 workgroups); one image: 14 runs of 4 rows.
         assert_eq!(g.row_tiles(55, 256), 2);
         assert_eq!(g.row_tiles(55, 1), 14);
