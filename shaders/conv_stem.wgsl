@@ -13,38 +13,47 @@
 //    a row-major matrix with row stride CST: every A fragment is one coopLoadT straight
 //    from workgroup memory, no per-element gather. AlexNet: 3·4·4 = 48 slots, K 432 for
 //    363 useful (×1.19).
-// 2. Weights stationary in registers. Each warp owns one 16-channel N fragment and loads
-//    its K_FRAGS B fragments once; there is no K loop and no weight traffic after that.
-//    Hence the family's limit: K_FRAGS·4 registers per invocation (at most
+// 2. Weights stationary in registers. Each multiplying warp owns one 16-channel N fragment
+//    and loads its K_FRAGS B fragments once; there is no K loop and no weight traffic after
+//    that. Hence the family's limit: K_FRAGS·4 registers per invocation (at most
 //    MAX_STEM_K_FRAGS fragments, src/stem.rs).
-// 3. Rows streamed. A workgroup walks a run of output rows of one image; each row needs
-//    one new space-to-depth row, fetched into registers while the current row multiplies
-//    and kept in a ring of TY + 1 rows: every input element is read from memory once per
-//    workgroup. A row costs one workgroup barrier: the extra ring row lets a warp stash
-//    the next row while slower warps still multiply this one, and each warp's epilogue
-//    goes through scratch of its own, ordered by subgroup barriers. (The first version,
-//    with a ring of TY rows and shared scratch, needed two barriers per row; they made the
-//    warps' phases add up instead of overlap: BENCHMARKS.md, run 74.)
+// 3. Rows streamed by specialised warps. A workgroup walks a run of output rows of one
+//    image through a ring of TY + 1 space-to-depth rows. The first WARPS_M·WARPS_N warps
+//    multiply; the HELPERS warps after them stage and store. While the multiplying warps
+//    work on row i (reading ring rows i .. i+TY-1, writing their sums to scratch buffer
+//    i mod 2), the helpers fetch row i+TY into the free ring row and store output row i-1
+//    from the other scratch buffer: one barrier per row, and the three phases overlap.
+//    (Every warp doing every phase between barriers made the phases add up: BENCHMARKS.md,
+//    run 74.) Every input element is read from memory once per workgroup.
 //
 // Slots and taps that match no weight (slots ≥ SLOTS, taps kx ≥ KW or ky ≥ KH) meet zero
 // weights; the pad slots hold zeros, but the surplus taps read real neighbouring inputs, so
 // a NaN input can reach an output through a zero weight (the caveat on
 // `KernelKind::CoopStem`, as on `CoopBand`).
 //
-// The header (tile constants, WARPS_M, WARPS_N, FM and the geometry SH, SW, CG, TY, TX,
-// CSP, CST, BAND_COLS from src/stem.rs) and the per-fragment statements at the `//@STEM_*`
-// markers come from src/kernel.rs (WGSL cannot index an array of cooperative matrices).
-// Warps are local_invocation_index / 32: the host builds this kernel only where subgroups
-// are 32 wide. CPU twin of the indexing: src/stem.rs (conv_stem); of the arithmetic:
+// The header (tile constants, the warp layout WARPS_M, WARPS_N, FM, HELPERS of
+// config::StemLayout and the geometry SH, SW, CG, TY, TX, CSP, CST, BAND_COLS from
+// src/stem.rs) and the per-fragment statements at the `//@STEM_*` markers come from
+// src/kernel.rs (WGSL cannot index an array of cooperative matrices). Warps are
+// local_invocation_index / 32: the host builds this kernel only where subgroups are 32
+// wide. Roles go by warp, so the multiplying warps' cooperative-matrix operations run in
+// control flow uniform per subgroup, as SPIR-V asks (the composed source turns off naga's
+// diagnostic that would have them uniform per workgroup). CPU twin of the indexing: src/stem.rs (conv_stem); of the arithmetic:
 // src/reference.rs (conv2d) with operands rounded to f16.
 
 const FRAG: u32 = 16u;
 const RING: u32 = TY + 1u;                        // space-to-depth rows in workgroup memory
+const MMA_WARPS: u32 = WARPS_M * WARPS_N;
+const HELPER_THREADS: u32 = HELPERS * 32u;
+const SCR: u32 = BM + 4u;                         // scratch stride: channel-major, 4 banks apart
+const TILE: u32 = BN * SCR;                       // scratch elements per output row
+const CH_STEP: u32 = HELPER_THREADS / BM;         // channels a row store covers per pass
+const STORE_ITERS: u32 = (BN + CH_STEP - 1u) / CH_STEP;
 const SLOTS: u32 = SH * SW * CG;
 const ROW_ELEMS: u32 = BAND_COLS * CST;           // ring elements per space-to-depth row
 const STAGE_COLS: u32 = BAND_COLS * SW;           // input columns per staged row
 const STAGE_ELEMS: u32 = SH * CG * STAGE_COLS;    // input elements per staged row
-const STAGE_ITERS: u32 = (STAGE_ELEMS + WG - 1u) / WG;
+const STAGE_ITERS: u32 = (STAGE_ELEMS + HELPER_THREADS - 1u) / HELPER_THREADS;
 const PAD_SLOTS: u32 = CSP - SLOTS;
 const PAD_DIV: u32 = max(PAD_SLOTS, 1u);         // (no division by zero where there are none)
 
@@ -52,13 +61,14 @@ const PAD_DIV: u32 = max(PAD_SLOTS, 1u);         // (no division by zero where t
 // f16, packed by the host as [group][k][n_pad], k = (ty·TX + tx)·CSP + s (src/stem.rs).
 @group(0) @binding(2) var<storage, read> weight: array<f16>;
 // The bias as one 16×16 row-major f32 matrix per 16 output channels (every row the same:
-// [group][n_pad / 16][16][16], src/stem.rs): the accumulators start from it, so the
-// epilogue neither loads nor adds a bias.
+// [group][n_pad / 16][16][16], src/stem.rs): a fragment's accumulator restarts from its
+// matrix each row (a second one, where there is one, from zero), so the helpers neither
+// load nor add a bias (adding it there made them slower: BENCHMARKS.md).
 @group(0) @binding(4) var<storage, read> bias_tiles: array<f32>;
 @group(0) @binding(5) var<storage, read_write> output: array<f32>;
 
 var<workgroup> ring: array<f16, RING * ROW_ELEMS>;
-var<workgroup> c_scratch: array<f32, WARPS_M * WARPS_N * 256u>;      // one fragment per warp
+var<workgroup> c_scratch: array<f32, 2u * TILE>;  // [output row mod 2][channel][column]
 var<private> staged: array<f32, STAGE_ITERS>;
 
 // The workgroup's tile: group, image, output rows r0..r1, first output column ox0 (band
@@ -73,16 +83,16 @@ struct Tile {
     n0: u32,
 }
 
-// Global → registers: space-to-depth row `y` (input rows y·SH .. y·SH+SH-1 of the padded
-// input, band columns xb..xb+BAND_COLS-1). Neighbouring invocations read neighbouring input
-// columns (coalesced); zeros outside the input.
-fn fetch_row(t: Tile, y: u32, inv: u32) {
+// Global → registers, by helper invocation h: space-to-depth row `y` (input rows
+// y·SH .. y·SH+SH-1 of the padded input, band columns xb..xb+BAND_COLS-1). Neighbouring
+// invocations read neighbouring input columns (coalesced); zeros outside the input.
+fn fetch_row(t: Tile, y: u32, h: u32) {
     let plane = p.h * p.w;
     let img_base = p.in_offset + (t.img * p.c_in + t.g * CG) * plane;
     let iy0 = i32(y * SH) - i32(p.pad_top);
     let ix0 = i32(t.xb * SW) - i32(p.pad_left);
     for (var j = 0u; j < STAGE_ITERS; j++) {
-        let e = inv + j * WG;
+        let e = h + j * HELPER_THREADS;
         let col = e % STAGE_COLS;
         let r = e / STAGE_COLS;           // dy·CG + c
         let iy = iy0 + i32(r / CG);
@@ -97,9 +107,9 @@ fn fetch_row(t: Tile, y: u32, inv: u32) {
 
 // Registers → ring row `slot`, as f16 (through the precision prelude: clamped and flagged
 // beyond f16's range), each element at its slot (dy·SW + dx)·CG + c of band column col / SW.
-fn stash_row(slot: u32, inv: u32) {
+fn stash_row(slot: u32, h: u32) {
     for (var j = 0u; j < STAGE_ITERS; j++) {
-        let e = inv + j * WG;
+        let e = h + j * HELPER_THREADS;
         if (e < STAGE_ELEMS) {
             let col = e % STAGE_COLS;
             let r = e / STAGE_COLS;
@@ -119,27 +129,42 @@ fn frag_band_col(t: Tile, f: u32) -> u32 {
     return min(frag_x(t, f) - t.xb, BAND_COLS + 1u - FRAG - TX);
 }
 
-// Writes fragment f of output row oy from the warp's scratch fragment `slot` (channels
-// n_base.. of the tile; the bias is in it already), with the activation; skips columns
-// another fragment owns, columns past the output and channels past the group. Each lane owns one column (lane % 16) of the
-// channels lane / 16 + 2e: the address is computed once and stepped by two channel planes
-// (per element, the first version's address arithmetic took ~30 instructions).
-fn store_fragment(t: Tile, oy: u32, lane: u32, f: u32, slot: u32, n_base: u32) {
-    let m = lane % FRAG;
-    let ox = frag_x(t, f) + m;
+// Stores output row oy of the tile from scratch buffer `buf`, with the activation, by
+// helper invocation h: column m = h mod BM of channels h / BM + k·CH_STEP (neighbours store
+// neighbouring columns). A column another fragment owns (the last fragments recompute
+// columns) or past the output is skipped whole; the address is computed once and stepped.
+// All the loads come before all the stores: with a load and a store per pass (the driver
+// does not unroll the loop) each store waited for its load, and the helpers were the
+// kernel's bottleneck (BENCHMARKS.md).
+fn store_row(t: Tile, oy: u32, buf: u32, h: u32) {
+    let m = h % BM;
+    let f = m / FRAG;
+    let ox = frag_x(t, f) + m % FRAG;
     if (ox < t.ox0 + f * FRAG || ox >= p.ow) {
         return;
     }
-    let n0 = t.n0 + n_base + lane / FRAG;          // this lane's first channel in the group
-    let oc0 = t.g * p.c_out_per_group + n0;
-    let step = 2u * p.oh * p.ow;
-    let at = p.out_offset + ((t.img * p.c_out + oc0) * p.oh + oy) * p.ow + ox;
-    let src = slot * 256u + (lane / FRAG) * FRAG + m;
     let relu = (p.flags & FLAG_RELU) != 0u;
-    for (var e = 0u; e < 8u; e++) {
-        if (n0 + 2u * e < p.c_out_per_group) {
-            let v = c_scratch[src + e * 32u];
-            output[at + e * step] = select(v, 0.0, relu && v < 0.0 && !is_nan(v));
+    let n_first = h / BM;
+    let plane = p.oh * p.ow;
+    let at = p.out_offset + (t.img * p.c_out * p.oh + oy) * p.ow + ox
+        + (t.g * p.c_out_per_group + t.n0 + n_first) * plane;
+    let src = buf + n_first * SCR + m;
+    // All loads first, then all stores (one loop with both kept them in turn, unrolled or not).
+    var v: array<f32, STORE_ITERS>;
+    for (var k = 0u; k < STORE_ITERS; k++) {
+        v[k] = c_scratch[min(src + k * CH_STEP * SCR, 2u * TILE - 1u)];
+    }
+    // Every channel of the tile in the group and no activation (AlexNet conv1): stores alone.
+    if (BN % CH_STEP == 0u && t.n0 + BN <= p.c_out_per_group && !relu) {
+        for (var k = 0u; k < STORE_ITERS; k++) {
+            output[at + k * CH_STEP * plane] = v[k];
+        }
+        return;
+    }
+    for (var k = 0u; k < STORE_ITERS; k++) {
+        let n = n_first + k * CH_STEP;
+        if (n < BN && t.n0 + n < p.c_out_per_group) {
+            output[at + k * CH_STEP * plane] = select(v[k], 0.0, relu && v[k] < 0.0 && !is_nan(v[k]));
         }
     }
 }
@@ -151,9 +176,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) inv: u32) {
     // The tile is computed here, not in a function: naga's uniformity analysis takes a
-    // function's result as non-uniform, and the row loop below holds barriers and
-    // cooperative-matrix operations. Tiles are numbered n-tile fastest, then column tile,
-    // row run, image and group.
+    // function's result as non-uniform, and the row loop below holds barriers. Tiles are
+    // numbered n-tile fastest, then column tile, row run, image and group.
     let tile = wid.x + wid.y * nwg.x;
     if (tile >= p.total_tiles) {
         return;
@@ -168,38 +192,64 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     let ox0 = xt * BM;
     let t = Tile(q3 / p.batch, q3 % p.batch, rt * run, min(rt * run + run, p.oh), ox0, min(ox0, p.x_clamp), nt * BN);
     let warp = inv / 32u;
-    let lane = inv % 32u;
-    let wm = warp % WARPS_M;              // the warp's fragments wm·FM .. wm·FM+FM-1 of the row
-    let wn = warp / WARPS_M;              // and its N fragment
-    // This warp's weights, K fragment k at rows k·16.. of the group's packed weights.
+    let wm = warp % WARPS_M;                       // a multiplying warp's fragments wm·FM ..
+    let wn = min(warp / WARPS_M, WARPS_N - 1u);    // and its N fragment
+    let h = inv - min(inv, MMA_WARPS * 32u);       // a helper's index among the helpers
+    // The warp's weights, K fragment k at rows k·16.. of the group's packed weights (the
+    // helpers load a multiplying warp's too: the loads stay uniform, and the registers are
+    // the same size for every warp).
     let w_base = t.g * K_FRAGS * FRAG * p.n_pad + t.n0 + wn * FRAG;
     let bias_at = ((t.g * p.n_pad + t.n0) / FRAG + wn) * 256u;
+    let scratch_at = wn * FRAG * SCR + wm * FM * FRAG;
     //@STEM_WEIGHTS
-    //@STEM_INIT
-    // The pad slots are never staged: zero them once.
+    // The pad slots are never staged: zero them once. The helpers stage the run's first TY
+    // rows.
     for (var e = inv; e < RING * BAND_COLS * PAD_SLOTS; e += WG) {
         ring[(e / PAD_DIV) * CST + SLOTS + e % PAD_DIV] = f16(0.0);
     }
-    // The ring starts with the run's first TY-1 rows; row TY-1 waits in registers.
-    for (var y = 0u; y + 1u < TY; y++) {
-        fetch_row(t, t.r0 + y, inv);
-        stash_row((t.r0 + y) % RING, inv);
-    }
-    fetch_row(t, t.r0 + TY - 1u, inv);
-    // The step is 1, but only the host knows it: with a known trip count NVIDIA's compiler
-    // unrolled this loop 8 times (10 000 instructions, 251 registers: BENCHMARKS.md).
-    let row_step = 1u + opaque_zero();
-    for (var oy = t.r0; oy < t.r1; oy += row_step) {
-        // Into the slot of row oy-2, which only output row oy-2 read: every warp is past
-        // that row, as it is past the previous row's barrier.
-        stash_row((oy + TY - 1u) % RING, inv);
-        workgroupBarrier();
-        if (oy + row_step < t.r1) {
-            fetch_row(t, oy + TY, inv);     // in flight while this row multiplies
+    if (warp >= MMA_WARPS) {
+        for (var y = 0u; y < TY; y++) {
+            fetch_row(t, t.r0 + y, h);
+            stash_row((t.r0 + y) % RING, h);
         }
-        //@STEM_MMA
-        // Each fragment through the warp's scratch; the accumulators restart from the bias.
-        //@STEM_STORE
+    }
+    workgroupBarrier();
+    //@STEM_INIT
+    // The step is 1, but only the host knows it: with a known trip count NVIDIA's compiler
+    // unrolled this loop 8 times (10 000 instructions, 251 registers: BENCHMARKS.md). One
+    // pass more than the run has rows: the helpers store the last row in it.
+    let row_step = 1u + opaque_zero();
+    // Two loops, one per role, with as many barriers each (one per pass): a value a helper
+    // keeps across passes does not then hold a register through the multiplying warps' code
+    // (one loop for both roles made the helpers wait for each row's loads within the pass).
+    if (warp < MMA_WARPS) {
+        for (var i = t.r0; i <= t.r1; i += row_step) {
+            if (i < t.r1) {
+                let buf = (i % 2u) * TILE;
+                //@STEM_MMA
+                //@STEM_SCRATCH
+            }
+            workgroupBarrier();
+        }
+    } else {
+        if (t.r0 + row_step < t.r1) {
+            fetch_row(t, t.r0 + TY, h);
+        }
+        for (var i = t.r0; i <= t.r1; i += row_step) {
+            // Row i+TY (fetched in the previous pass) goes to the ring row of row i-1, which
+            // no warp reads any more (the multiplying warps read rows i .. i+TY-1); row
+            // i+TY+1's loads stay in flight until the next pass; then output row i-1.
+            if (i + row_step < t.r1) {
+                stash_row((i + TY) % RING, h);
+            }
+            if (i + 2u * row_step < t.r1) {
+                fetch_row(t, i + TY + 1u, h);
+            }
+            if (i > t.r0) {
+                store_row(t, i - 1u, ((i - 1u) % 2u) * TILE, h);
+            }
+            workgroupBarrier();
+        }
     }
     report_range();
 }

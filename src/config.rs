@@ -88,6 +88,14 @@ impl TileConfig {
         TileConfig { block_m, block_n, block_k, thread_m, thread_n, warps, stages }
     }
 
+    /// A stem kernel config: multiplying warps of `fm` M fragments each (one per N fragment
+    /// and share of the row) and `helpers` more.
+    pub const fn new_stem(block_m: u32, block_n: u32, fm: u32, helpers: u32) -> Self {
+        let mut cfg = TileConfig::with_thread_tile(block_m, block_n, 16, 2 * fm, 4, 1);
+        cfg.warps = cfg.warps.saturating_add(helpers);
+        cfg
+    }
+
     /// The seed Triton kernel's current config on the 4090:
     /// BLOCK_M 32, BLOCK_N 64, BLOCK_K 32, 4 warps, 2 stages (a 4×4 register tile).
     pub const fn seed() -> Self {
@@ -365,14 +373,15 @@ impl TileConfig {
         self.check_device(limits, self.band_scratch_bytes())
     }
 
-    /// The warp layout of the stem kernel (`shaders/conv_stem.wgsl`): `(warps_m, warps_n, fm,
-    /// 1)`. There `block_m` counts the output columns of a workgroup row (whole 16-column
-    /// fragments), each warp owns one 16-channel N fragment (so `warps_n = block_n / 16`,
-    /// whose weights it holds in registers) and `fm` fragments of the row; `block_k` is the
-    /// fragment depth 16 and `stages` is 1 (rows are streamed through a ring, see the shader).
-    /// The warp count follows from the blocks, so it may lie outside [`WARP_CHOICES`]
-    /// (AlexNet: 96 channels are 6 N fragments).
-    pub fn stem_layout(&self) -> Result<(u32, u32, u32, u32)> {
+    /// The warp layout of the stem kernel (`shaders/conv_stem.wgsl`, see [`StemLayout`]).
+    /// There `block_m` counts the output columns of a workgroup row (whole 16-column
+    /// fragments), `block_k` is the fragment depth 16 and `stages` is 1 (rows are streamed
+    /// through a ring). The register tile names a multiplying warp's share of the tile:
+    /// thread_m·thread_n / 8 M fragments of one N fragment (a 16×16 f32 fragment is 8 values
+    /// per invocation); the warps beyond those multiplying stage rows and store outputs.
+    /// The warp count so may lie outside [`WARP_CHOICES`] (AlexNet: 96 channels are 6 N
+    /// fragments).
+    pub fn stem_layout(&self) -> Result<StemLayout> {
         self.check_bounds()?;
         self.check_fragment_blocks("stem")?;
         if self.block_k != 16 || self.stages != 1 {
@@ -381,20 +390,38 @@ impl TileConfig {
                 self.block_k, self.stages
             )));
         }
+        let values = self.thread_m * self.thread_n;
         let (frags_m, warps_n) = (self.block_m / 16, self.block_n / 16);
-        if self.warps == 0 || !self.warps.is_multiple_of(warps_n) || !frags_m.is_multiple_of(self.warps / warps_n) {
+        let fm = values / 8;
+        if !values.is_multiple_of(8) || fm == 0 || !frags_m.is_multiple_of(fm) {
             return Err(self.refuse(format!(
-                "the stem kernel gives each warp one of the {warps_n} N fragments and an equal share of the \
-                 {frags_m} M fragments; {} warps cannot",
-                self.warps
+                "the stem kernel's register tile holds whole 16×16 fragments (8 values each) that \
+                 divide the {frags_m} M fragments, got {}x{}",
+                self.thread_m, self.thread_n
             )));
         }
-        let warps_m = self.warps / warps_n;
-        let fm = frags_m / warps_m;
         if fm > MAX_STEM_FRAGMENTS {
             return Err(self.refuse(format!("{fm} M fragments per warp exceed the stem kernel's {MAX_STEM_FRAGMENTS}")));
         }
-        Ok((warps_m, warps_n, fm, 1))
+        let warps_m = frags_m / fm;
+        let mma = warps_m * warps_n;
+        if self.warps <= mma {
+            return Err(self.refuse(format!(
+                "the stem kernel's {mma} multiplying warps ({warps_m}×{warps_n}) need at least one more \
+                 to stage rows and store outputs; got {} warps",
+                self.warps
+            )));
+        }
+        let helpers = self.warps - mma;
+        if !(helpers * WARP).is_multiple_of(self.block_m) {
+            return Err(self.refuse(format!(
+                "the stem kernel's {helpers} helper warps store whole columns: their {} invocations must be \
+                 a multiple of block_m {}",
+                helpers * WARP,
+                self.block_m
+            )));
+        }
+        Ok(StemLayout { fm, warps_m, warps_n, helpers })
     }
 
     /// Checks the config for the stem kernel against a device's limits (its ring of input
@@ -567,21 +594,46 @@ pub fn band_sweep() -> Vec<TileConfig> {
 /// warp's weights).
 pub const MAX_STEM_FRAGMENTS: u32 = 4;
 
-/// The declared sweep of the stem kernel (`wgconv bench --precision f16`): warps follow
-/// from the blocks ([`TileConfig::stem_layout`]).
+/// How the stem kernel's warps share a workgroup's row of `block_m` output columns ×
+/// `block_n` channels ([`TileConfig::stem_layout`]). Warps `0 .. warps_m·warps_n` multiply:
+/// warp w owns M fragments (w mod warps_m)·fm .. and N fragment w / warps_m, whose weights
+/// it holds in registers. The `helpers` after them stage input rows and store output rows,
+/// so that while the multiplying warps work on row i, the helpers store row i − 1 and
+/// stage row i + TY: one barrier per row, and the phases overlap instead of adding up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StemLayout {
+    /// M (output-column) fragments per multiplying warp.
+    pub fm: u32,
+    pub warps_m: u32,
+    /// N fragments: one per multiplying warp.
+    pub warps_n: u32,
+    /// Warps that stage and store.
+    pub helpers: u32,
+}
+
+impl StemLayout {
+    /// Multiplying warps.
+    pub fn mma_warps(&self) -> u32 {
+        self.warps_m * self.warps_n
+    }
+}
+
+/// The declared sweep of the stem kernel (`wgconv bench --precision f16`), the default first.
 pub fn stem_sweep() -> Vec<TileConfig> {
     use TileConfig as T;
     vec![
-        T::with_thread_tile(64, 96, 16, 4, 4, 1), // 12 warps: 6 N fragments × 2 halves of the row
-        T::with_thread_tile(32, 96, 16, 4, 4, 1), // 6 warps of 2 fragments, half-rows
-        T::with_thread_tile(64, 96, 16, 4, 8, 1), // 6 warps of 4 fragments
-        T::with_thread_tile(64, 48, 16, 4, 4, 1), // 6 warps, half the channels per workgroup
+        default_stem_config(),
+        T::new_stem(32, 96, 2, 4), // 6 multiplying warps and 4 helpers
+        T::new_stem(32, 96, 2, 2), // 6 + 2: up to 255 registers a warp
+        T::new_stem(16, 96, 1, 6), // 16-column rows, 6 + 6 warps
+        T::new_stem(16, 96, 1, 2), // 16-column rows, 6 + 2 warps
     ]
 }
 
-/// The stem kernel's reference config: 64 output columns × 96 channels, 12 warps.
+/// The stem kernel's reference config: 32 output columns × 96 channels; 6 warps multiply
+/// (2 M fragments of one N fragment each), 6 stage and store.
 pub fn default_stem_config() -> TileConfig {
-    TileConfig::with_thread_tile(64, 96, 16, 4, 4, 1)
+    TileConfig::new_stem(32, 96, 2, 6)
 }
 
 /// The row-band kernel's reference config (its fastest on the H100, BENCHMARKS.md run 31):

@@ -347,6 +347,12 @@ pub(crate) fn compose(kind: &KernelKind, geometry: Geometry) -> String {
     if kind.is_cooperative() {
         enables.push_str("enable wgpu_cooperative_matrix;\n");
     }
+    if matches!(kind, KernelKind::CoopStem(_)) {
+        // The stem kernel's warps take roles by their index: its cooperative-matrix operations
+        // run in branches uniform per subgroup (as SPIR-V asks), not per workgroup (as naga's
+        // uniformity analysis, under this rule's name, would have them).
+        enables.push_str("diagnostic(off, derivative_uniformity);\n");
+    }
     let mut header = format!(
         "// generated from TileConfig {name}\n\
          const BM: u32 = {bm}u;\nconst BN: u32 = {bn}u;\nconst BK: u32 = {bk}u;\n\
@@ -397,12 +403,16 @@ pub(crate) fn compose(kind: &KernelKind, geometry: Geometry) -> String {
             band_body(fm, fn_)
         }
         KernelKind::CoopStem(_) => {
-            let (wm, wn, fm, _) = c.stem_layout().unwrap_or((1, 1, 1, 1));
+            let l = c.stem_layout().unwrap_or(crate::config::StemLayout { fm: 1, warps_m: 1, warps_n: 1, helpers: 1 });
             header.push_str(&format!(
-                "const WARPS_M: u32 = {wm}u;\nconst WARPS_N: u32 = {wn}u;\nconst FM: u32 = {fm}u;\n\
+                "const WARPS_M: u32 = {}u;\nconst WARPS_N: u32 = {}u;\nconst FM: u32 = {}u;\nconst HELPERS: u32 = {}u;\n\
                  const SH: u32 = {}u;\nconst SW: u32 = {}u;\nconst CG: u32 = {}u;\nconst TY: u32 = {}u;\n\
                  const TX: u32 = {}u;\nconst CSP: u32 = {}u;\nconst CST: u32 = {}u;\nconst BAND_COLS: u32 = {}u;\n\
                  const K_FRAGS: u32 = {}u;\n",
+                l.warps_m,
+                l.warps_n,
+                l.fm,
+                l.helpers,
                 stem.stride_h,
                 stem.stride_w,
                 stem.cg,
@@ -413,7 +423,7 @@ pub(crate) fn compose(kind: &KernelKind, geometry: Geometry) -> String {
                 stem.band_cols,
                 stem.k_frags(),
             ));
-            stem_body(fm, &stem)
+            stem_body(l.fm, &stem)
         }
         _ => TILED_WGSL.to_string(),
     };
@@ -537,17 +547,20 @@ fn band_body(fm: u32, fn_: u32) -> String {
     )
 }
 
-/// conv_stem.wgsl with its per-fragment statements: the warp's FM accumulators and the
-/// column offsets of its fragments; its K_FRAGS weight fragments, loaded once; per output
-/// row, for each K fragment (ty, tx, j) an A fragment per accumulator from ring row
-/// (oy + ty) mod RING; then each fragment's store through the warp's scratch, between
-/// subgroup barriers (the scratch is the warp's own; the next row's first store comes
-/// after the row's workgroup barrier). Each K fragment's statements are a block of their
-/// own (their A fragments are named alike).
+/// conv_stem.wgsl with its per-fragment statements: a multiplying warp's FM accumulators
+/// (two per fragment where FM is 1, each taking every other K fragment: two dependency
+/// chains instead of one) and the column offsets of its fragments; its K_FRAGS weight
+/// fragments, loaded once; per output row, for each K fragment (ty, tx, j) an A fragment per
+/// M fragment from ring row (oy + ty) mod RING; then the sums to scratch buffer `buf`. Each
+/// K fragment's statements are a block of their own (their A fragments are named alike).
 fn stem_body(fm: u32, shape: &crate::stem::StemShape) -> String {
     const BIAS_TILE: &str = "coopLoadT<coop_mat16x16<f32, C>>(&bias_tiles[bias_at], FRAG)";
+    const ZERO: &str = "coop_mat16x16<f32, C>()";
+    let chains = if fm == 1 { 2 } else { 1 };
     let (ty_n, tx_n, csp, cst) = (shape.taps_y, shape.taps_x, shape.csp, shape.cst);
-    let decls: String = (0..fm).map(|i| format!("var<private> acc_{i}: coop_mat16x16<f32, C>;\n")).collect();
+    let decls: String = (0..fm)
+        .flat_map(|i| (0..chains).map(move |c| format!("var<private> acc_{i}_{c}: coop_mat16x16<f32, C>;\n")))
+        .collect();
     let weights: String = (0..shape.k_frags())
         .map(|k| {
             format!(
@@ -556,12 +569,15 @@ fn stem_body(fm: u32, shape: &crate::stem::StemShape) -> String {
             )
         })
         .collect();
+    let reset = |i: u32, ind: &str| -> String {
+        (0..chains).map(|c| format!("{ind}acc_{i}_{c} = {};\n", if c == 0 { BIAS_TILE } else { ZERO })).collect()
+    };
     let init: String = (0..fm)
-        .map(|i| format!("    acc_{i} = {BIAS_TILE};\n    let a_col_{i} = frag_band_col(t, wm * FM + {i}u) * CST;\n"))
+        .map(|i| format!("{}    let a_col_{i} = frag_band_col(t, wm * FM + {i}u) * CST;\n", reset(i, "    ")))
         .collect();
-    let ind = "        ";
+    let ind = "                ";
     let mut mma: String =
-        (0..ty_n).map(|ty| format!("{ind}let rb_{ty} = ((oy + {ty}u) % RING) * ROW_ELEMS;\n")).collect();
+        (0..ty_n).map(|ty| format!("{ind}let rb_{ty} = ((i + {ty}u) % RING) * ROW_ELEMS;\n")).collect();
     for ty in 0..ty_n {
         for tx in 0..tx_n {
             for j in 0..csp / 16 {
@@ -573,20 +589,21 @@ fn stem_body(fm: u32, shape: &crate::stem::StemShape) -> String {
                         "{ind}    let a_{i} = coopLoadT<coop_mat16x16<f16, A>>(&ring[rb_{ty} + a_col_{i} + {off}u], CST);\n"
                     ));
                 }
+                let c = k % chains;
                 for i in 0..fm {
-                    mma.push_str(&format!("{ind}    acc_{i} = coopMultiplyAdd(a_{i}, b_{k}, acc_{i});\n"));
+                    mma.push_str(&format!("{ind}    acc_{i}_{c} = coopMultiplyAdd(a_{i}, b_{k}, acc_{i}_{c});\n"));
                 }
                 mma.push_str(&format!("{ind}}}\n"));
             }
         }
     }
-    let store: String = (0..fm)
+    let scratch: String = (0..fm)
         .map(|i| {
-            let sync_after = if i + 1 < fm { format!("{ind}subgroupBarrier();\n") } else { String::new() };
+            let sum = (1..chains).fold(format!("acc_{i}_0"), |e, c| format!("{e} + acc_{i}_{c}"));
             format!(
-                "{ind}coopStore(acc_{i}, &c_scratch[warp * 256u], FRAG);\n{ind}acc_{i} = {BIAS_TILE};\n\
-                 {ind}subgroupBarrier();\n\
-                 {ind}store_fragment(t, oy, lane, wm * FM + {i}u, warp, wn * FRAG);\n{sync_after}"
+                "{ind}coopStore({sum}, &c_scratch[buf + scratch_at + {}u], SCR);\n{}",
+                i * 16,
+                reset(i, ind)
             )
         })
         .collect();
@@ -595,7 +612,7 @@ fn stem_body(fm: u32, shape: &crate::stem::StemShape) -> String {
         .replace("    //@STEM_WEIGHTS\n", &weights)
         .replace("    //@STEM_INIT\n", &init)
         .replace(&format!("{ind}//@STEM_MMA\n"), &mma)
-        .replace(&format!("{ind}//@STEM_STORE\n"), &store)
+        .replace(&format!("{ind}//@STEM_SCRATCH\n"), &scratch)
 }
 
 /// A hash of every shader source: part of the tuning cache's key, so a cached decision

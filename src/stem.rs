@@ -117,8 +117,8 @@ impl StemGeometry {
             band_cols: self.band_cols,
         }
     }
-    /// Workgroup memory: the ring of TY + 1 space-to-depth rows (f16) and one scratch
-    /// fragment (f32) per warp.
+    /// Workgroup memory: the ring of TY + 1 space-to-depth rows (f16) and the epilogue's
+    /// ([`stem_scratch_bytes`]).
     pub fn workgroup_bytes(&self, cfg: &TileConfig) -> u64 {
         let ring = (self.k.taps[0] as u64 + 1) * self.band_cols as u64 * self.k.cst as u64 * 2;
         ring + stem_scratch_bytes(cfg)
@@ -132,9 +132,12 @@ impl StemGeometry {
     }
 }
 
-/// Scratch of the stem kernel's epilogue: one 16×16 f32 fragment per warp.
+/// Workgroup memory of the stem kernel's epilogue: two output rows of the tile (the one
+/// being multiplied and the one being stored), f32, `block_n` channels of `block_m` + 4
+/// columns (the shader's SCR: the 4 channel pairs one fragment store writes at once fall 4
+/// banks apart).
 pub fn stem_scratch_bytes(cfg: &TileConfig) -> u64 {
-    cfg.stem_layout().map_or(0, |(wm, wn, _, _)| wm as u64 * wn as u64 * 1024)
+    2 * (cfg.block_m as u64 + 4) * cfg.block_n as u64 * 4
 }
 
 /// Input channels up to which an f16 `Conv2d` on a cooperative-matrix device runs the stem
@@ -343,11 +346,12 @@ pub fn conv_stem(
                                 }
                             }
                         };
-                        for y in 0..ty_n - 1 {
+                        // The run's first TY rows, then row oy + TY while row oy multiplies
+                        // (after it here: the twin has no concurrency).
+                        for y in 0..ty_n {
                             stage(&mut ring, r0 + y);
                         }
                         for oy in r0..r1 {
-                            stage(&mut ring, oy + ty_n - 1);
                             for f in 0..fx {
                                 let nominal = ox0 + f * 16;
                                 let x_start = nominal.min(x_clamp);
@@ -377,7 +381,7 @@ pub fn conv_stem(
                                         }
                                     }
                                 }
-                                // store_fragment
+                                // store_row
                                 for m in 0..16 {
                                     let ox = x_start + m;
                                     for n in 0..bn {
@@ -389,6 +393,9 @@ pub fn conv_stem(
                                         out[((img * c_out + oc) * oh + oy) * ow + ox] = acc[m * bn + n] as f32;
                                     }
                                 }
+                            }
+                            if oy + 1 < r1 {
+                                stage(&mut ring, oy + ty_n);
                             }
                         }
                     }
@@ -420,19 +427,19 @@ mod tests {
                 "narrow_3x3_pad_slots",
                 Conv2dSpec::new(5, 17, 3).padding(Padding::new(1, 0, 2, 1)),
                 Shape4::new(1, 5, 9, 7),
-                TileConfig::with_thread_tile(32, 96, 16, 4, 4, 1),
+                TileConfig::new_stem(16, 96, 1, 2),
             ),
             (
                 "groups_stride_2x3_wide",
                 Conv2dSpec::new(4, 34, 5).groups(2).stride(2, 3).padding(Padding::uniform(2)),
                 Shape4::new(2, 4, 17, 110),
-                TileConfig::with_thread_tile(32, 48, 16, 4, 4, 1),
+                TileConfig::new_stem(32, 48, 1, 3),
             ),
             (
                 "one_by_one",
                 Conv2dSpec::new(7, 9, 1).with_bias(true),
                 Shape4::new(1, 7, 3, 37),
-                crate::config::default_stem_config(),
+                TileConfig::new_stem(64, 48, 4, 2),
             ),
         ];
         for (name, spec, shape, cfg) in cases {
@@ -452,13 +459,14 @@ mod tests {
         let cfg = crate::config::default_stem_config();
         let g = stem_geometry(&spec, 55, &cfg, &KernelLimits::with_workgroup_bytes(48 * 1024)).unwrap();
         assert_eq!((g.k.slots, g.k.csp, g.k.cst, g.k.taps, g.k.k_frags), (48, 48, 56, [3, 3], 27));
-        assert_eq!((g.x_tiles, g.x_clamp, g.band_cols), (1, 39, 57));
-        // The ring (4 rows × 57 columns × 56 f16) and 12 scratch fragments (one per warp).
-        assert_eq!(g.workgroup_bytes(&cfg), 4 * 57 * 56 * 2 + 12 * 1024);
-        // 256 images: two runs of 28 rows (512 workgroups); one image: 14 runs of 4 rows.
-        assert_eq!(g.row_tiles(55, 256), 2);
-        assert_eq!(g.row_tiles(55, 1), 14);
-        assert!(stem_geometry(&spec, 55, &cfg, &KernelLimits::with_workgroup_bytes(32 * 1024)).is_err());
+        assert_eq!((g.x_tiles, g.x_clamp, g.band_cols), (2, 39, 34));
+        // The ring (4 rows × 34 columns × 56 f16) and two rows of scratch (96 × (32 + 4) f32).
+        assert_eq!(g.workgroup_bytes(&cfg), 4 * 34 * 56 * 2 + 2 * 96 * 36 * 4);
+        // 256 images of 2 column tiles: one run of 55 rows each (512 workgroups); one image:
+        // 14 runs of 4 rows.
+        assert_eq!(g.row_tiles(55, 512), 1);
+        assert_eq!(g.row_tiles(55, 2), 14);
+        assert!(stem_geometry(&spec, 55, &cfg, &KernelLimits::with_workgroup_bytes(40 * 1024)).is_err());
         let deep = Conv2dSpec::new(64, 64, 3).padding(Padding::uniform(1));
         assert!(stem_refusal(&deep, &cfg).unwrap().contains("36"), "{:?}", stem_refusal(&deep, &cfg));
         assert!(stem_refusal(&Conv2dSpec::new(3, 8, 3).dilation(2, 1), &cfg).is_some());
