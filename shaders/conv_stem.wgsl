@@ -195,34 +195,27 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     let wm = warp % WARPS_M;                       // a multiplying warp's fragments wm·FM ..
     let wn = min(warp / WARPS_M, WARPS_N - 1u);    // and its N fragment
     let h = inv - min(inv, MMA_WARPS * 32u);       // a helper's index among the helpers
-    // The warp's weights, K fragment k at rows k·16.. of the group's packed weights (the
-    // helpers load a multiplying warp's too: the loads stay uniform, and the registers are
-    // the same size for every warp).
-    let w_base = t.g * K_FRAGS * FRAG * p.n_pad + t.n0 + wn * FRAG;
-    let bias_at = ((t.g * p.n_pad + t.n0) / FRAG + wn) * 256u;
-    let scratch_at = wn * FRAG * SCR + wm * FM * FRAG;
-    //@STEM_WEIGHTS
-    // The pad slots are never staged: zero them once. The helpers stage the run's first TY
-    // rows.
+    // The pad slots are never staged: zero them once.
     for (var e = inv; e < RING * BAND_COLS * PAD_SLOTS; e += WG) {
         ring[(e / PAD_DIV) * CST + SLOTS + e % PAD_DIV] = f16(0.0);
     }
-    if (warp >= MMA_WARPS) {
-        for (var y = 0u; y < TY; y++) {
-            fetch_row(t, t.r0 + y, h);
-            stash_row((t.r0 + y) % RING, h);
-        }
-    }
-    workgroupBarrier();
-    //@STEM_INIT
     // The step is 1, but only the host knows it: with a known trip count NVIDIA's compiler
-    // unrolled this loop 8 times (10 000 instructions, 251 registers: BENCHMARKS.md). One
+    // unrolled the row loop 8 times (10 000 instructions, 251 registers: BENCHMARKS.md). One
     // pass more than the run has rows: the helpers store the last row in it.
     let row_step = 1u + opaque_zero();
-    // Two loops, one per role, with as many barriers each (one per pass): a value a helper
-    // keeps across passes does not then hold a register through the multiplying warps' code
-    // (one loop for both roles made the helpers wait for each row's loads within the pass).
+    // Each role has its code and its loop, with as many barriers (one before the first pass,
+    // one per pass): values a helper keeps across passes then hold no registers through
+    // the multiplying warps' code (one loop for both roles made the helpers wait for each
+    // row's loads within the pass).
     if (warp < MMA_WARPS) {
+        // The warp's weights, K fragment k at rows k·16.. of the group's packed weights,
+        // loaded while the helpers stage the run's first rows.
+        let w_base = t.g * K_FRAGS * FRAG * p.n_pad + t.n0 + wn * FRAG;
+        let bias_at = ((t.g * p.n_pad + t.n0) / FRAG + wn) * 256u;
+        let scratch_at = wn * FRAG * SCR + wm * FM * FRAG;
+        //@STEM_WEIGHTS
+        //@STEM_INIT
+        workgroupBarrier();
         for (var i = t.r0; i <= t.r1; i += row_step) {
             if (i < t.r1) {
                 let buf = (i % 2u) * TILE;
@@ -232,9 +225,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
             workgroupBarrier();
         }
     } else {
+        // The run's first TY rows, then row TY's loads in flight.
+        for (var y = 0u; y < TY; y++) {
+            fetch_row(t, t.r0 + y, h);
+            stash_row((t.r0 + y) % RING, h);
+        }
         if (t.r0 + row_step < t.r1) {
             fetch_row(t, t.r0 + TY, h);
         }
+        workgroupBarrier();
         for (var i = t.r0; i <= t.r1; i += row_step) {
             // Row i+TY (fetched in the previous pass) goes to the ring row of row i-1, which
             // no warp reads any more (the multiplying warps read rows i .. i+TY-1); row

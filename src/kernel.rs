@@ -564,7 +564,7 @@ fn stem_body(fm: u32, shape: &crate::stem::StemShape) -> String {
     let weights: String = (0..shape.k_frags())
         .map(|k| {
             format!(
-                "    let b_{k} = coopLoadT<coop_mat16x16<f16, B>>(&weight[w_base + {}u * p.n_pad], p.n_pad);\n",
+                "        let b_{k} = coopLoadT<coop_mat16x16<f16, B>>(&weight[w_base + {}u * p.n_pad], p.n_pad);\n",
                 k * 16
             )
         })
@@ -573,7 +573,7 @@ fn stem_body(fm: u32, shape: &crate::stem::StemShape) -> String {
         (0..chains).map(|c| format!("{ind}acc_{i}_{c} = {};\n", if c == 0 { BIAS_TILE } else { ZERO })).collect()
     };
     let init: String = (0..fm)
-        .map(|i| format!("{}    let a_col_{i} = frag_band_col(t, wm * FM + {i}u) * CST;\n", reset(i, "    ")))
+        .map(|i| format!("{}        let a_col_{i} = frag_band_col(t, wm * FM + {i}u) * CST;\n", reset(i, "        ")))
         .collect();
     let ind = "                ";
     let mut mma: String =
@@ -609,8 +609,8 @@ fn stem_body(fm: u32, shape: &crate::stem::StemShape) -> String {
         .collect();
     STEM_WGSL
         .replace("//@STEM_DECLS", &decls)
-        .replace("    //@STEM_WEIGHTS\n", &weights)
-        .replace("    //@STEM_INIT\n", &init)
+        .replace("        //@STEM_WEIGHTS\n", &weights)
+        .replace("        //@STEM_INIT\n", &init)
         .replace(&format!("{ind}//@STEM_MMA\n"), &mma)
         .replace(&format!("{ind}//@STEM_SCRATCH\n"), &scratch)
 }
