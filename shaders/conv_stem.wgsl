@@ -19,12 +19,20 @@
 //    MAX_STEM_K_FRAGS fragments, src/stem.rs).
 // 3. Rows streamed by specialised warps. A workgroup walks a run of output rows of one
 //    image through a ring of TY + 1 space-to-depth rows. The first WARPS_M·WARPS_N warps
-//    multiply; the HELPERS warps after them stage and store. While the multiplying warps
-//    work on row i (reading ring rows i .. i+TY-1, writing their sums to scratch buffer
-//    i mod 2), the helpers fetch row i+TY into the free ring row and store output row i-1
-//    from the other scratch buffer: one barrier per row, and the three phases overlap.
-//    (Every warp doing every phase between barriers made the phases add up: BENCHMARKS.md,
-//    run 74.) Every input element is read from memory once per workgroup.
+//    multiply; the HELPERS warps after them stage and store. In pass i the multiplying
+//    warps work on row i (reading ring rows i .. i+TY-1, writing their sums to scratch
+//    buffer i mod 2), while the helpers put row i+TY (loaded in pass i-1) into the free
+//    ring row, start row i+TY+1's loads and store output row i-1 from the other scratch
+//    buffer: one barrier per pass, and the phases overlap. (Every warp doing every phase
+//    between barriers made the phases add up: BENCHMARKS.md, run 74.) Every input element
+//    is read from memory once per workgroup.
+//
+//    Each role runs its own loop, with as many barriers (one before the first pass, one
+//    per pass), so the loads a helper keeps in flight across a barrier hold no registers
+//    in the multiplying warps' code. SPIR-V asks every invocation to reach the same
+//    barrier instruction; here the roles reach two different ones, equally often. NVIDIA's
+//    hardware barrier counts arrivals, and the H100 tests pass, but it is outside the
+//    spec: the host makes this kernel a default only on NVIDIA (src/stem.rs).
 //
 // Slots and taps that match no weight (slots ≥ SLOTS, taps kx ≥ KW or ky ≥ KH) meet zero
 // weights; the pad slots hold zeros, but the surplus taps read real neighbouring inputs, so
@@ -38,8 +46,9 @@
 // local_invocation_index / 32: the host builds this kernel only where subgroups are 32
 // wide. Roles go by warp, so the multiplying warps' cooperative-matrix operations run in
 // control flow uniform per subgroup, as SPIR-V asks (the composed source turns off naga's
-// diagnostic that would have them uniform per workgroup). CPU twin of the indexing: src/stem.rs (conv_stem); of the arithmetic:
-// src/reference.rs (conv2d) with operands rounded to f16.
+// diagnostic that would have them uniform per workgroup). CPU twin of the indexing:
+// src/stem.rs (conv_stem); of the arithmetic: src/reference.rs (conv2d) with operands
+// rounded to f16.
 
 const FRAG: u32 = 16u;
 const RING: u32 = TY + 1u;                        // space-to-depth rows in workgroup memory
@@ -203,10 +212,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     // unrolled the row loop 8 times (10 000 instructions, 251 registers: BENCHMARKS.md). One
     // pass more than the run has rows: the helpers store the last row in it.
     let row_step = 1u + opaque_zero();
-    // Each role has its code and its loop, with as many barriers (one before the first pass,
-    // one per pass): values a helper keeps across passes then hold no registers through
-    // the multiplying warps' code (one loop for both roles made the helpers wait for each
-    // row's loads within the pass).
+    // Each role has its code and its loop, with as many barriers (see the note on them
+    // above).
     if (warp < MMA_WARPS) {
         // The warp's weights, K fragment k at rows k·16.. of the group's packed weights,
         // loaded while the helpers stage the run's first rows.

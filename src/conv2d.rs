@@ -33,7 +33,8 @@ pub enum ConfigSource {
     /// A decision of the tuner, read from the tuning cache.
     TuningCache,
     /// The library default: the seed's config (f32), the cooperative kernels' default
-    /// config, or the stem kernel (f16 on image inputs, ahead of any tuning decision).
+    /// config, or the stem kernel (f16 on image inputs on NVIDIA, ahead of any tuning
+    /// decision).
     Default,
     /// The default did not fit the device; the first sweep config that does.
     Fallback,
@@ -41,8 +42,9 @@ pub enum ConfigSource {
 
 #[derive(Debug, Clone, Default)]
 pub struct Conv2dOptions {
-    /// The kernel to run; `None`: the stem kernel for f16 on image inputs on cooperative-matrix
-    /// devices, else the tuning cache's decision for the problem, else the default.
+    /// The kernel to run; `None`: the stem kernel for f16 on image inputs on NVIDIA's
+    /// cooperative-matrix devices, else the tuning cache's decision for the problem, else the
+    /// default.
     pub kernel: Option<KernelKind>,
     pub activation: Activation,
     /// f32 (default), f16 operands with f32 accumulation, or f32-accurate f16x3 on
@@ -557,7 +559,8 @@ impl Conv2d {
 /// The kernel for a new op: explicit, else the tuning cache, else the default, else the
 /// first sweep config the device can run, else the direct kernel. For f16 precision:
 /// cooperative matrices where the device has them (the stem kernel for convolutions on image
-/// inputs, `stem::stem_by_default`, else the gathering kernel), else the f16 SIMT kernel
+/// inputs on NVIDIA, `stem::stem_by_default` and `stem::stem_default_adapter`, else the
+/// gathering kernel), else the f16 SIMT kernel
 /// where it has `SHADER_F16`, else a refusal — never the f32 path under an f16 label. For
 /// f16x3: cooperative matrices, else a refusal.
 fn choose_kernel(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -> Result<(KernelKind, ConfigSource)> {
@@ -582,7 +585,11 @@ fn choose_kernel(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -> Resul
     // f16 on the matrix units for a network's first layer: the stem kernel, before the
     // tuning cache (whose f16 decisions are the gathering kernel's, which the stem kernel
     // replaces for these convolutions; the tuner does not tune the stem kernel).
-    if options.precision == Precision::F16Accum32 && gpu.has_coop_stem() && crate::stem::stem_by_default(spec) {
+    if options.precision == Precision::F16Accum32
+        && gpu.has_coop_f16()
+        && crate::stem::stem_default_adapter(&gpu.info)
+        && crate::stem::stem_by_default(spec)
+    {
         let cfg = default_stem_config();
         let kind = KernelKind::CoopStem(cfg);
         if kind.validate(&limits).is_ok() && stem_runs(spec, &cfg, &limits).is_ok() {
@@ -704,10 +711,6 @@ fn check_kind_supported(gpu: &Gpu, kind: &KernelKind) -> Result<()> {
     match kind {
         k if k.is_cooperative() && !gpu.has_coop_f16() => Err(Error::Unsupported(format!(
             "{kind} needs cooperative matrices {COOP_NEEDS}; {} has none enabled",
-            gpu.info.name
-        ))),
-        KernelKind::CoopStem(_) if !gpu.has_coop_stem() => Err(Error::Unsupported(format!(
-            "{kind} needs the subgroup barrier (SUBGROUP_BARRIER), which {} lacks",
             gpu.info.name
         ))),
         KernelKind::TiledF16(_) if !gpu.device.features().contains(wgpu::Features::SHADER_F16) => {

@@ -130,13 +130,9 @@ pub fn coop_f16_supported(adapter: &wgpu::Adapter) -> bool {
         })
 }
 
-/// The optional features wgconv turns on when an adapter has them (the subgroup barrier
-/// orders the stem kernel's per-warp epilogue).
+/// The optional features wgconv turns on when an adapter has them.
 pub fn wanted_features(adapter: wgpu::Features) -> wgpu::Features {
-    let wanted = wgpu::Features::TIMESTAMP_QUERY
-        | wgpu::Features::SHADER_F16
-        | wgpu::Features::SUBGROUP
-        | wgpu::Features::SUBGROUP_BARRIER;
+    let wanted = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
     adapter & wanted
 }
 
@@ -201,11 +197,6 @@ impl Gpu {
     /// devices wgconv opened itself; see [`GpuOptions::cooperative_matrix`]).
     pub fn has_coop_f16(&self) -> bool {
         self.coop_f16
-    }
-
-    /// Whether the stem kernel can run: cooperative matrices and the subgroup barrier.
-    pub fn has_coop_stem(&self) -> bool {
-        self.coop_f16 && self.device.features().contains(wgpu::Features::SUBGROUP_BARRIER)
     }
 
     pub fn summary(&self) -> AdapterSummary {

@@ -43,12 +43,16 @@ pub enum KernelKind {
     /// receptive field (the padded taps meet zero weights; 0 × NaN is NaN).
     CoopBand(TileConfig),
     /// The stem kernel on cooperative matrices (`shaders/conv_stem.wgsl`): space-to-depth by
-    /// the strides, each warp's weights held in registers, output rows streamed through a
-    /// ring of staged input rows. For convolutions without dilation whose K after the
+    /// the strides; warps that multiply, their weights held in registers, beside helper warps
+    /// that stage input rows into a ring and store output rows, one row apart (see
+    /// [`crate::config::StemLayout`]). For convolutions without dilation whose K after the
     /// layout fits [`crate::stem::MAX_STEM_K_FRAGS`] fragments (few input channels per group:
     /// a network's first layer); f16 operands, f32 accumulation. Where KH or KW is not a
     /// multiple of its stride, a NaN input also makes NaN the outputs up to one stride
-    /// beyond its receptive field (the padded taps meet zero weights; 0 × NaN is NaN).
+    /// beyond its receptive field (the padded taps meet zero weights; 0 × NaN is NaN). Its
+    /// two roles reach the workgroup barrier from two loops, which SPIR-V does not promise
+    /// to support: a default only on NVIDIA ([`crate::stem::STEM_DEFAULT_VENDOR`]), where it
+    /// is tested.
     CoopStem(TileConfig),
     /// One output per invocation: the oracle and the fallback.
     Direct,
@@ -600,19 +604,17 @@ fn stem_body(fm: u32, shape: &crate::stem::StemShape) -> String {
     let scratch: String = (0..fm)
         .map(|i| {
             let sum = (1..chains).fold(format!("acc_{i}_0"), |e, c| format!("{e} + acc_{i}_{c}"));
-            format!(
-                "{ind}coopStore({sum}, &c_scratch[buf + scratch_at + {}u], SCR);\n{}",
-                i * 16,
-                reset(i, ind)
-            )
+            format!("{ind}coopStore({sum}, &c_scratch[buf + scratch_at + {}u], SCR);\n{}", i * 16, reset(i, ind))
         })
         .collect();
-    STEM_WGSL
+    let body = STEM_WGSL
         .replace("//@STEM_DECLS", &decls)
         .replace("        //@STEM_WEIGHTS\n", &weights)
         .replace("        //@STEM_INIT\n", &init)
         .replace(&format!("{ind}//@STEM_MMA\n"), &mma)
-        .replace(&format!("{ind}//@STEM_SCRATCH\n"), &scratch)
+        .replace(&format!("{ind}//@STEM_SCRATCH\n"), &scratch);
+    debug_assert!(!body.lines().any(|l| l.trim_start().starts_with("//@STEM_")), "a stem marker moved");
+    body
 }
 
 /// A hash of every shader source: part of the tuning cache's key, so a cached decision

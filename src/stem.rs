@@ -3,8 +3,8 @@
 //! the tests compare with the reference (lavapipe has no cooperative matrices, so the
 //! shader itself only runs on GPUs that do).
 //!
-//! The kernel holds each warp's weights in registers, so it runs convolutions whose K
-//! after the space-to-depth layout is small: few input channels per group, as in a
+//! The kernel holds each multiplying warp's weights in registers, so it runs convolutions
+//! whose K after the space-to-depth layout is small: few input channels per group, as in a
 //! network's first layer (AlexNet conv1: 27 K fragments, K = 432).
 
 use crate::config::{KernelLimits, TileConfig};
@@ -145,6 +145,19 @@ pub fn stem_scratch_bytes(cfg: &TileConfig) -> u64 {
 /// layer it was built for. It runs deeper convolutions too (within [`MAX_STEM_K_FRAGS`]) when named, but is
 /// measured only on AlexNet conv1 (BENCHMARKS.md).
 pub const STEM_DEFAULT_MAX_CHANNELS: u32 = 4;
+
+/// PCI vendor id of the adapters on which the stem kernel is an f16 default: NVIDIA's, where it
+/// is measured and tested. Its two roles of warps reach the workgroup barrier from two loops
+/// (equally often); SPIR-V asks every invocation to reach the same barrier instruction, and
+/// NVIDIA's hardware barrier, which counts arrivals, is the one this is known to work on
+/// (`shaders/conv_stem.wgsl`). Elsewhere the stem kernel runs only when named.
+pub const STEM_DEFAULT_VENDOR: u32 = 0x10de;
+
+/// Whether an f16 `Conv2d` runs the stem kernel by default on this adapter (given
+/// cooperative matrices and a convolution [`stem_by_default`] takes).
+pub fn stem_default_adapter(info: &wgpu::AdapterInfo) -> bool {
+    info.vendor == STEM_DEFAULT_VENDOR
+}
 
 /// Whether an f16 `Conv2d` runs the stem kernel by default for this convolution (where the
 /// device has cooperative matrices and the workgroup memory it needs): no groups, at most
@@ -450,6 +463,29 @@ mod tests {
                 let bias_tiles = pack_stem_bias(&spec, bias, &cfg);
                 conv_stem(&problem, &cfg, &geometry, x, &pack_stem_weights(&spec, w, &cfg), &bias_tiles)
             });
+        }
+    }
+
+    /// The stem vocabulary: the register tile names a multiplying warp's fragments, the warps
+    /// beyond the multiplying ones are helpers, and the helpers store whole columns.
+    #[test]
+    fn stem_layouts() {
+        use crate::config::StemLayout;
+        let default = crate::config::default_stem_config();
+        assert_eq!(default.to_string(), "m32n96k16-t4x4-w12-s1");
+        assert_eq!(default.stem_layout().unwrap(), StemLayout { fm: 2, warps_m: 1, warps_n: 6, helpers: 6 });
+        assert_eq!(
+            TileConfig::new_stem(64, 48, 2, 2).stem_layout().unwrap(),
+            StemLayout { fm: 2, warps_m: 2, warps_n: 3, helpers: 2 }
+        );
+        // No helpers; helpers whose invocations are not a multiple of block_m (1 × 32 < 64);
+        // a register tile of no whole fragment.
+        let refused = |cfg: TileConfig| cfg.stem_layout().unwrap_err().to_string();
+        assert!(refused(TileConfig::with_thread_tile(32, 96, 16, 4, 4, 1)).contains("stage rows"));
+        assert!(refused(TileConfig::new_stem(64, 96, 2, 1)).contains("block_m 64"));
+        assert!(refused(TileConfig::with_thread_tile(32, 96, 16, 2, 2, 1)).contains("whole 16×16 fragments"));
+        for cfg in crate::config::stem_sweep() {
+            cfg.stem_layout().unwrap_or_else(|e| panic!("{cfg}: {e}"));
         }
     }
 

@@ -73,8 +73,9 @@ fn default_f16_kernel_is_tiled_f16_without_coop() {
     let conv = f16_conv(&gpu, &case, None, false);
     let (kind, source) = conv.kernel();
     if gpu.has_coop_f16() {
-        // A 3-channel input: the stem kernel; 16 channels: the gathering kernel.
-        assert!(matches!(kind, KernelKind::CoopStem(_)), "coop device chose {kind} for 3 channels");
+        // A 3-channel input: the stem kernel (on NVIDIA); 16 channels: the gathering kernel.
+        let stem = wgconv::stem::stem_default_adapter(&gpu.info);
+        assert_eq!(matches!(kind, KernelKind::CoopStem(_)), stem, "coop device chose {kind} for 3 channels");
         let deep = case_of("default_kind_deep", S::new(16, 8, 3).padding(P::uniform(1)), [1, 8, 8]);
         let (deep_kind, _) = f16_conv(&gpu, &deep, None, false).kernel();
         assert!(matches!(deep_kind, KernelKind::Coop(_)), "coop device chose {deep_kind} for 16 channels");
@@ -250,7 +251,7 @@ fn coop_kernel_on_ragged_shapes() {
         let (kind, _) = conv.kernel();
         // The stem kernel for image inputs (at most 4 channels per group, no dilation), else the
         // gathering kernel (faster than the row-band one on the H100: BENCHMARKS.md).
-        let stem = wgconv::stem::stem_by_default(&spec);
+        let stem = wgconv::stem::stem_default_adapter(&gpu.info) && wgconv::stem::stem_by_default(&spec);
         assert!(
             matches!((stem, kind), (true, KernelKind::CoopStem(_)) | (false, KernelKind::Coop(_))),
             "{name}: default f16 kernel on a coop device is {kind}"
