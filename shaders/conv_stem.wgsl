@@ -56,7 +56,7 @@ const MMA_WARPS: u32 = WARPS_M * WARPS_N;
 const HELPER_THREADS: u32 = HELPERS * 32u;
 const SCR: u32 = BM + 4u;                         // scratch stride: channel-major, 4 banks apart
 const TILE: u32 = BN * SCR;                       // scratch elements per output row
-const CH_STEP: u32 = HELPER_THREADS / BM;         // channels a row store covers per pass
+const CH_STEP: u32 = max(HELPER_THREADS / BM, 1u); // channels a row store covers per pass
 const STORE_ITERS: u32 = (BN + CH_STEP - 1u) / CH_STEP;
 const SLOTS: u32 = SH * SW * CG;
 const ROW_ELEMS: u32 = BAND_COLS * CST;           // ring elements per space-to-depth row
@@ -161,7 +161,9 @@ fn store_row(t: Tile, oy: u32, buf: u32, h: u32) {
     // All loads first, then all stores (one loop with both kept them in turn, unrolled or not).
     var v: array<f32, STORE_ITERS>;
     for (var k = 0u; k < STORE_ITERS; k++) {
-        v[k] = c_scratch[min(src + k * CH_STEP * SCR, 2u * TILE - 1u)];
+        // (Channels past the tile, where CH_STEP does not divide BN, read its last channel:
+        // the other buffer is being written.)
+        v[k] = c_scratch[src + min(k * CH_STEP, BN - 1u - n_first) * SCR];
     }
     // Every channel of the tile in the group and no activation (AlexNet conv1): stores alone.
     if (BN % CH_STEP == 0u && t.n0 + BN <= p.c_out_per_group && !relu) {
@@ -185,8 +187,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) inv: u32) {
     // The tile is computed here, not in a function: naga's uniformity analysis takes a
-    // function's result as non-uniform, and the row loop below holds barriers. Tiles are
-    // numbered n-tile fastest, then column tile, row run, image and group.
+    // function's result as non-uniform, and the loops below run on it. Tiles are numbered
+    // n-tile fastest, then column tile, row run, image and group.
     let tile = wid.x + wid.y * nwg.x;
     if (tile >= p.total_tiles) {
         return;

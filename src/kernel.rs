@@ -205,10 +205,10 @@ pub enum Precision {
     /// (|x| > 65504) never become infinities: weights are refused at upload with
     /// [`crate::Error::F16Range`]; inputs are clamped in the kernel and flagged, `forward`
     /// then returns `F16Range`, and callers of `encode`/`plan` must check
-    /// [`crate::Conv2d::take_range_flag`] before using a result. On cooperative-matrix devices,
-    /// convolutions on image inputs (no groups, at most 4 channels) run the stem kernel
-    /// ([`KernelKind::CoopStem`]), where a NaN input may also make NaN the outputs up to one
-    /// stride beyond its receptive field.
+    /// [`crate::Conv2d::take_range_flag`] before using a result. On NVIDIA's cooperative-matrix
+    /// devices, convolutions on image inputs (no groups, at most 4 channels) run the stem
+    /// kernel ([`KernelKind::CoopStem`]), where a NaN input may also make NaN the outputs up to
+    /// one stride beyond its receptive field.
     F16Accum32,
     /// f32-accurate products from the f16 matrix units (cooperative-matrix devices only):
     /// each operand is split into two f16, `x ≈ hi + lo/2048`, keeping 22 of f32's 24

@@ -293,9 +293,12 @@ pub fn pack_stem_bias(spec: &Conv2dSpec, bias: Option<&[f32]>, cfg: &TileConfig)
 /// The CPU twin of `shaders/conv_stem.wgsl`'s indexing: the same tiles (walked by nested
 /// loops, not the shader's linear tile number), row runs, ring of space-to-depth rows,
 /// fragment offsets, packed-weight and bias-tile reads and store rules, in plain loops (f64
-/// sums of the operands as given: no f16 rounding). Not modelled: the warps' share of the
-/// fragments. `packed` is [`pack_stem_weights`]' output, `bias_tiles` [`pack_stem_bias`]'; the result is `[N, C_out, OH, OW]` with
-/// untouched outputs left NaN, so a store rule that misses an output shows.
+/// sums of the operands as given: no f16 rounding). Not modelled: the warps' roles and shares
+/// of the fragments, and the helpers' path from scratch to the output (`store_row`: column
+/// per invocation, channel steps, scratch stride); those only the GPU tests check. `packed`
+/// is [`pack_stem_weights`]' output, `bias_tiles` [`pack_stem_bias`]'; the result is
+/// `[N, C_out, OH, OW]` with untouched outputs left NaN, so a store rule that misses an output
+/// shows.
 pub fn conv_stem(
     problem: &crate::spec::ConvProblem,
     cfg: &TileConfig,
@@ -394,7 +397,7 @@ pub fn conv_stem(
                                         }
                                     }
                                 }
-                                // store_row
+                                // store_row's rules (which outputs, not how)
                                 for m in 0..16 {
                                     let ox = x_start + m;
                                     for n in 0..bn {

@@ -368,7 +368,8 @@ fn stage_neighbours(s: u32) -> Vec<u32> {
 
 /// Whether the tuner can tune a kernel: the tiled kernels, SIMT and cooperative, at any
 /// precision. The row-band and stem kernels' workgroup memory depends on the problem (and
-/// the stem kernel's warps on its blocks); the direct kernel has no config.
+/// the stem kernel's warps on its roles: multiplying warps and helpers); the direct kernel
+/// has no config.
 pub fn check_tunable(kind: &KernelKind) -> Result<()> {
     match kind {
         KernelKind::Tiled(_) | KernelKind::TiledF16(_) | KernelKind::Coop(_) | KernelKind::CoopSplit(_) => Ok(()),

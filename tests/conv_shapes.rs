@@ -14,8 +14,8 @@ use wgconv::{Conv2dSpec as S, Padding as P};
 
 /// Runs one shape on the default kernel (which must be a tiled config) and the direct one,
 /// and on the default f16 kernel where the device has one (cooperative matrices on GPUs that
-/// offer them: the stem kernel for inputs of at most 4 channels per group, else the gathering
-/// kernel; the f16 SIMT kernel on lavapipe) at the f16 tolerance.
+/// offer them: on NVIDIA the stem kernel for ungrouped inputs of at most 4 channels, else the
+/// gathering kernel; the f16 SIMT kernel on lavapipe) at the f16 tolerance.
 fn check(name: &str, spec: S, [n, h, w]: [u32; 3]) {
     let gpu = gpu();
     let case = Case::new(name, spec, Shape4::new(n, spec.in_channels, h, w));
@@ -29,7 +29,8 @@ fn check(name: &str, spec: S, [n, h, w]: [u32; 3]) {
     if has_f16(&gpu) {
         let f16 = case.conv_at(&gpu, None, Precision::F16Accum32);
         let (kind, _) = f16.kernel();
-        // The stem kernel for image inputs on cooperative-matrix devices, else the gathering one.
+        // The stem kernel for image inputs on NVIDIA's cooperative-matrix devices, else the
+        // gathering one.
         let stem = matches!(kind, KernelKind::CoopStem(_));
         let expected =
             gpu.has_coop_f16() && wgconv::stem::stem_default_adapter(&gpu.info) && wgconv::stem::stem_by_default(&spec);

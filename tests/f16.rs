@@ -249,8 +249,9 @@ fn coop_kernel_on_ragged_shapes() {
         let case = case(name, spec, nhw, relu);
         let conv = f16_conv(&gpu, &case, None, relu);
         let (kind, _) = conv.kernel();
-        // The stem kernel for image inputs (at most 4 channels per group, no dilation), else the
-        // gathering kernel (faster than the row-band one on the H100: BENCHMARKS.md).
+        // On NVIDIA the stem kernel for image inputs (no groups, at most 4 channels, no
+        // dilation), else the gathering kernel (faster than the row-band one on the H100:
+        // BENCHMARKS.md).
         let stem = wgconv::stem::stem_default_adapter(&gpu.info) && wgconv::stem::stem_by_default(&spec);
         assert!(
             matches!((stem, kind), (true, KernelKind::CoopStem(_)) | (false, KernelKind::Coop(_))),
@@ -286,7 +287,7 @@ fn coop_kernel_on_ragged_shapes() {
 /// outputs whose receptive field holds the NaN are NaN (the f16 conversion must not clamp
 /// it away, the ReLU must not turn it into 0; both are tested on the bits in the kernels).
 /// The gathering kernel on cooperative-matrix devices (the default for this 3-channel input
-/// there is the stem kernel, whose NaN bound is tested below), the default elsewhere.
+/// on NVIDIA is the stem kernel, whose NaN bound is tested below), the default elsewhere.
 #[test]
 fn nan_input_stays_nan_through_f16_and_relu() {
     let gpu = gpu();
