@@ -559,7 +559,7 @@ impl Conv2d {
 /// The kernel for a new op: explicit, else the tuning cache, else the default, else the
 /// first sweep config the device can run, else the direct kernel. For f16 precision:
 /// cooperative matrices where the device has them (the stem kernel for convolutions on image
-/// inputs on NVIDIA, `stem::stem_by_default` and `stem::stem_default_adapter`, else the
+/// inputs on NVIDIA, `stem::stem_fits_by_default` and `stem::stem_default_adapter`, else the
 /// gathering kernel), else the f16 SIMT kernel
 /// where it has `SHADER_F16`, else a refusal — never the f32 path under an f16 label. For
 /// f16x3: cooperative matrices, else a refusal.
@@ -588,13 +588,9 @@ fn choose_kernel(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -> Resul
     if options.precision == Precision::F16Accum32
         && gpu.has_coop_f16()
         && crate::stem::stem_default_adapter(&gpu.info)
-        && crate::stem::stem_by_default(spec)
+        && crate::stem::stem_fits_by_default(spec, &limits)
     {
-        let cfg = default_stem_config();
-        let kind = KernelKind::CoopStem(cfg);
-        if kind.validate(&limits).is_ok() && stem_runs(spec, &cfg, &limits).is_ok() {
-            return Ok((kind, ConfigSource::Default));
-        }
+        return Ok((KernelKind::CoopStem(default_stem_config()), ConfigSource::Default));
     }
     // The tuner's decision for this precision (each precision's decisions are its own).
     if let Some(input) = options.tuning_key_input {

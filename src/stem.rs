@@ -170,6 +170,14 @@ pub fn stem_by_default(spec: &Conv2dSpec) -> bool {
         && stem_refusal(spec, &crate::config::default_stem_config()).is_none()
 }
 
+/// Whether an f16 `Conv2d` on a device with these limits (and cooperative matrices, on
+/// NVIDIA: [`stem_default_adapter`]) runs the stem kernel by default: [`stem_by_default`], and
+/// the default config fits the device for every input size (its widest ring).
+pub fn stem_fits_by_default(spec: &Conv2dSpec, limits: &KernelLimits) -> bool {
+    let cfg = crate::config::default_stem_config();
+    stem_by_default(spec) && cfg.validate_stem(limits).is_ok() && stem_geometry(spec, cfg.block_m, &cfg, limits).is_ok()
+}
+
 /// Why the stem kernel cannot run a convolution, if it cannot.
 pub fn stem_refusal(spec: &Conv2dSpec, cfg: &TileConfig) -> Option<String> {
     if spec.dilation != [1, 1] {

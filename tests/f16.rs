@@ -252,7 +252,8 @@ fn coop_kernel_on_ragged_shapes() {
         // On NVIDIA the stem kernel for image inputs (no groups, at most 4 channels, no
         // dilation), else the gathering kernel (faster than the row-band one on the H100:
         // BENCHMARKS.md).
-        let stem = wgconv::stem::stem_default_adapter(&gpu.info) && wgconv::stem::stem_by_default(&spec);
+        let stem = wgconv::stem::stem_default_adapter(&gpu.info)
+            && wgconv::stem::stem_fits_by_default(&spec, &gpu.kernel_limits());
         assert!(
             matches!((stem, kind), (true, KernelKind::CoopStem(_)) | (false, KernelKind::Coop(_))),
             "{name}: default f16 kernel on a coop device is {kind}"

@@ -129,7 +129,10 @@ pub fn main(a: Args) -> CliResult {
         return Err(CliError(format!("--config {name}: {e}")));
     }
     tune::check_tunable(&original)?;
-    if matches!(original, KernelKind::Coop(_)) && wgconv::stem::stem_by_default(&spec) {
+    if matches!(original, KernelKind::Coop(_))
+        && wgconv::stem::stem_default_adapter(&info)
+        && wgconv::stem::stem_by_default(&spec)
+    {
         eprintln!(
             "wgconv: note: for this convolution an f16 Conv2d runs the stem kernel ({}), which the tuner \
              does not tune; this tunes {}, the f16 kernel of the convolutions the stem kernel does not take",
