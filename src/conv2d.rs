@@ -559,8 +559,8 @@ impl Conv2d {
 /// The kernel for a new op: explicit, else the tuning cache, else the default, else the
 /// first sweep config the device can run, else the direct kernel. For f16 precision:
 /// cooperative matrices where the device has them (the stem kernel for convolutions on image
-/// inputs on NVIDIA, `stem::stem_fits_by_default` and `stem::stem_default_adapter`, else the
-/// gathering kernel), else the f16 SIMT kernel
+/// inputs on NVIDIA, `stem::stem_is_default`, else the gathering kernel), else the f16 SIMT
+/// kernel
 /// where it has `SHADER_F16`, else a refusal — never the f32 path under an f16 label. For
 /// f16x3: cooperative matrices, else a refusal.
 fn choose_kernel(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -> Result<(KernelKind, ConfigSource)> {
@@ -585,11 +585,7 @@ fn choose_kernel(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -> Resul
     // f16 on the matrix units for a network's first layer: the stem kernel, before the
     // tuning cache (whose f16 decisions are the gathering kernel's, which the stem kernel
     // replaces for these convolutions; the tuner does not tune the stem kernel).
-    if options.precision == Precision::F16Accum32
-        && gpu.has_coop_f16()
-        && crate::stem::stem_default_adapter(&gpu.info)
-        && crate::stem::stem_fits_by_default(spec, &limits)
-    {
+    if options.precision == Precision::F16Accum32 && crate::stem::stem_is_default(gpu, spec) {
         return Ok((KernelKind::CoopStem(default_stem_config()), ConfigSource::Default));
     }
     // The tuner's decision for this precision (each precision's decisions are its own).

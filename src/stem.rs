@@ -172,10 +172,18 @@ pub fn stem_by_default(spec: &Conv2dSpec) -> bool {
 
 /// Whether an f16 `Conv2d` on a device with these limits (and cooperative matrices, on
 /// NVIDIA: [`stem_default_adapter`]) runs the stem kernel by default: [`stem_by_default`], and
-/// the default config fits the device for every input size (its widest ring).
+/// the default config fits the device for every input size.
 pub fn stem_fits_by_default(spec: &Conv2dSpec, limits: &KernelLimits) -> bool {
     let cfg = crate::config::default_stem_config();
-    stem_by_default(spec) && cfg.validate_stem(limits).is_ok() && stem_geometry(spec, cfg.block_m, &cfg, limits).is_ok()
+    stem_by_default(spec) && cfg.validate_stem(limits).is_ok() && crate::conv2d::stem_runs(spec, &cfg, limits).is_ok()
+}
+
+/// Whether an f16 `Conv2d` on `gpu` runs the stem kernel by default for this convolution:
+/// cooperative matrices, an NVIDIA adapter ([`stem_default_adapter`]) and
+/// [`stem_fits_by_default`] with the device's limits. What `Conv2d` decides, and what the
+/// tests expect.
+pub fn stem_is_default(gpu: &crate::Gpu, spec: &Conv2dSpec) -> bool {
+    gpu.has_coop_f16() && stem_default_adapter(&gpu.info) && stem_fits_by_default(spec, &gpu.kernel_limits())
 }
 
 /// Why the stem kernel cannot run a convolution, if it cannot.

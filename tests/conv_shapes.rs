@@ -32,10 +32,7 @@ fn check(name: &str, spec: S, [n, h, w]: [u32; 3]) {
         // The stem kernel for image inputs on NVIDIA's cooperative-matrix devices, else the
         // gathering one.
         let stem = matches!(kind, KernelKind::CoopStem(_));
-        let expected = gpu.has_coop_f16()
-            && wgconv::stem::stem_default_adapter(&gpu.info)
-            && wgconv::stem::stem_fits_by_default(&spec, &gpu.kernel_limits());
-        assert_eq!(stem, expected, "{name}: f16 kernel is {kind}");
+        assert_eq!(stem, wgconv::stem::stem_is_default(&gpu, &spec), "{name}: f16 kernel is {kind}");
         assert!(stem || matches!(kind, KernelKind::Coop(_) | KernelKind::TiledF16(_)), "{name}: f16 kernel is {kind}");
         case.check_encode(&gpu, &f16);
     }

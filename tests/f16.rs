@@ -74,7 +74,7 @@ fn default_f16_kernel_is_tiled_f16_without_coop() {
     let (kind, source) = conv.kernel();
     if gpu.has_coop_f16() {
         // A 3-channel input: the stem kernel (on NVIDIA); 16 channels: the gathering kernel.
-        let stem = wgconv::stem::stem_default_adapter(&gpu.info);
+        let stem = wgconv::stem::stem_is_default(&gpu, &case.spec);
         assert_eq!(matches!(kind, KernelKind::CoopStem(_)), stem, "coop device chose {kind} for 3 channels");
         let deep = case_of("default_kind_deep", S::new(16, 8, 3).padding(P::uniform(1)), [1, 8, 8]);
         let (deep_kind, _) = f16_conv(&gpu, &deep, None, false).kernel();
@@ -252,8 +252,7 @@ fn coop_kernel_on_ragged_shapes() {
         // On NVIDIA the stem kernel for image inputs (no groups, at most 4 channels, no
         // dilation), else the gathering kernel (faster than the row-band one on the H100:
         // BENCHMARKS.md).
-        let stem = wgconv::stem::stem_default_adapter(&gpu.info)
-            && wgconv::stem::stem_fits_by_default(&spec, &gpu.kernel_limits());
+        let stem = wgconv::stem::stem_is_default(&gpu, &spec);
         assert!(
             matches!((stem, kind), (true, KernelKind::CoopStem(_)) | (false, KernelKind::Coop(_))),
             "{name}: default f16 kernel on a coop device is {kind}"
