@@ -75,15 +75,9 @@ struct Tile {
 }
 
 fn locate_tile(wid: vec3<u32>, nwg: vec3<u32>) -> Tile {
-    let tile = wid.x + wid.y * nwg.x;
-    let nt = tile % p.n_tiles;
-    let r1 = tile / p.n_tiles;
-    let xt = r1 % p.x_tiles;
-    let r2 = r1 / p.x_tiles;
-    let yt = r2 % p.row_tiles;
-    let r3 = r2 / p.row_tiles;
-    let ox0 = xt * FRAG * FX;
-    return Tile(r3 / p.batch, r3 % p.batch, yt * WG_ROWS, ox0, min(ox0, p.x_clamp), nt * BN);
+    let c = grid_tile(wid.x + wid.y * nwg.x);
+    let ox0 = c.xt * FRAG * FX;
+    return Tile(c.g, c.img, c.rt * WG_ROWS, ox0, min(ox0, p.x_clamp), c.nt * BN);
 }
 
 // Fragment q (0 ≤ q < BM/16) of the workgroup: its output row (relative), and its first

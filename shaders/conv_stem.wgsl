@@ -186,22 +186,16 @@ fn store_row(t: Tile, oy: u32, buf: u32, h: u32) {
 fn main(@builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) inv: u32) {
-    // The tile is computed here, not in a function: naga's uniformity analysis takes a
-    // function's result as non-uniform, and the loops below run on it. Tiles are numbered
-    // n-tile fastest, then column tile, row run, image and group.
+    // Tested here, not through grid_tile: naga's uniformity analysis takes a function's
+    // result as non-uniform, and the barriers below need this return to be uniform.
     let tile = wid.x + wid.y * nwg.x;
     if (tile >= p.total_tiles) {
         return;
     }
-    let nt = tile % p.n_tiles;
-    let q1 = tile / p.n_tiles;
-    let xt = q1 % p.x_tiles;
-    let q2 = q1 / p.x_tiles;
-    let rt = q2 % p.row_tiles;
-    let q3 = q2 / p.row_tiles;
+    let c = grid_tile(tile);
     let run = (p.oh + p.row_tiles - 1u) / p.row_tiles;   // rows per run (the host makes none empty)
-    let ox0 = xt * BM;
-    let t = Tile(q3 / p.batch, q3 % p.batch, rt * run, min(rt * run + run, p.oh), ox0, min(ox0, p.x_clamp), nt * BN);
+    let ox0 = c.xt * BM;
+    let t = Tile(c.g, c.img, c.rt * run, min(c.rt * run + run, p.oh), ox0, min(ox0, p.x_clamp), c.nt * BN);
     let warp = inv / 32u;
     let wm = warp % WARPS_M;                       // a multiplying warp's fragments wm·FM ..
     let wn = min(warp / WARPS_M, WARPS_N - 1u);    // and its N fragment

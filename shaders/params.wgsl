@@ -20,6 +20,24 @@ struct Params {
     out_scale: f32,
 }
 
+// A workgroup's place in the grid of the row-band and stem kernels, from its tile number as
+// the host counts them (src/conv2d.rs): channel tile fastest, then column tile, row tile,
+// image and group.
+struct GridTile {
+    nt: u32,
+    xt: u32,
+    rt: u32,
+    img: u32,
+    g: u32,
+}
+
+fn grid_tile(tile: u32) -> GridTile {
+    let q1 = tile / p.n_tiles;
+    let q2 = q1 / p.x_tiles;
+    let q3 = q2 / p.row_tiles;
+    return GridTile(tile % p.n_tiles, q1 % p.x_tiles, q2 % p.row_tiles, q3 % p.batch, q3 / p.batch);
+}
+
 // flags (the host sets only bits below 16)
 const FLAG_RELU: u32 = 1u;
 
