@@ -3,41 +3,112 @@
 
 use thiserror::Error;
 
+/// The library's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Everything that can go wrong, each naming its cause.
 #[derive(Debug, Error, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Error {
+    /// The convolution's attributes are inconsistent (zero sizes, channels not divisible by
+    /// the groups, a bias that does not match the spec, …).
     #[error("invalid convolution: {0}")]
     InvalidSpec(String),
 
+    /// The input's channel count differs from the spec's.
     #[error("input has {got} channels but the convolution expects {expected}")]
-    ChannelMismatch { expected: u32, got: u32 },
+    ChannelMismatch {
+        /// The spec's input channels.
+        expected: u32,
+        /// The input's.
+        got: u32,
+    },
 
+    /// A slice or buffer has the wrong size.
     #[error("{what} has {got} elements, expected {expected}")]
-    WrongLength { what: &'static str, expected: usize, got: usize },
+    WrongLength {
+        /// What was measured (with its unit where it is not elements).
+        what: &'static str,
+        /// The size needed.
+        expected: usize,
+        /// The size given.
+        got: usize,
+    },
 
+    /// The output would have no elements along an axis.
     #[error("output would be empty: {axis} = {size} (input {input} + padding {pad} is smaller than the dilated kernel {kernel})")]
-    /// `kernel` is the dilated extent d·(k−1)+1 (u64: it can exceed u32).
-    EmptyOutput { axis: &'static str, size: i64, input: u32, pad: u32, kernel: u64 },
+    EmptyOutput {
+        /// `"height"` or `"width"`.
+        axis: &'static str,
+        /// The output size the formula gives.
+        size: i64,
+        /// The input size.
+        input: u32,
+        /// The padding along the axis (both sides).
+        pad: u32,
+        /// The dilated extent d·(k−1)+1 (u64: it can exceed u32).
+        kernel: u64,
+    },
 
+    /// A kernel config that cannot run (its tiles, or the device's limits), with the reason.
     #[error("tile config {config} is refused: {reason}")]
-    ConfigRefused { config: String, reason: String },
+    ConfigRefused {
+        /// The config's name.
+        config: String,
+        /// Why, naming the limit.
+        reason: String,
+    },
 
+    /// A name that does not parse: a kernel, a config, a precision.
+    #[error("{0}")]
+    Parse(String),
+
+    /// A tensor beyond what the device (or the host) can hold or address.
     #[error("tensor too large: {0}")]
     TooLarge(String),
 
+    /// No adapter matched.
     #[error("no GPU adapter found{0}")]
     NoAdapter(String),
 
+    /// The adapter refused to create a device.
     #[error("could not create a device on {adapter}: {reason}")]
-    Device { adapter: String, reason: String },
+    Device {
+        /// The adapter's name.
+        adapter: String,
+        /// wgpu's reason.
+        reason: String,
+    },
 
+    /// The device ran out of memory while wgconv allocated.
+    #[error("out of device memory during {stage}: {message}")]
+    OutOfMemory {
+        /// What wgconv was doing.
+        stage: &'static str,
+        /// wgpu's message.
+        message: String,
+    },
+
+    /// wgpu reported a validation error or failed an operation.
     #[error("wgpu {stage}: {message}")]
-    Wgpu { stage: &'static str, message: String },
+    Wgpu {
+        /// What wgconv was doing.
+        stage: &'static str,
+        /// wgpu's message.
+        message: String,
+    },
 
+    /// A value beyond f16's range under an f16 precision.
     #[error("{what} holds a value beyond f16's range (|x| > 65504{detail}): the f16 and f16x3 precisions cannot represent it; use Precision::F32 or rescale")]
-    F16Range { what: &'static str, detail: String },
+    F16Range {
+        /// The weights or the input.
+        what: &'static str,
+        /// An example value, where known.
+        detail: String,
+    },
 
+    /// What the device or this build cannot do (a missing feature, a kernel that does not
+    /// apply), naming the kernel family and the limit.
     #[error("{0}")]
     Unsupported(String),
 }

@@ -1,9 +1,11 @@
-//! The GPU context: adapter choice, a device with the adapter's own limits, the pipeline
-//! cache, and small helpers (error scopes, read-back) the rest of the crate shares.
+//! The GPU context: adapter choice, a device with the adapter's own limits and the features
+//! wgconv uses, its capabilities, the pipeline cache, and read-back. Asynchronous at the
+//! core (what the browser needs); the blocking calls wrap it outside wasm32.
 
-use crate::config::KernelLimits;
+use crate::caps::{coop_f16_supported, wanted_features, DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
 use crate::kernel::PipelineCache;
+use crate::scope::ErrorScope;
 
 /// How to pick and open a device.
 #[derive(Debug, Clone, Default)]
@@ -18,7 +20,7 @@ pub struct GpuOptions {
     pub limits: Option<wgpu::Limits>,
     /// Keep wgpu's runtime bounds checks in the kernels (default off: our kernels guard
     /// every access themselves; also `WGCONV_RUNTIME_CHECKS=1`, which `Gpu::from_device`
-    /// honours too). Measured cost on the H100: 22× (BENCHMARKS.md).
+    /// honours too). Measured cost on the H100: 22× on AlexNet conv1.
     pub runtime_checks: bool,
     /// Enable wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX where the adapter offers f16×f16→f32
     /// 16×16×16 with subgroup size 32 (the matrix-unit path of `Precision::F16Accum32`, and
@@ -28,16 +30,23 @@ pub struct GpuOptions {
 }
 
 /// What wgconv knows about an adapter: reported by `wgconv info` and the benchmark.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone)]
+#[cfg_attr(feature = "tune", derive(serde::Serialize))]
 pub struct AdapterSummary {
+    /// The adapter's name.
     pub name: String,
+    /// Vulkan, Metal, DX12, GL, BrowserWebGpu.
     pub backend: String,
+    /// Discrete, integrated, CPU, …
     pub device_type: String,
+    /// The driver's name.
     pub driver: String,
+    /// The driver's version.
     pub driver_info: String,
 }
 
 impl AdapterSummary {
+    /// The summary of an adapter's info.
     pub fn of(info: &wgpu::AdapterInfo) -> Self {
         AdapterSummary {
             name: info.name.clone(),
@@ -51,12 +60,15 @@ impl AdapterSummary {
 
 /// A device and queue wgconv runs on, created by wgconv or handed in by the caller.
 pub struct Gpu {
+    /// The device.
     pub device: wgpu::Device,
+    /// Its queue.
     pub queue: wgpu::Queue,
+    /// The adapter's info.
     pub info: wgpu::AdapterInfo,
     pub(crate) pipelines: PipelineCache,
     pub(crate) runtime_checks: bool,
-    coop_f16: bool,
+    caps: DeviceCaps,
 }
 
 /// Adapter preference: discrete first, CPU last.
@@ -71,12 +83,18 @@ fn type_rank(t: wgpu::DeviceType) -> u8 {
 }
 
 /// Every adapter wgpu finds for the given backends (default: `WGPU_BACKEND`, else all).
-pub fn enumerate_adapters(backends: Option<wgpu::Backends>) -> Vec<wgpu::Adapter> {
+pub async fn enumerate_adapters_async(backends: Option<wgpu::Backends>) -> Vec<wgpu::Adapter> {
     let backends = backends.or_else(wgpu::Backends::from_env).unwrap_or(wgpu::Backends::all());
     let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
     desc.backends = backends;
     let instance = wgpu::Instance::new(desc);
-    pollster::block_on(instance.enumerate_adapters(backends))
+    instance.enumerate_adapters(backends).await
+}
+
+/// [`enumerate_adapters_async`], blocking.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn enumerate_adapters(backends: Option<wgpu::Backends>) -> Vec<wgpu::Adapter> {
+    pollster::block_on(enumerate_adapters_async(backends))
 }
 
 /// Chooses among adapters: a name substring if given, else the best device type.
@@ -110,47 +128,37 @@ pub fn adapter_substring(explicit: Option<&str>) -> Option<String> {
 
 /// `WGCONV_RUNTIME_CHECKS=1`: keep wgpu's runtime bounds checks in the kernels.
 pub fn runtime_checks_from_env() -> bool {
-    std::env::var("WGCONV_RUNTIME_CHECKS").is_ok_and(|v| v != "0")
+    env_flag("WGCONV_RUNTIME_CHECKS")
 }
 
-/// Whether an adapter offers what the cooperative-matrix kernel needs: the experimental
-/// feature, an f16×f16→f32 16×16×16 configuration, and subgroups of exactly 32 (the kernel
-/// derives warps from the invocation index).
-pub fn coop_f16_supported(adapter: &wgpu::Adapter) -> bool {
-    let info = adapter.get_info();
-    adapter.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
-        && info.subgroup_min_size == 32
-        && info.subgroup_max_size == 32
-        && adapter.cooperative_matrix_properties().iter().any(|p| {
-            p.m_size == 16
-                && p.n_size == 16
-                && p.k_size == 16
-                && p.ab_type == wgpu::CooperativeScalarType::F16
-                && p.cr_type == wgpu::CooperativeScalarType::F32
-        })
-}
-
-/// The optional features wgconv turns on when an adapter has them.
-pub fn wanted_features(adapter: wgpu::Features) -> wgpu::Features {
-    let wanted = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
-    adapter & wanted
+/// An environment switch set to anything but `0` (never set on wasm32).
+fn env_flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v != "0")
 }
 
 impl Gpu {
     /// Opens the best adapter (see [`GpuOptions`]).
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn new() -> Result<Self> {
         Gpu::with_options(GpuOptions::default())
     }
 
+    /// Opens an adapter as `opts` say.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn with_options(opts: GpuOptions) -> Result<Self> {
-        let adapters = enumerate_adapters(opts.backends);
+        pollster::block_on(Gpu::new_async(opts))
+    }
+
+    /// Opens an adapter as `opts` say (the browser's way: nothing blocks).
+    pub async fn new_async(opts: GpuOptions) -> Result<Self> {
+        let adapters = enumerate_adapters_async(opts.backends).await;
         let infos: Vec<_> = adapters.iter().map(|a| a.get_info()).collect();
         let (idx, why) = choose_adapter(&infos, adapter_substring(opts.adapter.as_deref()).as_deref())?;
         let adapter = &adapters[idx];
         log::info!("wgconv: using {} ({:?}): {why}", infos[idx].name, infos[idx].backend);
         let limits = opts.limits.clone().unwrap_or_else(|| adapter.limits());
         let mut features = wanted_features(adapter.features());
-        let want_coop = opts.cooperative_matrix || std::env::var("WGCONV_COOP").is_ok_and(|v| v != "0");
+        let want_coop = opts.cooperative_matrix || env_flag("WGCONV_COOP");
         let coop_f16 = want_coop && coop_f16_supported(adapter);
         let experimental = if coop_f16 {
             features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
@@ -162,30 +170,44 @@ impl Gpu {
         } else {
             wgpu::ExperimentalFeatures::disabled()
         };
-        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
-            label: Some("wgconv"),
-            required_features: features,
-            required_limits: limits,
-            experimental_features: experimental,
-            memory_hints: wgpu::MemoryHints::Performance,
-            trace: wgpu::Trace::Off,
-        }))
-        .map_err(|e| Error::Device { adapter: infos[idx].name.clone(), reason: e.to_string() })?;
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("wgconv"),
+                required_features: features,
+                required_limits: limits,
+                experimental_features: experimental,
+                memory_hints: wgpu::MemoryHints::Performance,
+                trace: wgpu::Trace::Off,
+            })
+            .await
+            .map_err(|e| Error::Device { adapter: infos[idx].name.clone(), reason: e.to_string() })?;
         let checks = opts.runtime_checks || runtime_checks_from_env();
-        let mut gpu = Gpu::assemble(device, queue, infos[idx].clone(), checks);
-        gpu.coop_f16 = coop_f16;
-        Ok(gpu)
+        let caps = DeviceCaps::of_device(&device).with_adapter(adapter);
+        Ok(Gpu::assemble(device, queue, infos[idx].clone(), caps, checks))
     }
 
     /// Wraps a device and queue the caller created (bring your own device). wgconv uses
-    /// whatever limits and features that device was created with.
+    /// whatever limits and features that device was created with, cooperative matrices
+    /// included where the device enabled them (with subgroups of 32).
     pub fn from_device(device: wgpu::Device, queue: wgpu::Queue) -> Self {
         let info = device.adapter_info();
-        Gpu::assemble(device, queue, info, runtime_checks_from_env())
+        let caps = DeviceCaps::of_device(&device);
+        Gpu::assemble(device, queue, info, caps, runtime_checks_from_env())
     }
 
-    fn assemble(device: wgpu::Device, queue: wgpu::Queue, info: wgpu::AdapterInfo, runtime_checks: bool) -> Self {
-        Gpu { device, queue, info, pipelines: PipelineCache::default(), runtime_checks, coop_f16: false }
+    fn assemble(
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+        info: wgpu::AdapterInfo,
+        caps: DeviceCaps,
+        runtime_checks: bool,
+    ) -> Self {
+        Gpu { device, queue, info, pipelines: PipelineCache::default(), runtime_checks, caps }
+    }
+
+    /// What the device can do, as the kernels and the selection see it.
+    pub fn caps(&self) -> &DeviceCaps {
+        &self.caps
     }
 
     /// Whether the kernels keep wgpu's runtime bounds checks (part of the tuning cache key).
@@ -193,26 +215,31 @@ impl Gpu {
         self.runtime_checks
     }
 
-    /// Whether the f16 path can use cooperative matrices on this device (only known for
-    /// devices wgconv opened itself; see [`GpuOptions::cooperative_matrix`]).
+    /// Whether the f16 paths can use cooperative matrices on this device (see
+    /// [`GpuOptions::cooperative_matrix`]).
     pub fn has_coop_f16(&self) -> bool {
-        self.coop_f16
+        self.caps.coop_f16
     }
 
+    /// The adapter's name, backend and driver.
     pub fn summary(&self) -> AdapterSummary {
         AdapterSummary::of(&self.info)
     }
+    /// The device's limits.
     pub fn limits(&self) -> wgpu::Limits {
         self.device.limits()
     }
+    /// The limits kernel configs are checked against.
     pub fn kernel_limits(&self) -> KernelLimits {
-        KernelLimits::from(&self.device.limits())
+        self.caps.kernel_limits()
     }
+    /// Whether GPU timestamps can be taken.
     pub fn has_timestamps(&self) -> bool {
-        self.device.features().contains(wgpu::Features::TIMESTAMP_QUERY)
+        self.caps.timestamps()
     }
+    /// Whether the device is a CPU implementation (lavapipe, WARP, SwiftShader).
     pub fn is_cpu(&self) -> bool {
-        self.info.device_type == wgpu::DeviceType::Cpu
+        self.caps.is_cpu()
     }
 
     /// Blocks until the queue is idle.
@@ -236,7 +263,19 @@ impl Gpu {
     }
 
     /// Copies a buffer range back to the host (the buffer needs COPY_SRC).
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn read_buffer<T: bytemuck::Pod>(&self, buffer: &wgpu::Buffer, offset: u64, len: usize) -> Result<Vec<T>> {
+        pollster::block_on(self.read_buffer_async(buffer, offset, len))
+    }
+
+    /// Copies a buffer range back to the host (the buffer needs COPY_SRC). The host vector
+    /// is allocated fallibly: a size beyond the host's memory is an error, not an abort.
+    pub async fn read_buffer_async<T: bytemuck::Pod>(
+        &self,
+        buffer: &wgpu::Buffer,
+        offset: u64,
+        len: usize,
+    ) -> Result<Vec<T>> {
         let bytes = len
             .checked_mul(std::mem::size_of::<T>())
             .ok_or_else(|| Error::TooLarge(format!("reading {len} elements")))? as u64;
@@ -260,43 +299,19 @@ impl Gpu {
         let mut enc = self.device.create_command_encoder(&Default::default());
         enc.copy_buffer_to_buffer(buffer, offset, &staging, 0, bytes);
         self.queue.submit([enc.finish()]);
-        scope.finish("read-back")?;
+        scope.finish_async("read-back").await?;
         let slice = staging.slice(..);
-        let (tx, rx) = std::sync::mpsc::channel();
-        slice.map_async(wgpu::MapMode::Read, move |r| {
-            let _ = tx.send(r);
-        });
+        let mapped = crate::scope::MapFuture::new(&slice);
+        #[cfg(not(target_arch = "wasm32"))]
         self.wait()?;
-        rx.recv()
-            .map_err(|e| Error::Wgpu { stage: "map", message: e.to_string() })?
-            .map_err(|e| Error::Wgpu { stage: "map", message: e.to_string() })?;
+        mapped.await.map_err(|e| Error::Wgpu { stage: "map", message: e.to_string() })?;
         let view = slice.get_mapped_range().map_err(|e| Error::Wgpu { stage: "map", message: e.to_string() })?;
-        let out = bytemuck::cast_slice::<u8, T>(&view).to_vec();
+        let mut out: Vec<T> = Vec::new();
+        out.try_reserve_exact(len)
+            .map_err(|_| Error::TooLarge(format!("{bytes} B of read-back on the host")))?;
+        out.extend_from_slice(bytemuck::cast_slice::<u8, T>(&view));
         drop(view);
         staging.unmap();
         Ok(out)
-    }
-}
-
-/// Validation and out-of-memory errors of a stretch of wgpu calls, returned instead of
-/// reaching wgpu's default handler (which panics).
-pub(crate) struct ErrorScope {
-    validation: wgpu::ErrorScopeGuard,
-    oom: wgpu::ErrorScopeGuard,
-}
-
-impl ErrorScope {
-    pub fn push(device: &wgpu::Device) -> Self {
-        let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-        let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
-        ErrorScope { validation, oom }
-    }
-    pub fn finish(self, stage: &'static str) -> Result<()> {
-        let validation = pollster::block_on(self.validation.pop());
-        let oom = pollster::block_on(self.oom.pop());
-        match validation.or(oom) {
-            Some(e) => Err(Error::Wgpu { stage, message: e.to_string() }),
-            None => Ok(()),
-        }
     }
 }

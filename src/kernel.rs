@@ -1,200 +1,24 @@
-//! Shader composition and the pipeline cache.
+//! What a kernel family offers the rest of the crate: the [`Family`] and [`KernelConfig`]
+//! traits (the only way the crate talks to a family), the [`Kernel`] handle that names a
+//! family and its config, the per-dispatch parameters every kernel reads, the precision
+//! preludes, and the pipeline cache.
 //!
-//! Every kernel is one WGSL source under `shaders/` plus `shaders/params.wgsl`; the tiled
-//! family is specialised by a header of `const`s written from a [`TileConfig`] (WGSL
-//! `override`s cannot size the function-scope register arrays the kernel needs).
+//! A family lives in its own folder under `src/families/` and is registered by one line in
+//! `families::FAMILIES`; nothing outside that folder matches on which family a kernel is.
 
-use crate::config::TileConfig;
+use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
+use crate::scope::ErrorScope;
+use crate::shader::Modules;
+use crate::spec::{Conv2dSpec, ConvProblem};
 use bytemuck::{Pod, Zeroable};
-use sha2::{Digest, Sha256};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
-const PARAMS_WGSL: &str = include_str!("../shaders/params.wgsl");
-const GATHER_WGSL: &str = include_str!("../shaders/gather.wgsl");
-const TILED_WGSL: &str = include_str!("../shaders/conv_tiled.wgsl");
-const COOP_WGSL: &str = include_str!("../shaders/conv_coop.wgsl");
-const COOP_OPERANDS_F16_WGSL: &str = include_str!("../shaders/coop_operands_f16.wgsl");
-const COOP_OPERANDS_F16X3_WGSL: &str = include_str!("../shaders/coop_operands_f16x3.wgsl");
-const BAND_WGSL: &str = include_str!("../shaders/conv_band.wgsl");
-const STEM_WGSL: &str = include_str!("../shaders/conv_stem.wgsl");
-const DIRECT_WGSL: &str = include_str!("../shaders/conv_direct.wgsl");
-
-/// Which kernel runs a convolution.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub enum KernelKind {
-    /// The tiled implicit GEMM on f32 operands.
-    Tiled(TileConfig),
-    /// The same kernel with operands rounded to f16, f32 accumulation (devices with
-    /// `SHADER_F16` but no cooperative matrices, e.g. lavapipe).
-    TiledF16(TileConfig),
-    /// The tiled implicit GEMM on cooperative matrices: f16 operands, f32 accumulation.
-    Coop(TileConfig),
-    /// The same kernel with every operand split into two f16 halves and three products
-    /// per step ([`Precision::F16x3`]): f32-accurate results from the matrix units.
-    CoopSplit(TileConfig),
-    /// The row-band implicit GEMM on cooperative matrices (`shaders/conv_band.wgsl`): the
-    /// input band of a few output rows is staged once per workgroup and A fragments are
-    /// loaded from it directly. For convolutions without column dilation whose column
-    /// stride fits the band depth (`block_k`); f16 operands, f32 accumulation. Opt-in: slower
-    /// than [`KernelKind::Coop`] on the H100 (BENCHMARKS.md). Where KW is not a multiple of
-    /// the column stride, a NaN input also makes NaN the outputs up to one stride beyond its
-    /// receptive field (the padded taps meet zero weights; 0 × NaN is NaN).
-    CoopBand(TileConfig),
-    /// The stem kernel on cooperative matrices (`shaders/conv_stem.wgsl`): space-to-depth by
-    /// the strides; warps that multiply, their weights held in registers, beside helper warps
-    /// that stage input rows into a ring and store output rows, one row apart (see
-    /// [`crate::config::StemLayout`]). For convolutions without dilation whose K after the
-    /// layout fits [`crate::stem::MAX_STEM_K_FRAGS`] fragments (few input channels per group:
-    /// a network's first layer); f16 operands, f32 accumulation. Where KH or KW is not a
-    /// multiple of its stride, a NaN input also makes NaN the outputs up to one stride
-    /// beyond its receptive field (the padded taps meet zero weights; 0 × NaN is NaN). Its
-    /// two roles reach the workgroup barrier from two loops, which SPIR-V does not promise
-    /// to support: a default only on NVIDIA ([`crate::stem::STEM_DEFAULT_VENDOR`]), where it
-    /// is tested.
-    CoopStem(TileConfig),
-    /// One output per invocation: the oracle and the fallback.
-    Direct,
-}
-
-impl KernelKind {
-    pub fn config(&self) -> Option<TileConfig> {
-        match self {
-            KernelKind::Tiled(c)
-            | KernelKind::TiledF16(c)
-            | KernelKind::Coop(c)
-            | KernelKind::CoopSplit(c)
-            | KernelKind::CoopBand(c)
-            | KernelKind::CoopStem(c) => Some(*c),
-            KernelKind::Direct => None,
-        }
-    }
-    pub fn precision(&self) -> Precision {
-        match self {
-            KernelKind::Tiled(_) | KernelKind::Direct => Precision::F32,
-            KernelKind::TiledF16(_) | KernelKind::Coop(_) | KernelKind::CoopBand(_) | KernelKind::CoopStem(_) => {
-                Precision::F16Accum32
-            }
-            KernelKind::CoopSplit(_) => Precision::F16x3,
-        }
-    }
-    /// Whether the kernel runs on cooperative matrices (needs the feature; SPIR-V only; its
-    /// warps own 16×16 fragments rather than a register tile).
-    pub fn is_cooperative(&self) -> bool {
-        matches!(
-            self,
-            KernelKind::Coop(_) | KernelKind::CoopSplit(_) | KernelKind::CoopBand(_) | KernelKind::CoopStem(_)
-        )
-    }
-    /// Whether the kernel is composed per problem (its [`Geometry`] comes from the input
-    /// size): the row-band and stem kernels. They stage their own operands.
-    pub fn is_shaped(&self) -> bool {
-        matches!(self, KernelKind::CoopBand(_) | KernelKind::CoopStem(_))
-    }
-    /// The same kind with another config (the tuner's neighbours).
-    pub fn with_config(&self, c: TileConfig) -> KernelKind {
-        match self {
-            KernelKind::Tiled(_) => KernelKind::Tiled(c),
-            KernelKind::TiledF16(_) => KernelKind::TiledF16(c),
-            KernelKind::Coop(_) => KernelKind::Coop(c),
-            KernelKind::CoopSplit(_) => KernelKind::CoopSplit(c),
-            KernelKind::CoopBand(_) => KernelKind::CoopBand(c),
-            KernelKind::CoopStem(_) => KernelKind::CoopStem(c),
-            KernelKind::Direct => KernelKind::Direct,
-        }
-    }
-    /// The kind of a family name ([`KernelKind::family`]) with a config: how the tuning
-    /// cache names the kernel a decision was measured on. `None` for an unknown name.
-    pub fn from_family(family: &str, config: TileConfig) -> Option<KernelKind> {
-        let kinds = [
-            KernelKind::Tiled(config),
-            KernelKind::TiledF16(config),
-            KernelKind::Coop(config),
-            KernelKind::CoopSplit(config),
-            KernelKind::CoopBand(config),
-            KernelKind::CoopStem(config),
-            KernelKind::Direct,
-        ];
-        kinds.into_iter().find(|k| k.family() == family)
-    }
-    /// The same blocks over another warp count, BLOCK sizes (and so the grid) unchanged:
-    /// a re-derived register tile for the SIMT kernels ([`TileConfig::with_warps`]), a
-    /// re-split of the fragments for the cooperative ones
-    /// ([`TileConfig::with_fragment_warps`]). Refused where the kernel cannot split the
-    /// block that way. Used by the tuner.
-    pub fn with_warps(&self, warps: u32) -> Result<KernelKind> {
-        let Some(c) = self.config() else {
-            return Err(Error::Unsupported(format!("{self} has no warp count to change")));
-        };
-        let c = if self.is_cooperative() { c.with_fragment_warps(warps)? } else { c.with_warps(warps)? };
-        let kind = self.with_config(c);
-        kind.check_shape()?;
-        Ok(kind)
-    }
-    /// Checks the kind's config against a device's limits.
-    pub fn validate(&self, limits: &crate::config::KernelLimits) -> Result<()> {
-        match self {
-            KernelKind::Tiled(c) | KernelKind::TiledF16(c) => c.validate(limits),
-            KernelKind::Coop(c) => c.validate_coop(limits, 1),
-            KernelKind::CoopSplit(c) => c.validate_coop(limits, 2),
-            KernelKind::CoopBand(c) => c.validate_band(limits),
-            KernelKind::CoopStem(c) => c.validate_stem(limits),
-            KernelKind::Direct => Ok(()),
-        }
-    }
-    /// The device-independent checks of [`KernelKind::validate`]: the config forms this
-    /// kernel's tiles (a register tile for the SIMT kernels, a fragment layout for the
-    /// cooperative ones).
-    pub fn check_shape(&self) -> Result<()> {
-        match self {
-            KernelKind::Tiled(c) | KernelKind::TiledF16(c) => c.check_shape(),
-            KernelKind::Coop(c) | KernelKind::CoopSplit(c) => c.coop_layout().map(|_| ()),
-            KernelKind::CoopBand(c) => c.band_layout().map(|_| ()),
-            KernelKind::CoopStem(c) => c.stem_layout().map(|_| ()),
-            KernelKind::Direct => Ok(()),
-        }
-    }
-    /// Workgroup memory of the kernel, where it follows from the config alone (the
-    /// row-band kernel's band depends on the problem: `None`, as for the direct kernel).
-    pub fn workgroup_bytes(&self) -> Option<u64> {
-        match self {
-            KernelKind::Tiled(c) | KernelKind::TiledF16(c) => Some(c.workgroup_bytes()),
-            KernelKind::Coop(c) => Some(c.coop_workgroup_bytes(1)),
-            KernelKind::CoopSplit(c) => Some(c.coop_workgroup_bytes(2)),
-            KernelKind::CoopBand(_) | KernelKind::CoopStem(_) | KernelKind::Direct => None,
-        }
-    }
-}
-
-impl KernelKind {
-    /// The kernel's family, the first word of its display name: `tiled`, `tiled-f16`,
-    /// `coop-f16`, `coop-f16x3`, `coop-band-f16`, `coop-stem-f16` or `direct`.
-    pub fn family(&self) -> &'static str {
-        match self {
-            KernelKind::Tiled(_) => "tiled",
-            KernelKind::TiledF16(_) => "tiled-f16",
-            KernelKind::Coop(_) => "coop-f16",
-            KernelKind::CoopSplit(_) => "coop-f16x3",
-            KernelKind::CoopBand(_) => "coop-band-f16",
-            KernelKind::CoopStem(_) => "coop-stem-f16",
-            KernelKind::Direct => "direct",
-        }
-    }
-}
-
-/// The family and the config: `tiled m64n96k16-t4x12-w4-s1`, or `direct`.
-impl std::fmt::Display for KernelKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.config() {
-            Some(c) => write!(f, "{} {c}", self.family()),
-            None => f.write_str(self.family()),
-        }
-    }
-}
-
-/// The arithmetic of a convolution.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+/// The accuracy a convolution is computed at: an accuracy contract, which the chosen kernel
+/// keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "tune", derive(serde::Serialize, serde::Deserialize))]
 pub enum Precision {
     /// f32 operands, f32 accumulation (relative L2 error ~1e-7 against f64).
     #[default]
@@ -205,20 +29,19 @@ pub enum Precision {
     /// (|x| > 65504) never become infinities: weights are refused at upload with
     /// [`crate::Error::F16Range`]; inputs are clamped in the kernel and flagged, `forward`
     /// then returns `F16Range`, and callers of `encode`/`plan` must check
-    /// [`crate::Conv2d::take_range_flag`] before using a result. On NVIDIA's cooperative-matrix
-    /// devices, convolutions on image inputs (no groups, at most 4 channels) run the stem
-    /// kernel ([`KernelKind::CoopStem`]), where a NaN input may also make NaN the outputs up to
-    /// one stride beyond its receptive field.
+    /// [`crate::Conv2d::take_range_flag`] before using a result. Where the stem kernel runs
+    /// (image inputs on NVIDIA's cooperative matrices), a NaN input may also make NaN the
+    /// outputs up to one stride beyond its receptive field.
     F16Accum32,
     /// f32-accurate products from the f16 matrix units (cooperative-matrix devices only):
     /// each operand is split into two f16, `x ≈ hi + lo/2048`, keeping 22 of f32's 24
     /// significand bits, and each step sums the three products `hi·hi + (hi·lo + lo·hi)/2048`
-    /// in f32 (CUTLASS's 3×TF32 technique with f16 halves). Relative L2 error 1.3e-7 on
-    /// AlexNet conv1 against 3.4e-7 for f32 FMAs (bound: 1e-6, tested); three times the
-    /// matrix work of [`Precision::F16Accum32`]. Weights are scaled by a power of two at
-    /// upload, so their magnitude does not matter. Inputs keep f32's relative precision down
-    /// to 2^-14 in magnitude; smaller ones lose it gradually (each keeps an absolute error
-    /// of at most about 2^-36). Inputs beyond f16's range are clamped and flagged as in
+    /// in f32 (CUTLASS's 3×TF32 technique with f16 halves). Relative L2 error ~1.3e-7
+    /// against ~3.4e-7 for f32 FMAs (bound: 1e-6, tested); three times the matrix work of
+    /// [`Precision::F16Accum32`]. Weights are scaled by a power of two at upload, so their
+    /// magnitude does not matter. Inputs keep f32's relative precision down to 2^-14 in
+    /// magnitude; smaller ones lose it gradually (each keeps an absolute error of at most
+    /// about 2^-36). Inputs beyond f16's range are clamped and flagged as in
     /// [`Precision::F16Accum32`].
     F16x3,
 }
@@ -234,509 +57,299 @@ impl std::fmt::Display for Precision {
     }
 }
 
-/// Workgroup size of the direct kernel (`DIRECT_WG` in its source).
-pub(crate) const DIRECT_WORKGROUP: u32 = 64;
-
-/// Operands as they are: f32.
-const PRELUDE_F32: &str = "fn to_operand(v: f32) -> f32 {\n    return v;\n}\nfn report_range() {}\n";
-
-/// Operands rounded to f16. A value beyond f16's range is clamped, so no infinity enters
-/// the sums (NaN stays NaN: `is_nan` tests the bits, a clamp may drop it), and noted in a
-/// private flag that `report_range` publishes once at the end: an atomic inside the gather
-/// loop kept the compiler from overlapping the loads (the f16 kernel took 1.76 ms instead of
-/// 0.96 ms on the H100, BENCHMARKS.md). The host then refuses the result.
-const PRELUDE_F16: &str = "fn to_operand(v: f32) -> f32 {
-    out_of_range = out_of_range || abs(v) > F16_MAX;
-    return select(f32(f16(clamp(v, -F16_MAX, F16_MAX))), v, is_nan(v));
-}
-";
-
-/// The f16x3 kernel's operands: range-checked as in `PRELUDE_F16`, but not rounded (the
-/// split into two f16 happens in its `store_a`).
-const PRELUDE_F16X3: &str = "fn to_operand(v: f32) -> f32 {
-    out_of_range = out_of_range || abs(v) > F16_MAX;
-    return select(clamp(v, -F16_MAX, F16_MAX), v, is_nan(v));
-}
-";
-
-/// The range flag both f16 preludes share (see `PRELUDE_F16`).
-const PRELUDE_RANGE_FLAG: &str = "@group(0) @binding(6) var<storage, read_write> range_flag: atomic<u32>;
-const F16_MAX: f32 = 65504.0;
-var<private> out_of_range: bool = false;
-fn report_range() {
-    if (out_of_range) {
-        atomicOr(&range_flag, 1u);
+impl std::str::FromStr for Precision {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "f32" => Ok(Precision::F32),
+            "f16" => Ok(Precision::F16Accum32),
+            "f16x3" => Ok(Precision::F16x3),
+            _ => Err(Error::Parse(format!("unknown precision {s:?}: expected f32, f16 or f16x3"))),
+        }
     }
 }
-";
 
-/// The row-band kernel's compile-time geometry (see `crate::band::BandGeometry`, which
-/// derives it from a problem), compiled in as constants: its workgroup arrays are sized by
-/// it and its loops over fragments and weight rows have constant bounds. All zero for the
-/// other kernels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct BandShape {
-    pub band_rows: u32,
-    pub band_cols: u32,
-    pub stride_w: u32,
-    pub stride_h: u32,
-    pub dil_h: u32,
-    pub chunk_ch: u32,
-    pub chunks: u32,
-    pub k_frags: u32,
-    pub fx: u32,
-    pub wg_rows: u32,
+/// The shading languages a kernel's WGSL is translated to by the naga check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// Vulkan.
+    SpirV,
+    /// Metal.
+    Msl,
+    /// DX12.
+    Hlsl,
+    /// OpenGL compute.
+    Glsl,
 }
 
-/// The compile-time geometry of the kernels whose workgroup arrays and loops are sized by
-/// the problem (the row-band and stem kernels); `None` for the others.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Geometry {
-    #[default]
-    None,
-    Band(BandShape),
-    Stem(crate::stem::StemShape),
+/// All four: what an f32 kernel must translate to.
+pub(crate) const ALL_TARGETS: &[Target] = &[Target::SpirV, Target::Msl, Target::Hlsl, Target::Glsl];
+
+/// A kernel family: one kind of shader with its own config vocabulary (a folder under
+/// `src/families/`).
+pub(crate) trait Family: Send + Sync + 'static {
+    /// The first word of its kernels' names: `tiled`, `coop-f16`, …
+    fn name(&self) -> &'static str;
+    /// The accuracy its kernels compute at.
+    fn precision(&self) -> Precision;
+    /// Why the device cannot run this family at all (a missing feature), if it cannot.
+    fn unavailable(&self, caps: &DeviceCaps) -> Option<String>;
+    /// A kernel of this family from its config's name (the part after `family:`); syntax
+    /// only: [`KernelConfig::check_limits`] and [`KernelConfig::check_spec`] say whether it
+    /// can run.
+    fn parse(&'static self, config: &str) -> Result<Kernel>;
+    /// The family's reference kernel, the one selection starts from.
+    fn reference(&'static self) -> Kernel;
+    /// The family's declared sweep (the benchmark's candidates), its reference first.
+    fn sweep(&'static self) -> Vec<Kernel>;
+    /// The languages its WGSL must translate to.
+    fn targets(&self) -> &'static [Target];
 }
 
-/// The WGSL of a kernel, ready for naga or wgpu. The row-band and stem kernels, whose
-/// geometry comes from a problem, are composed for AlexNet conv1 (the first of their
-/// `representative_shapes` that the config can run, else an all-ones geometry).
-pub fn source(kind: &KernelKind) -> String {
-    let geometry = match kind {
-        KernelKind::CoopBand(c) => {
-            crate::band::representative_shapes(c).into_iter().next().map_or(Geometry::None, Geometry::Band)
+/// Weights (and any other per-op data) as a kernel reads them.
+pub(crate) struct Packed {
+    /// Binding 2.
+    pub weight: Vec<u8>,
+    /// More read-only buffers bound beside the standard ones (binding, label, contents).
+    pub extra: Vec<(u32, &'static str, Vec<u8>)>,
+    /// `Params.out_scale`: what the sums are multiplied by before the bias.
+    pub out_scale: f32,
+}
+
+/// A kernel composed for one input size.
+pub(crate) trait Shaped: Send + Sync {
+    /// The WGSL source (also the pipeline cache's key: the same source is one pipeline).
+    fn source(&self) -> Result<String>;
+    /// Read-only buffers that depend on the input size (binding, label, contents).
+    fn tables(&self) -> Result<Vec<(u32, &'static str, Vec<u8>)>>;
+    /// Fills the grid fields of one chunk's parameters (the convolution's fields and the
+    /// chunk's `batch` and `m_total` are set); returns the workgroup count.
+    fn grid(&self, params: &mut ConvParams) -> Result<u64>;
+}
+
+/// One family's config: what makes a [`Kernel`] run.
+pub(crate) trait KernelConfig: Send + Sync + std::fmt::Debug + 'static {
+    /// The family it belongs to.
+    fn family(&self) -> &'static dyn Family;
+    /// The config's name (empty for a family without configs); parses back with
+    /// [`Family::parse`].
+    fn name(&self) -> String;
+    /// Device-independent checks: the config forms this family's tiles.
+    fn check_shape(&self) -> Result<()>;
+    /// [`KernelConfig::check_shape`] and the device's limits (workgroup size and memory).
+    fn check_limits(&self, limits: &KernelLimits) -> Result<()>;
+    /// Why this kernel cannot run a convolution on a device with these limits, for any
+    /// input size (input-size-dependent refusals come from [`KernelConfig::shape`]).
+    fn check_spec(&self, spec: &Conv2dSpec, limits: &KernelLimits) -> Result<()>;
+    /// Bytes of the packed weights (checked against the device before packing).
+    fn packed_bytes(&self, spec: &Conv2dSpec) -> u64;
+    /// Packs weights (`[C_out, C_in/groups, KH, KW]`) and bias (zeros when absent).
+    fn pack(&self, spec: &Conv2dSpec, weight: &[f32], bias: &[f32]) -> Result<Packed>;
+    /// Read-only bindings besides params 0, input 1, weight 2, bias 3 and output 5.
+    fn extra_bindings(&self) -> &'static [u32];
+    /// The kernel composed for a problem (the batch does not matter).
+    fn shape(&self, problem: &ConvProblem, limits: &KernelLimits) -> Result<Box<dyn Shaped>>;
+    /// Sources composed for representative problems: what the naga check validates.
+    fn representative_sources(&self) -> Result<Vec<String>>;
+    /// Invocations per workgroup.
+    fn invocations(&self) -> u32;
+    /// Workgroup memory, where it follows from the config alone.
+    fn workgroup_bytes(&self) -> Option<u64>;
+    /// The tile of the families that share the tile vocabulary (`TileConfig`), which the
+    /// tuner varies; `None` for the others.
+    fn tile(&self) -> Option<crate::TileConfig> {
+        None
+    }
+    /// The same family with another tile (the tuner's neighbours).
+    fn with_tile(&self, _tile: crate::TileConfig) -> Option<Kernel> {
+        None
+    }
+    /// How many f16 halves each operand is staged in, for the cooperative kernels' register
+    /// estimate (1 or 2); `None` for SIMT kernels.
+    fn operand_halves(&self) -> Option<u32> {
+        None
+    }
+}
+
+/// A kernel: a family and its config. Its name is `family:config`, e.g.
+/// `tiled:m64n96k16-t4x12-w4-s1`, `coop-stem-f16:m32n96-f2-h6`, or `direct`.
+///
+/// ```
+/// let k: wgconv::Kernel = "tiled:m32n64k32-t4x4-w4-s2".parse()?;
+/// assert_eq!(k.family(), "tiled");
+/// assert_eq!(k.to_string(), "tiled:m32n64k32-t4x4-w4-s2");
+/// # Ok::<(), wgconv::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Kernel {
+    config: Arc<dyn KernelConfig>,
+    name: Arc<str>,
+}
+
+impl Kernel {
+    /// Wraps a family's config.
+    pub(crate) fn new(config: impl KernelConfig) -> Kernel {
+        let c = config.name();
+        let family = config.family().name();
+        let name = if c.is_empty() { family.to_string() } else { format!("{family}:{c}") };
+        Kernel { config: Arc::new(config), name: name.into() }
+    }
+    /// Parses `family:config` (or a family name alone, which means its reference kernel).
+    /// Syntax only: whether it can run on a device is decided when a `Conv2d` is built.
+    pub fn parse(name: &str) -> Result<Kernel> {
+        crate::families::parse(name)
+    }
+    /// The family's name: `tiled`, `tiled-f16`, `coop-f16`, `coop-f16x3`, `coop-band-f16`,
+    /// `coop-stem-f16` or `direct`.
+    pub fn family(&self) -> &'static str {
+        self.config.family().name()
+    }
+    /// The config's name (after `family:`), empty for the direct kernel.
+    pub fn config_name(&self) -> String {
+        self.config.name()
+    }
+    /// The accuracy the kernel computes at.
+    pub fn precision(&self) -> Precision {
+        self.config.family().precision()
+    }
+    /// The tile config of the tile-vocabulary families (`tiled`, `tiled-f16`, `coop-f16`,
+    /// `coop-f16x3`), `None` for the others.
+    pub fn tile(&self) -> Option<crate::TileConfig> {
+        self.config.tile()
+    }
+    /// The same family with another tile, where the family has the tile vocabulary.
+    pub fn with_tile(&self, tile: crate::TileConfig) -> Option<Kernel> {
+        self.config.with_tile(tile)
+    }
+    /// Device-independent checks of the config.
+    pub fn check_shape(&self) -> Result<()> {
+        self.config.check_shape()
+    }
+    /// Checks the config against a device's limits.
+    pub fn check_limits(&self, limits: &KernelLimits) -> Result<()> {
+        self.config.check_limits(limits)
+    }
+    /// Why this kernel cannot run on a device (features, limits) or a convolution, if it
+    /// cannot: every refusal names the family and the limit.
+    pub fn check(&self, spec: &Conv2dSpec, caps: &DeviceCaps) -> Result<()> {
+        if let Some(why) = self.config.family().unavailable(caps) {
+            return Err(Error::Unsupported(format!("{self}: {why}")));
         }
-        KernelKind::CoopStem(c) => {
-            crate::stem::representative_shapes(c).into_iter().next().map_or(Geometry::None, Geometry::Stem)
+        let limits = caps.kernel_limits();
+        self.config.check_limits(&limits)?;
+        self.config.check_spec(spec, &limits)
+    }
+    /// Invocations per workgroup.
+    pub fn invocations(&self) -> u32 {
+        self.config.invocations()
+    }
+    /// Workgroup memory, where it follows from the config alone.
+    pub fn workgroup_bytes(&self) -> Option<u64> {
+        self.config.workgroup_bytes()
+    }
+    /// f16 halves per staged operand of the cooperative kernels (1 or 2), `None` for SIMT ones.
+    pub(crate) fn operand_halves(&self) -> Option<u32> {
+        self.config.operand_halves()
+    }
+    pub(crate) fn config(&self) -> &dyn KernelConfig {
+        &*self.config
+    }
+    pub(crate) fn family_impl(&self) -> &'static dyn Family {
+        self.config.family()
+    }
+}
+
+impl std::fmt::Display for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Kernel({})", self.name)
+    }
+}
+
+impl PartialEq for Kernel {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+impl Eq for Kernel {}
+impl std::hash::Hash for Kernel {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state)
+    }
+}
+
+impl std::str::FromStr for Kernel {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Kernel::parse(s)
+    }
+}
+
+#[cfg(feature = "tune")]
+impl serde::Serialize for Kernel {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&self.name)
+    }
+}
+
+#[cfg(feature = "tune")]
+impl<'de> serde::Deserialize<'de> for Kernel {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let name = <String as serde::Deserialize>::deserialize(d)?;
+        Kernel::parse(&name).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The shared WGSL modules every family may `#import`.
+const PARAMS_WGSL: &str = include_str!("wgsl/params.wgsl");
+const PRECISION_WGSL: &str = include_str!("wgsl/precision.wgsl");
+
+/// A family's WGSL: its own modules, the shared ones, a generated `config` module of
+/// `const`s (WGSL `override`s cannot size the function-scope arrays the kernels need), and
+/// the precision's `#define` (`F16`, `F16X3` or neither), with the `enable`s it needs.
+pub(crate) fn compose(
+    entry: &str,
+    own: &[(&'static str, &'static str)],
+    generated: Vec<(&'static str, String)>,
+    precision: Precision,
+    cooperative: bool,
+) -> Result<String> {
+    let mut modules = Modules::new(own);
+    modules.insert("params", PARAMS_WGSL);
+    modules.insert("precision", PRECISION_WGSL);
+    for (name, text) in generated {
+        modules.insert(name, text);
+    }
+    let mut defines = BTreeSet::new();
+    match precision {
+        Precision::F32 => {}
+        Precision::F16Accum32 => {
+            defines.insert("F16");
+            defines.insert("RANGE_FLAG");
         }
-        _ => Geometry::None,
-    };
-    compose(kind, geometry)
-}
-
-impl BandShape {
-    /// A geometry every formula of the shader accepts (one row, one column, one fragment).
-    const ONES: BandShape = BandShape {
-        band_rows: 1,
-        band_cols: 16,
-        stride_w: 1,
-        stride_h: 1,
-        dil_h: 1,
-        chunk_ch: 1,
-        chunks: 1,
-        k_frags: 1,
-        fx: 1,
-        wg_rows: 1,
-    };
-}
-
-/// The WGSL of a kernel; `geometry` is the row-band or stem kernel's (ignored by the others;
-/// an absent one reads as all ones).
-pub(crate) fn compose(kind: &KernelKind, geometry: Geometry) -> String {
-    let band = match geometry {
-        Geometry::Band(b) => b,
-        _ => BandShape::ONES,
-    };
-    let stem = match geometry {
-        Geometry::Stem(s) => s,
-        _ => crate::stem::StemShape::ONES,
-    };
-    let Some(c) = kind.config() else {
-        return format!("{PARAMS_WGSL}\n{DIRECT_WGSL}");
-    };
+        Precision::F16x3 => {
+            defines.insert("F16X3");
+            defines.insert("RANGE_FLAG");
+        }
+    }
+    let body = crate::shader::preprocess(entry, &modules, &defines)
+        .map_err(|e| Error::Wgpu { stage: "shader composition", message: e })?;
     let mut enables = String::new();
-    if kind.precision() != Precision::F32 {
+    if precision != Precision::F32 {
         enables.push_str("enable f16;\n");
     }
-    if kind.is_cooperative() {
+    if cooperative {
         enables.push_str("enable wgpu_cooperative_matrix;\n");
     }
-    if matches!(kind, KernelKind::CoopStem(_)) {
-        // The stem kernel's warps take roles by their index: its cooperative-matrix operations
-        // run in branches uniform per subgroup (as SPIR-V asks), not per workgroup (as naga's
-        // uniformity analysis, under this rule's name, would have them).
-        enables.push_str("diagnostic(off, derivative_uniformity);\n");
-    }
-    let mut header = format!(
-        "// generated from TileConfig {name}\n\
-         const BM: u32 = {bm}u;\nconst BN: u32 = {bn}u;\nconst BK: u32 = {bk}u;\n\
-         const TM: u32 = {tm}u;\nconst TN: u32 = {tn}u;\nconst WG: u32 = {wg}u;\n\
-         const STAGES: u32 = {st}u;\n",
-        name = c.name(),
-        bm = c.block_m,
-        bn = c.block_n,
-        bk = c.block_k,
-        tm = c.thread_m,
-        tn = c.thread_n,
-        wg = c.invocations(),
-        st = c.stages,
-    );
-    let prelude = match kind.precision() {
-        Precision::F32 => PRELUDE_F32.to_string(),
-        Precision::F16Accum32 => format!("{PRELUDE_RANGE_FLAG}{PRELUDE_F16}"),
-        Precision::F16x3 => format!("{PRELUDE_RANGE_FLAG}{PRELUDE_F16X3}"),
-    };
-    let body = match kind {
-        KernelKind::Coop(_) | KernelKind::CoopSplit(_) => {
-            // Invalid layouts never reach here: Conv2d validates first. Fall back to one
-            // fragment so that `source` itself cannot fail.
-            let (wm, wn, fm, fn_) = c.coop_layout().unwrap_or((1, 1, 1, 1));
-            header.push_str(&format!(
-                "const WARPS_M: u32 = {wm}u;\nconst WARPS_N: u32 = {wn}u;\nconst FM: u32 = {fm}u;\nconst FN: u32 = {fn_}u;\n"
-            ));
-            coop_body(fm, fn_, matches!(kind, KernelKind::CoopSplit(_)))
-        }
-        KernelKind::CoopBand(_) => {
-            let (wm, wn, fm, fn_) = c.band_layout().unwrap_or((1, 1, 1, 1));
-            header.push_str(&format!(
-                "const WARPS_M: u32 = {wm}u;\nconst WARPS_N: u32 = {wn}u;\nconst FM: u32 = {fm}u;\nconst FN: u32 = {fn_}u;\n\
-                 const BAND_ROWS: u32 = {}u;\nconst BAND_COLS: u32 = {}u;\nconst SW: u32 = {}u;\n\
-                 const SH: u32 = {}u;\nconst DH: u32 = {}u;\nconst CHUNK_CH: u32 = {}u;\nconst CHUNKS: u32 = {}u;\n\
-                 const K_FRAGS: u32 = {}u;\nconst FX: u32 = {}u;\nconst WG_ROWS: u32 = {}u;\n",
-                band.band_rows,
-                band.band_cols,
-                band.stride_w,
-                band.stride_h,
-                band.dil_h,
-                band.chunk_ch,
-                band.chunks,
-                band.k_frags,
-                band.fx,
-                band.wg_rows
-            ));
-            band_body(fm, fn_)
-        }
-        KernelKind::CoopStem(_) => {
-            let l = c.stem_layout().unwrap_or(crate::config::StemLayout { fm: 1, warps_m: 1, warps_n: 1, helpers: 1 });
-            header.push_str(&format!(
-                "const WARPS_M: u32 = {}u;\nconst WARPS_N: u32 = {}u;\nconst FM: u32 = {}u;\nconst HELPERS: u32 = {}u;\n\
-                 const SH: u32 = {}u;\nconst SW: u32 = {}u;\nconst CG: u32 = {}u;\nconst TY: u32 = {}u;\n\
-                 const TX: u32 = {}u;\nconst CSP: u32 = {}u;\nconst CST: u32 = {}u;\nconst BAND_COLS: u32 = {}u;\n\
-                 const K_FRAGS: u32 = {}u;\n",
-                l.warps_m,
-                l.warps_n,
-                l.fm,
-                l.helpers,
-                stem.stride_h,
-                stem.stride_w,
-                stem.cg,
-                stem.taps_y,
-                stem.taps_x,
-                stem.csp,
-                stem.cst,
-                stem.band_cols,
-                stem.k_frags(),
-            ));
-            stem_body(l.fm, &stem)
-        }
-        _ => TILED_WGSL.to_string(),
-    };
-    // The row-band and stem kernels stage their own operands; the others share gather.wgsl's loaders.
-    let loaders = if kind.is_shaped() { "" } else { GATHER_WGSL };
-    format!("{enables}{header}{prelude}\n{PARAMS_WGSL}\n{loaders}\n{body}")
+    Ok(format!("{enables}{body}"))
 }
 
-/// What differs between the cooperative-matrix kernels' per-fragment statements.
-struct FragmentCode<'a> {
-    /// The kernel's source, with the `//@FRAGMENT_*` markers.
-    source: &'a str,
-    /// Indentation of the `//@FRAGMENT_MMA` marker (the multiply step's loop depth).
-    mma_indent: &'a str,
-    /// The load of A fragment i and of B fragment j from a staged tile (right-hand sides).
-    a_load: &'a dyn Fn(u32, &str) -> String,
-    b_load: &'a dyn Fn(u32, &str) -> String,
-    /// Operands staged as high and low f16 halves (the f16x3 kernel): each fragment is
-    /// loaded from both tiles, and each step forms three products.
-    split: bool,
-    /// Per-warp statements after the accumulators are zeroed, for fragment row i.
-    init_row: &'a dyn Fn(u32) -> String,
-    /// The store of accumulator (i, j).
-    store: &'a dyn Fn(u32, u32) -> String,
-}
-
-/// A cooperative-matrix kernel's source with its per-fragment statements written out at its
-/// `//@FRAGMENT_*` markers (WGSL cannot index an array of cooperative matrices): one
-/// accumulator per fragment (i, j) of the warp's FM×FN, zeroed; per multiply step FM A and
-/// FN B loads and FM·FN multiply-adds; then the stores.
-fn splice_fragments(fm: u32, fn_: u32, code: &FragmentCode) -> String {
-    let frags: Vec<(u32, u32)> = (0..fm).flat_map(|i| (0..fn_).map(move |j| (i, j))).collect();
-    let decls: String =
-        frags.iter().map(|(i, j)| format!("var<private> acc_{i}_{j}: coop_mat16x16<f32, C>;\n")).collect();
-    let mut init: String = frags.iter().map(|(i, j)| format!("    acc_{i}_{j} = coop_mat16x16<f32, C>();\n")).collect();
-    (0..fm).for_each(|i| init.push_str(&(code.init_row)(i)));
-    let ind = code.mma_indent;
-    let mut mma = String::new();
-    for i in 0..fm {
-        mma.push_str(&format!("{ind}let a_{i} = {};\n", (code.a_load)(i, "a_tile")));
-        if code.split {
-            mma.push_str(&format!("{ind}let al_{i} = {};\n", (code.a_load)(i, "a_lo_tile")));
-        }
-    }
-    for j in 0..fn_ {
-        mma.push_str(&format!("{ind}let b_{j} = {};\n", (code.b_load)(j, "b_tile")));
-        if code.split {
-            mma.push_str(&format!("{ind}let bl_{j} = {};\n", (code.b_load)(j, "b_lo_tile")));
-        }
-    }
-    for (i, j) in &frags {
-        if code.split {
-            // The step's three products go into a fresh partial, small terms first, which is
-            // then added to the accumulator in f32: the matrix units' own accumulation is
-            // coarser than an f32 add (f16-exact operands: relative L2 4.7e-7 against 3.3e-7
-            // for f32 FMAs on the H100, BENCHMARKS.md), and three of its roundings per step
-            // against the running sum would triple that error.
-            mma.push_str(&format!(
-                "{ind}let cross_{i}_{j} = coopMultiplyAdd(a_{i}, bl_{j}, coopMultiplyAdd(al_{i}, b_{j}, coop_mat16x16<f32, C>()));\n\
-                 {ind}acc_{i}_{j} = acc_{i}_{j} + coopMultiplyAdd(a_{i}, b_{j}, LO_WEIGHT * cross_{i}_{j});\n"
-            ));
-        } else {
-            mma.push_str(&format!("{ind}acc_{i}_{j} = coopMultiplyAdd(a_{i}, b_{j}, acc_{i}_{j});\n"));
-        }
-    }
-    let store: String = frags.iter().map(|&(i, j)| (code.store)(i, j)).collect();
-    code.source
-        .replace("//@FRAGMENT_DECLS", &decls)
-        .replace(&format!("{ind}//@FRAGMENT_MMA"), &mma)
-        .replace("    //@FRAGMENT_INIT", &init)
-        .replace("    //@FRAGMENT_STORE", &store)
-}
-
-/// conv_coop.wgsl after its operand staging (one f16 per operand, or split into two halves):
-/// A fragments column-major and B row-major from the staged tiles; the warp's fragments start
-/// at (wm0, wn0).
-fn coop_body(fm: u32, fn_: u32, split: bool) -> String {
-    let operands = if split { COOP_OPERANDS_F16X3_WGSL } else { COOP_OPERANDS_F16_WGSL };
-    let source = COOP_WGSL.replace("//@OPERANDS", operands);
-    splice_fragments(
-        fm,
-        fn_,
-        &FragmentCode {
-            source: &source,
-            mma_indent: "        ",
-            a_load: &|i, tile| format!("coopLoad<coop_mat16x16<f16, A>>(&{tile}[a_at + {}u], A_STRIDE)", i * 16),
-            b_load: &|j, tile| format!("coopLoadT<coop_mat16x16<f16, B>>(&{tile}[b_at + {}u], B_STRIDE)", j * 16),
-            split,
-            init_row: &|_| String::new(),
-            store: &|i, j| {
-                format!(
-                    "    coopStore(acc_{i}_{j}, &c_scratch[scratch], FRAG);\n    store_fragment(blk, warp, lane, wm0 + {}u, wn0 + {}u);\n",
-                    i * 16,
-                    j * 16
-                )
-            },
-        },
-    )
-}
-
-/// conv_band.wgsl: fragment (i, j) of a warp is block fragment `q0 + i` along M, read
-/// row-major from the band, and channels `wn0 + 16·j` along N.
-fn band_body(fm: u32, fn_: u32) -> String {
-    splice_fragments(
-        fm,
-        fn_,
-        &FragmentCode {
-            source: BAND_WGSL,
-            mma_indent: "                ",
-            a_load: &|i, _| format!("coopLoadT<coop_mat16x16<f16, A>>(&band[a_base_{i} + a_off], CP)"),
-            b_load: &|j, tile| format!("coopLoadT<coop_mat16x16<f16, B>>(&{tile}[b_at + {}u], B_STRIDE)", j * 16),
-            split: false,
-            init_row: &|i| format!("    let a_base_{i} = frag_band_offset(t, q0 + {i}u);\n"),
-            store: &|i, j| {
-                format!(
-                    "    coopStore(acc_{i}_{j}, &c_scratch[scratch], FRAG);\n    store_fragment(t, warp, lane, q0 + {i}u, wn0 + {}u);\n",
-                    j * 16
-                )
-            },
-        },
-    )
-}
-
-/// conv_stem.wgsl with its per-fragment statements: a multiplying warp's FM accumulators
-/// (two per fragment where FM is 1, each taking every other K fragment: two dependency
-/// chains instead of one) and the column offsets of its fragments; its K_FRAGS weight
-/// fragments, loaded once; per output row, for each K fragment (ty, tx, j) an A fragment per
-/// M fragment from ring row (oy + ty) mod RING; then the sums to scratch buffer `buf`. Each
-/// K fragment's statements are a block of their own (their A fragments are named alike).
-fn stem_body(fm: u32, shape: &crate::stem::StemShape) -> String {
-    const BIAS_TILE: &str = "coopLoadT<coop_mat16x16<f32, C>>(&bias_tiles[bias_at], FRAG)";
-    const ZERO: &str = "coop_mat16x16<f32, C>()";
-    let chains = if fm == 1 { 2 } else { 1 };
-    let (ty_n, tx_n, csp, cst) = (shape.taps_y, shape.taps_x, shape.csp, shape.cst);
-    let decls: String = (0..fm)
-        .flat_map(|i| (0..chains).map(move |c| format!("var<private> acc_{i}_{c}: coop_mat16x16<f32, C>;\n")))
-        .collect();
-    let weights: String = (0..shape.k_frags())
-        .map(|k| {
-            format!(
-                "        let b_{k} = coopLoadT<coop_mat16x16<f16, B>>(&weight[w_base + {}u * p.n_pad], p.n_pad);\n",
-                k * 16
-            )
-        })
-        .collect();
-    let reset = |i: u32, ind: &str| -> String {
-        (0..chains).map(|c| format!("{ind}acc_{i}_{c} = {};\n", if c == 0 { BIAS_TILE } else { ZERO })).collect()
-    };
-    let init: String = (0..fm)
-        .map(|i| format!("{}        let a_col_{i} = frag_band_col(t, wm * FM + {i}u) * CST;\n", reset(i, "        ")))
-        .collect();
-    let ind = "                ";
-    let mut mma: String =
-        (0..ty_n).map(|ty| format!("{ind}let rb_{ty} = ((i + {ty}u) % RING) * ROW_ELEMS;\n")).collect();
-    for ty in 0..ty_n {
-        for tx in 0..tx_n {
-            for j in 0..csp / 16 {
-                let k = (ty * tx_n + tx) * (csp / 16) + j;
-                let off = tx * cst + 16 * j;
-                mma.push_str(&format!("{ind}{{\n"));
-                for i in 0..fm {
-                    mma.push_str(&format!(
-                        "{ind}    let a_{i} = coopLoadT<coop_mat16x16<f16, A>>(&ring[rb_{ty} + a_col_{i} + {off}u], CST);\n"
-                    ));
-                }
-                let c = k % chains;
-                for i in 0..fm {
-                    mma.push_str(&format!("{ind}    acc_{i}_{c} = coopMultiplyAdd(a_{i}, b_{k}, acc_{i}_{c});\n"));
-                }
-                mma.push_str(&format!("{ind}}}\n"));
-            }
-        }
-    }
-    let scratch: String = (0..fm)
-        .map(|i| {
-            let sum = (1..chains).fold(format!("acc_{i}_0"), |e, c| format!("{e} + acc_{i}_{c}"));
-            format!("{ind}coopStore({sum}, &c_scratch[buf + scratch_at + {}u], SCR);\n{}", i * 16, reset(i, ind))
-        })
-        .collect();
-    let body = STEM_WGSL
-        .replace("//@STEM_DECLS", &decls)
-        .replace("        //@STEM_WEIGHTS\n", &weights)
-        .replace("        //@STEM_INIT\n", &init)
-        .replace(&format!("{ind}//@STEM_MMA\n"), &mma)
-        .replace(&format!("{ind}//@STEM_SCRATCH\n"), &scratch);
-    debug_assert!(!body.lines().any(|l| l.trim_start().starts_with("//@STEM_")), "a stem marker moved");
-    body
-}
-
-/// A hash of every shader source: part of the tuning cache's key, so a cached decision
-/// goes stale when a kernel changes.
-pub fn shader_hash() -> String {
-    let mut h = Sha256::new();
-    for s in [
-        PARAMS_WGSL,
-        GATHER_WGSL,
-        TILED_WGSL,
-        COOP_WGSL,
-        COOP_OPERANDS_F16_WGSL,
-        COOP_OPERANDS_F16X3_WGSL,
-        BAND_WGSL,
-        STEM_WGSL,
-        DIRECT_WGSL,
-        PRELUDE_F32,
-        PRELUDE_F16,
-        PRELUDE_F16X3,
-        PRELUDE_RANGE_FLAG,
-    ] {
-        h.update(s.as_bytes());
-    }
-    h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
-}
-
-/// The shading languages a kernel must translate to: all four for the f32 kernels; for
-/// the f16 SIMT kernel those with f16 in naga (not GLSL); only SPIR-V (Vulkan) for
-/// cooperative matrices, which naga's other backends do not express.
-pub fn portable_targets(kind: &KernelKind) -> &'static [&'static str] {
-    match kind {
-        k if k.is_cooperative() => &["SPIR-V"],
-        KernelKind::TiledF16(_) => &["SPIR-V", "MSL", "HLSL"],
-        _ => &["SPIR-V", "MSL", "HLSL", "GLSL"],
-    }
-}
-
-/// Parses and validates a kernel with naga and translates it to each of
-/// [`portable_targets`] (SPIR-V, MSL, HLSL, GLSL compute): the proof that a variant is
-/// portable, without any device.
-pub fn check_portable(kind: &KernelKind) -> Result<()> {
-    // `source` assumes a structurally valid config.
-    match kind {
-        KernelKind::Tiled(c) | KernelKind::TiledF16(c) => c.check_shape()?,
-        KernelKind::Coop(c) | KernelKind::CoopSplit(c) => {
-            c.coop_layout()?;
-        }
-        KernelKind::CoopBand(c) => {
-            c.band_layout()?;
-        }
-        KernelKind::CoopStem(c) => {
-            c.stem_layout()?;
-        }
-        KernelKind::Direct => {}
-    }
-    match kind {
-        // Every geometry of a few real problems, not one nominal one.
-        KernelKind::CoopBand(c) | KernelKind::CoopStem(c) => {
-            let shapes: Vec<Geometry> = match kind {
-                KernelKind::CoopBand(_) => {
-                    crate::band::representative_shapes(c).into_iter().map(Geometry::Band).collect()
-                }
-                _ => crate::stem::representative_shapes(c).into_iter().map(Geometry::Stem).collect(),
-            };
-            if shapes.is_empty() {
-                return Err(Error::ConfigRefused {
-                    config: c.to_string(),
-                    reason: "no representative problem fits a 48 KiB device".into(),
-                });
-            }
-            shapes.into_iter().try_for_each(|g| check_source(kind, &compose(kind, g)))
-        }
-        _ => check_source(kind, &source(kind)),
-    }
-}
-
-/// Parses, validates and translates one composed source (see [`check_portable`]).
-fn check_source(kind: &KernelKind, src: &str) -> Result<()> {
-    use naga::back;
-    let err =
-        |stage: &'static str| move |e: &dyn std::fmt::Display| Error::Wgpu { stage, message: format!("{kind}: {e}") };
-    let module = naga::front::wgsl::parse_str(src).map_err(|e| err("naga parse")(&e.emit_to_string(src)))?;
-    let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
-        .validate(&module)
-        .map_err(|e| err("naga validate")(&e.emit_to_string(src)))?;
-    for target in portable_targets(kind) {
-        match *target {
-            "SPIR-V" => {
-                back::spv::write_vec(&module, &info, &back::spv::Options::default(), None)
-                    .map_err(|e| err("SPIR-V")(&e))?;
-            }
-            "MSL" => {
-                back::msl::write_string(&module, &info, &back::msl::Options::default(), &Default::default())
-                    .map_err(|e| err("MSL")(&e))?;
-            }
-            "HLSL" => {
-                let mut hlsl = String::new();
-                // Shader model 6.2 is the first with 16-bit types.
-                let opts = back::hlsl::Options { shader_model: back::hlsl::ShaderModel::V6_2, ..Default::default() };
-                let pipe = back::hlsl::PipelineOptions::default();
-                back::hlsl::Writer::new(&mut hlsl, &opts, &pipe)
-                    .write(&module, &info, None)
-                    .map_err(|e| err("HLSL")(&e))?;
-            }
-            _ => {
-                let opts = back::glsl::Options { version: back::glsl::Version::Desktop(430), ..Default::default() };
-                let pipe = back::glsl::PipelineOptions {
-                    shader_stage: naga::ShaderStage::Compute,
-                    entry_point: "main".into(),
-                    multiview: None,
-                };
-                let mut glsl = String::new();
-                back::glsl::Writer::new(&mut glsl, &module, &info, &opts, &pipe, Default::default())
-                    .and_then(|mut w| w.write().map(|_| ()))
-                    .map_err(|e| err("GLSL")(&e))?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The per-dispatch parameters, in the field order of `shaders/params.wgsl`.
+/// The per-dispatch parameters, in the field order of `src/wgsl/params.wgsl`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 pub(crate) struct ConvParams {
@@ -783,69 +396,80 @@ impl Default for ConvParams {
     }
 }
 
+/// `Params.flags` bit: apply ReLU after the bias.
 pub(crate) const FLAG_RELU: u32 = 1;
 
-/// A compiled kernel: its pipeline and the bind group layout every conv kernel shares.
-pub(crate) struct Kernel {
+/// Checks a workgroup count against u32 (one chunk's grid before folding).
+pub(crate) fn workgroups_u32(total: u64) -> Result<u32> {
+    u32::try_from(total).map_err(|_| Error::TooLarge(format!("{total} workgroups in one chunk")))
+}
+
+/// A compiled kernel: its pipeline and bind group layout.
+pub(crate) struct Pipeline {
+    /// The compute pipeline.
     pub pipeline: wgpu::ComputePipeline,
+    /// Its bind group layout.
     pub layout: wgpu::BindGroupLayout,
 }
 
-/// Pipelines by kernel, built once per device.
+/// Pipelines by WGSL source and bindings, built once per device.
 #[derive(Default)]
 pub(crate) struct PipelineCache {
-    /// By kernel and geometry (`None` for all but the row-band and stem kernels).
-    map: Mutex<HashMap<(KernelKind, Geometry), Arc<Kernel>>>,
+    map: Mutex<HashMap<(String, Vec<u32>), Arc<Pipeline>>>,
+}
+
+/// The bindings of a kernel: params 0 (uniform), input 1, weight 2, bias 3, the kernel's
+/// extra read-only ones, output 5, and the range flag 6 of the f16 precisions.
+pub(crate) fn bindings(kernel: &Kernel) -> Vec<u32> {
+    let mut b = vec![0, 1, 2, 3, 5];
+    b.extend_from_slice(kernel.config().extra_bindings());
+    if kernel.precision() != Precision::F32 {
+        b.push(6);
+    }
+    b.sort_unstable();
+    b
 }
 
 impl PipelineCache {
-    pub fn get_or_build(&self, device: &wgpu::Device, kind: KernelKind, runtime_checks: bool) -> Result<Arc<Kernel>> {
-        self.get_or_build_for(device, kind, Geometry::None, runtime_checks)
-    }
-    /// The row-band and stem kernels need their geometry; other kernels ignore it.
-    pub fn get_or_build_for(
+    /// The pipeline of a source with these bindings (see [`bindings`]), built on first use.
+    pub fn get_or_build(
         &self,
         device: &wgpu::Device,
-        kind: KernelKind,
-        geometry: Geometry,
+        source: String,
+        bindings: Vec<u32>,
         runtime_checks: bool,
-    ) -> Result<Arc<Kernel>> {
-        let key = (kind, geometry);
+    ) -> Result<Arc<Pipeline>> {
+        let key = (source, bindings);
         if let Some(k) = self.map.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return Ok(k.clone());
         }
-        let kernel = Arc::new(build(device, &kind, geometry, runtime_checks)?);
-        self.map.lock().unwrap_or_else(|e| e.into_inner()).insert(key, kernel.clone());
-        Ok(kernel)
+        let pipeline = Arc::new(build(device, &key.0, &key.1, runtime_checks)?);
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).insert(key, pipeline.clone());
+        Ok(pipeline)
     }
 }
 
-fn layout_entry(binding: u32, ty: wgpu::BufferBindingType) -> wgpu::BindGroupLayoutEntry {
-    wgpu::BindGroupLayoutEntry {
-        binding,
-        visibility: wgpu::ShaderStages::COMPUTE,
-        ty: wgpu::BindingType::Buffer { ty, has_dynamic_offset: false, min_binding_size: None },
-        count: None,
-    }
-}
-
-fn build(device: &wgpu::Device, kind: &KernelKind, geometry: Geometry, runtime_checks: bool) -> Result<Kernel> {
-    let src = compose(kind, geometry);
-    let ro = wgpu::BufferBindingType::Storage { read_only: true };
-    let scope = crate::gpu::ErrorScope::push(device);
-    let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-        label: Some("wgconv conv"),
-        entries: &[
-            layout_entry(0, wgpu::BufferBindingType::Uniform),
-            layout_entry(1, ro),
-            layout_entry(2, ro),
-            layout_entry(3, ro),
-            layout_entry(4, ro),
-            layout_entry(5, wgpu::BufferBindingType::Storage { read_only: false }),
-            // The f16 kernels' range flag (unused by the f32 kernels).
-            layout_entry(6, wgpu::BufferBindingType::Storage { read_only: false }),
-        ],
-    });
+fn build(device: &wgpu::Device, src: &str, bindings: &[u32], runtime_checks: bool) -> Result<Pipeline> {
+    let entries: Vec<wgpu::BindGroupLayoutEntry> = bindings
+        .iter()
+        .map(|&binding| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: match binding {
+                    0 => wgpu::BufferBindingType::Uniform,
+                    5 | 6 => wgpu::BufferBindingType::Storage { read_only: false },
+                    _ => wgpu::BufferBindingType::Storage { read_only: true },
+                },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        })
+        .collect();
+    let scope = ErrorScope::push(device);
+    let layout = device
+        .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some("wgconv conv"), entries: &entries });
     let desc = wgpu::ShaderModuleDescriptor {
         label: Some("wgconv conv kernel"),
         source: wgpu::ShaderSource::Wgsl(src.into()),
@@ -861,9 +485,9 @@ fn build(device: &wgpu::Device, kind: &KernelKind, geometry: Geometry, runtime_c
         // window under 2^31 elements. Workgroup arrays are indexed by compile-time-bounded
         // loops, except the stem kernel's ring, whose fragment columns are clamped in the
         // shader (`frag_band_col`) to the band its pipeline was composed for: pipeline and
-        // parameters come from the same `StemGeometry`; its bias tiles are padded to whole
-        // N fragments at upload. The GPU-vs-CPU suite runs with the checks off. With them on, AlexNet conv1
-        // takes 22× longer on the H100 (BENCHMARKS.md).
+        // parameters come from the same geometry; its bias tiles are padded to whole N
+        // fragments at upload. The GPU-vs-CPU suite runs with the checks off. With them on,
+        // the kernels run an order of magnitude slower (22× on AlexNet conv1, H100).
         unsafe { device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
     };
     let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
@@ -880,7 +504,7 @@ fn build(device: &wgpu::Device, kind: &KernelKind, geometry: Geometry, runtime_c
         cache: None,
     });
     scope.finish("pipeline creation")?;
-    Ok(Kernel { pipeline, layout })
+    Ok(Pipeline { pipeline, layout })
 }
 
 #[cfg(test)]
@@ -889,26 +513,10 @@ mod tests {
 
     #[test]
     fn params_match_wgsl_struct() {
-        // 31 u32 fields and the f32 `out_scale` last, in the order of shaders/params.wgsl.
+        // 31 u32 fields and the f32 `out_scale` last, in the order of params.wgsl.
         assert_eq!(std::mem::size_of::<ConvParams>(), 32 * 4);
         let fields = PARAMS_WGSL.split("struct Params {").nth(1).unwrap().split('}').next().unwrap();
         assert_eq!(fields.matches(": u32").count(), 31);
         assert!(fields.trim_end().ends_with("out_scale: f32,"));
-    }
-
-    #[test]
-    fn every_marker_is_filled() {
-        let kinds = crate::config::default_sweep()
-            .into_iter()
-            .flat_map(|c| [KernelKind::Tiled(c), KernelKind::TiledF16(c)])
-            .chain(
-                crate::config::coop_sweep().into_iter().flat_map(|c| [KernelKind::Coop(c), KernelKind::CoopSplit(c)]),
-            )
-            .chain(crate::config::band_sweep().into_iter().map(KernelKind::CoopBand))
-            .chain(crate::config::stem_sweep().into_iter().map(KernelKind::CoopStem));
-        for kind in kinds {
-            let src = source(&kind);
-            assert!(!src.lines().any(|l| l.trim_start().starts_with("//@")), "{kind}: a marker was left");
-        }
     }
 }

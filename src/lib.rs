@@ -1,13 +1,12 @@
 //! wgconv: fast, portable 2-D convolution for Rust — PyTorch `nn.Conv2d` / ONNX `Conv`
-//! forward (NCHW f32) as WGSL compute shaders on wgpu.
+//! forward (NCHW f32) as WGSL compute shaders on wgpu, on Vulkan, Metal, DX12, GL, CPU
+//! drivers (lavapipe) and the browser's WebGPU.
 //!
-//! The data flows spec → config → kernel → conv2d → tune → bench:
-//! - [`spec`]: shapes and attributes, validated ([`Conv2dSpec`], [`Shape4`]).
-//! - [`config`]: [`TileConfig`], the tile vocabulary, checked against device limits.
-//! - [`kernel`]: WGSL composition from `shaders/` and the pipeline cache.
-//! - [`conv2d`]: [`Conv2d`], upload, chunking, grid folding, encode.
-//! - [`tune`], [`bench`](mod@bench): the micro-tuner and the tile-size benchmark.
-//! - [`reference`](mod@reference): the CPU reference (f64 accumulation) every test compares with.
+//! The API a newcomer needs: a [`Gpu`] (or your own device through [`Gpu::from_device`]),
+//! a [`Conv2dSpec`], and a [`Conv2d`] that runs it on host slices ([`Conv2d::forward`]) or
+//! encodes it into your command encoder ([`Conv2d::encode`]). [`Conv2dOptions`] names the
+//! [`Precision`] (an accuracy contract) and, if you want, the [`Kernel`]; otherwise
+//! selection picks one and [`Conv2d::kernel`] says which and why.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -21,24 +20,82 @@
 //! let y = conv.forward(&x, Shape4::new(2, 3, 16, 16))?; // [2, 8, 16, 16]
 //! # Ok::<(), wgconv::Error>(())
 //! ```
+//!
+//! Inside, a kernel family is a folder under `src/families/` behind the crate's `Family`
+//! trait and one line of its registry; `select` decides which kernel runs.
+//!
+//! Features: `tune` (default: the micro-tuner, its on-disk cache and GPU timing),
+//! `naga-check` (translation of every kernel to SPIR-V, MSL, HLSL and GLSL with naga).
+#![warn(missing_docs)]
 
-pub mod band;
-pub mod bench;
-pub mod cache;
-pub mod config;
-pub mod conv2d;
-pub mod error;
-pub mod gpu;
-pub mod kernel;
+mod caps;
+mod conv2d;
+mod error;
+mod families;
+mod gpu;
+mod kernel;
+mod options;
+mod scope;
+mod select;
+mod shader;
+mod spec;
+
 pub mod reference;
-pub mod spec;
-pub mod stem;
-pub mod timing;
+#[cfg(feature = "naga-check")]
+mod portable;
+#[cfg(feature = "tune")]
 pub mod tune;
 
-pub use config::TileConfig;
-pub use conv2d::{Activation, ConfigSource, Conv2d, Conv2dOptions, ConvPlan};
+pub use caps::{DeviceCaps, KernelLimits};
+pub use conv2d::{Conv2d, ConvPlan};
 pub use error::{Error, Result};
+pub use families::tiled::TileConfig;
 pub use gpu::{Gpu, GpuOptions};
-pub use kernel::{KernelKind, Precision};
+pub use kernel::{Kernel, Precision};
+pub use options::{Activation, ConfigSource, Conv2dOptions, Selection};
 pub use spec::{Conv2dSpec, ConvProblem, Padding, Shape4};
+
+/// What the command line, the benchmarks and the tests use beyond the main API: every
+/// family's vocabulary and sweep, adapter enumeration, and the selection's rules.
+pub mod advanced {
+    pub use crate::families::band::{band_sweep, BandConfig};
+    pub use crate::families::coop::coop_sweep;
+    pub use crate::families::stem::{stem_sweep, StemConfig, StemLayout, MAX_STEM_K_FRAGS};
+    pub use crate::families::tiled::default_sweep;
+    pub use crate::gpu::{adapter_substring, choose_adapter, enumerate_adapters_async, runtime_checks_from_env, AdapterSummary};
+    #[cfg(not(target_arch = "wasm32"))]
+    pub use crate::gpu::enumerate_adapters;
+    pub use crate::select::STEM_DEFAULT_MAX_CHANNELS;
+    #[cfg(feature = "naga-check")]
+    pub use crate::portable::check_portable;
+
+    use crate::{Conv2dOptions, Conv2dSpec, DeviceCaps, Kernel, Precision, Result, Selection};
+
+    /// The names of every kernel family, in the registry's order.
+    pub fn family_names() -> Vec<&'static str> {
+        crate::families::names()
+    }
+
+    /// A family's declared sweep (the benchmark's candidates), its reference first.
+    pub fn sweep(family: &str) -> Result<Vec<Kernel>> {
+        crate::families::family(family)
+            .map(|f| f.sweep())
+            .ok_or_else(|| crate::Error::Parse(format!("unknown kernel family {family:?}")))
+    }
+
+    /// The kernel a `Conv2d` with these options would run on a device with these
+    /// capabilities, and why (without the tuning cache, and without opening a device).
+    pub fn select(caps: &DeviceCaps, spec: &Conv2dSpec, options: &Conv2dOptions) -> Result<Selection> {
+        crate::select::select(caps, spec, options, |_| None)
+    }
+
+    /// The precision's default kernel on a device, before any convolution is known.
+    pub fn default_kernel(caps: &DeviceCaps, precision: Precision) -> Result<Kernel> {
+        crate::select::default_kernel(caps, precision).map(|(k, _)| k)
+    }
+
+    /// Whether f16 on this convolution runs the stem kernel by default on this device.
+    pub fn stem_is_default(caps: &DeviceCaps, spec: &Conv2dSpec) -> bool {
+        crate::select::stem_rule(caps, spec, Precision::F16Accum32).is_some()
+    }
+}

@@ -2,13 +2,13 @@
 //! `nn.Conv2d` / ONNX `Conv` semantics (NCHW, weight `[C_out, C_in/groups, KH, KW]`).
 
 use crate::error::{Error, Result};
-use serde::{Deserialize, Serialize};
 
 /// Input size plus padding along one axis must stay below this (2^29): see `problem`.
 pub const MAX_PADDED_EXTENT: i64 = 1 << 29;
 
 /// A 4-D NCHW shape.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "tune", derive(serde::Serialize, serde::Deserialize))]
 pub struct Shape4 {
     pub n: u32,
     pub c: u32,
@@ -43,7 +43,8 @@ impl std::fmt::Display for Shape4 {
 }
 
 /// Zero padding on each side, ONNX `pads` order: top, left, bottom, right.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "tune", derive(serde::Serialize, serde::Deserialize))]
 pub struct Padding {
     pub top: u32,
     pub left: u32,
@@ -66,7 +67,8 @@ impl Padding {
 }
 
 /// The attributes of a 2-D convolution: everything but the batch and spatial size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "tune", derive(serde::Serialize, serde::Deserialize))]
 pub struct Conv2dSpec {
     pub in_channels: u32,
     pub out_channels: u32,
@@ -280,7 +282,8 @@ impl Conv2dSpec {
 }
 
 /// A spec applied to one input shape: everything a kernel needs to know.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "tune", derive(serde::Serialize, serde::Deserialize))]
 pub struct ConvProblem {
     pub spec: Conv2dSpec,
     pub input: Shape4,

@@ -1,0 +1,154 @@
+//! What a device can do, read once from the device itself: the one value every kernel
+//! family and the selection consult (features, limits, vendor, subgroup size).
+
+/// The limits a kernel config is checked against: the device's, from `wgpu::Limits`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelLimits {
+    /// `max_compute_workgroup_storage_size`, bytes.
+    pub workgroup_storage_bytes: u32,
+    /// `max_compute_invocations_per_workgroup`.
+    pub invocations_per_workgroup: u32,
+    /// `max_compute_workgroup_size_x` (every kernel is one-dimensional in x).
+    pub workgroup_size_x: u32,
+}
+
+impl KernelLimits {
+    /// A device with `workgroup_storage_bytes` of workgroup memory and 1024 invocations per
+    /// workgroup: for geometry checks of representative problems and in tests.
+    pub const fn with_workgroup_bytes(workgroup_storage_bytes: u32) -> Self {
+        KernelLimits { workgroup_storage_bytes, invocations_per_workgroup: 1024, workgroup_size_x: 1024 }
+    }
+}
+
+impl From<&wgpu::Limits> for KernelLimits {
+    fn from(l: &wgpu::Limits) -> Self {
+        KernelLimits {
+            workgroup_storage_bytes: l.max_compute_workgroup_storage_size,
+            invocations_per_workgroup: l.max_compute_invocations_per_workgroup,
+            workgroup_size_x: l.max_compute_workgroup_size_x,
+        }
+    }
+}
+
+/// PCI vendor id of NVIDIA adapters.
+pub const VENDOR_NVIDIA: u32 = 0x10de;
+
+/// What the cooperative-matrix kernels need, for refusals.
+pub(crate) const COOP_NEEDS: &str = "(f16 A/B, f32 C, 16x16x16, subgroup size 32)";
+
+/// The capabilities of one device as wgconv's kernels see them.
+#[derive(Debug, Clone)]
+pub struct DeviceCaps {
+    /// The adapter's name, e.g. "NVIDIA H100 80GB HBM3" or "llvmpipe (LLVM 15.0.6, 256 bits)".
+    pub name: String,
+    /// PCI vendor id (0x10de NVIDIA, 0x1002 AMD, 0x8086 Intel; 0x10005 Mesa for lavapipe).
+    pub vendor: u32,
+    /// Discrete, integrated, CPU, …
+    pub device_type: wgpu::DeviceType,
+    /// Vulkan, Metal, DX12, GL or BrowserWebGpu.
+    pub backend: wgpu::Backend,
+    /// The driver's name and version, where the backend reports them.
+    pub driver: String,
+    /// The features the device was created with (not merely those the adapter offers).
+    pub features: wgpu::Features,
+    /// The limits the device was created with.
+    pub limits: wgpu::Limits,
+    /// Subgroup sizes the device may run with (`min`, `max`); equal when fixed.
+    pub subgroup_size: (u32, u32),
+    /// Whether the f16×f16→f32 16×16×16 cooperative-matrix kernels can run: the device has
+    /// the experimental feature enabled and subgroups of exactly 32.
+    pub coop_f16: bool,
+}
+
+impl DeviceCaps {
+    /// The capabilities of a device, from the device alone (also for devices the caller
+    /// created). Cooperative matrices count where the device enabled the feature and runs
+    /// subgroups of 32; the matrix configurations themselves are an adapter property, which
+    /// [`DeviceCaps::with_adapter`] checks where the adapter is at hand.
+    pub fn of_device(device: &wgpu::Device) -> Self {
+        let info = device.adapter_info();
+        let features = device.features();
+        let fixed_32 = info.subgroup_min_size == 32 && info.subgroup_max_size == 32;
+        DeviceCaps {
+            name: info.name.clone(),
+            vendor: info.vendor,
+            device_type: info.device_type,
+            backend: info.backend,
+            driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
+            coop_f16: features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) && fixed_32,
+            subgroup_size: (info.subgroup_min_size, info.subgroup_max_size),
+            features,
+            limits: device.limits(),
+        }
+    }
+
+    /// The capabilities a device opened from `adapter` by [`crate::Gpu`] would have
+    /// (`cooperative_matrix`: the opt-in of [`crate::GpuOptions::cooperative_matrix`]), for
+    /// reports and cache look-ups that open no device.
+    pub fn of_adapter(adapter: &wgpu::Adapter, cooperative_matrix: bool) -> Self {
+        let info = adapter.get_info();
+        let features = wanted_features(adapter.features());
+        let coop = cooperative_matrix && coop_f16_supported(adapter);
+        DeviceCaps {
+            name: info.name.clone(),
+            vendor: info.vendor,
+            device_type: info.device_type,
+            backend: info.backend,
+            driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
+            features: if coop { features | wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX } else { features },
+            limits: adapter.limits(),
+            subgroup_size: (info.subgroup_min_size, info.subgroup_max_size),
+            coop_f16: coop,
+        }
+    }
+
+    /// Narrows [`DeviceCaps::coop_f16`] by the adapter's cooperative-matrix configurations.
+    pub fn with_adapter(mut self, adapter: &wgpu::Adapter) -> Self {
+        self.coop_f16 = self.coop_f16 && coop_f16_supported(adapter);
+        self
+    }
+
+    /// The limits a kernel config is checked against.
+    pub fn kernel_limits(&self) -> KernelLimits {
+        KernelLimits::from(&self.limits)
+    }
+    /// Whether the device has `SHADER_F16` enabled.
+    pub fn shader_f16(&self) -> bool {
+        self.features.contains(wgpu::Features::SHADER_F16)
+    }
+    /// Whether GPU timestamps can be taken.
+    pub fn timestamps(&self) -> bool {
+        self.features.contains(wgpu::Features::TIMESTAMP_QUERY)
+    }
+    /// Whether the device is a CPU implementation (lavapipe, WARP, SwiftShader).
+    pub fn is_cpu(&self) -> bool {
+        self.device_type == wgpu::DeviceType::Cpu
+    }
+    /// Whether the device is NVIDIA's.
+    pub fn is_nvidia(&self) -> bool {
+        self.vendor == VENDOR_NVIDIA
+    }
+}
+
+/// Whether an adapter offers what the cooperative-matrix kernels need: the experimental
+/// feature, an f16×f16→f32 16×16×16 configuration, and subgroups of exactly 32 (the kernels
+/// derive warps from the invocation index).
+pub(crate) fn coop_f16_supported(adapter: &wgpu::Adapter) -> bool {
+    let info = adapter.get_info();
+    adapter.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+        && info.subgroup_min_size == 32
+        && info.subgroup_max_size == 32
+        && adapter.cooperative_matrix_properties().iter().any(|p| {
+            p.m_size == 16
+                && p.n_size == 16
+                && p.k_size == 16
+                && p.ab_type == wgpu::CooperativeScalarType::F16
+                && p.cr_type == wgpu::CooperativeScalarType::F32
+        })
+}
+
+/// The optional features wgconv turns on when an adapter has them.
+pub(crate) fn wanted_features(adapter: wgpu::Features) -> wgpu::Features {
+    let wanted = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
+    adapter & wanted
+}

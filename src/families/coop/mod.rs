@@ -1,0 +1,305 @@
+//! The tiled implicit GEMM on cooperative matrices (the GPU's matrix units through wgpu's
+//! experimental cooperative-matrix feature): `coop-f16` (f16 operands, f32 accumulation)
+//! and `coop-f16x3` (each operand split into two f16 halves, three products per step:
+//! f32-accurate results). The tile vocabulary and the operand gather are the tiled
+//! family's; here each warp owns 16×16 accumulator fragments instead of a register tile.
+
+pub(crate) mod fragments;
+
+use crate::caps::{DeviceCaps, KernelLimits, COOP_NEEDS};
+use crate::error::Result;
+use crate::families::tiled::{
+    pack_weights, packed_weight_len, round_to_f16, tile_header, Gathered, TileConfig, GATHER_TABLE_BINDING,
+    GATHER_WGSL,
+};
+use crate::kernel::{compose, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Target};
+use crate::spec::{Conv2dSpec, ConvProblem};
+use fragments::{fragment_layout, fragment_modules, FragmentCode};
+
+const COOP_WGSL: &str = include_str!("coop.wgsl");
+const OPERANDS_F16_WGSL: &str = include_str!("operands_f16.wgsl");
+const OPERANDS_F16X3_WGSL: &str = include_str!("operands_f16x3.wgsl");
+
+/// Accumulator fragments (16×16 f32) one warp may own: 8 fragments are 64 f32 registers per
+/// lane.
+pub const MAX_FRAGMENTS: u32 = 8;
+
+/// The cooperative-matrix gathering family.
+#[derive(Debug)]
+pub(crate) struct Coop {
+    /// Operands split into two f16 halves (`coop-f16x3`).
+    split: bool,
+}
+
+/// `coop-f16`.
+pub(crate) static COOP_F16: Coop = Coop { split: false };
+/// `coop-f16x3`.
+pub(crate) static COOP_F16X3: Coop = Coop { split: true };
+
+/// Why a device cannot run a cooperative-matrix kernel.
+pub(crate) fn coop_missing(caps: &DeviceCaps) -> Option<String> {
+    (!caps.coop_f16).then(|| {
+        format!(
+            "needs cooperative matrices {COOP_NEEDS}, which the device on {} does not have enabled \
+             (GpuOptions::cooperative_matrix or WGCONV_COOP=1 opts in where the adapter offers them)",
+            caps.name
+        )
+    })
+}
+
+impl Family for Coop {
+    fn name(&self) -> &'static str {
+        if self.split {
+            "coop-f16x3"
+        } else {
+            "coop-f16"
+        }
+    }
+    fn precision(&self) -> Precision {
+        if self.split {
+            Precision::F16x3
+        } else {
+            Precision::F16Accum32
+        }
+    }
+    fn unavailable(&self, caps: &DeviceCaps) -> Option<String> {
+        coop_missing(caps)
+    }
+    fn parse(&'static self, config: &str) -> Result<Kernel> {
+        Ok(Kernel::new(CoopKernel { family: self, tile: TileConfig::parse(config)? }))
+    }
+    fn reference(&'static self) -> Kernel {
+        Kernel::new(CoopKernel { family: self, tile: reference_tile() })
+    }
+    fn sweep(&'static self) -> Vec<Kernel> {
+        coop_sweep().into_iter().map(|tile| Kernel::new(CoopKernel { family: self, tile })).collect()
+    }
+    fn targets(&self) -> &'static [Target] {
+        // naga's other backends do not express cooperative matrices.
+        &[Target::SpirV]
+    }
+}
+
+/// The reference config: 4 warps of 2×3 fragments over 64 positions × 96 channels, the
+/// fastest of both precisions' sweeps on AlexNet conv1 on the H100.
+fn reference_tile() -> TileConfig {
+    TileConfig::with_thread_tile(64, 96, 16, 4, 12, 1)
+}
+
+/// The declared sweep (with f16x3 the configs with two stages or BK 32 mostly exceed the
+/// workgroup memory of its doubled operand tiles), the reference first.
+pub fn coop_sweep() -> Vec<TileConfig> {
+    use TileConfig as T;
+    vec![
+        reference_tile(),
+        T::with_thread_tile(128, 96, 32, 4, 12, 2),
+        T::with_thread_tile(128, 96, 16, 4, 12, 2),
+        T::with_thread_tile(128, 96, 32, 4, 12, 1),
+        T::with_thread_tile(64, 96, 32, 4, 12, 2),
+        T::with_thread_tile(64, 96, 32, 4, 12, 1),
+        T::with_thread_tile(128, 96, 16, 4, 12, 1),
+        T::with_thread_tile(32, 96, 16, 4, 12, 1),
+        T::with_thread_tile(256, 96, 16, 4, 12, 2),
+        T::with_thread_tile(128, 64, 32, 4, 8, 2),
+        T::with_thread_tile(128, 128, 32, 8, 8, 2),
+        T::with_thread_tile(64, 64, 32, 4, 8, 2),
+    ]
+}
+
+impl TileConfig {
+    /// The warp layout of the cooperative-matrix kernels: `(warps_m, warps_n, fm, fn)`, the
+    /// warps along M and N and the 16×16 accumulator fragments each warp owns along M and N.
+    /// The register tile fields play no part there (a fragment's elements are spread over
+    /// the warp's lanes by the driver); the most square per-warp tile is chosen.
+    pub fn coop_layout(&self) -> Result<(u32, u32, u32, u32)> {
+        self.check_common()?;
+        self.check_fragment_blocks("cooperative-matrix")?;
+        fragment_layout(self.block_m / 16, self.block_n / 16, self.warps, MAX_FRAGMENTS, &self.name())
+    }
+
+    /// Workgroup memory of the cooperative-matrix kernel: f16 A and B stages (rows padded by
+    /// 8) once per operand half (`halves`: 1 for f16, 2 for the split f16x3 kernel), the row
+    /// gather info, and one 16×16 f32 scratch fragment per warp.
+    pub fn coop_workgroup_bytes(&self, halves: u64) -> u64 {
+        let (bm, bn, bk) = (self.block_m as u64, self.block_n as u64, self.block_k as u64);
+        halves * self.stages as u64 * bk * ((bm + 8) + (bn + 8)) * 2 + bm * 16 + self.warps as u64 * 1024
+    }
+}
+
+/// A kernel of the cooperative gathering family.
+#[derive(Debug)]
+pub(crate) struct CoopKernel {
+    family: &'static Coop,
+    tile: TileConfig,
+}
+
+impl CoopKernel {
+    fn halves(&self) -> u64 {
+        if self.family.split {
+            2
+        } else {
+            1
+        }
+    }
+
+    fn source(&self) -> Result<String> {
+        let (wm, wn, fm, fn_) = self.tile.coop_layout()?;
+        let mut header = tile_header(&self.tile);
+        header.push_str(&format!(
+            "const WARPS_M: u32 = {wm}u;\nconst WARPS_N: u32 = {wn}u;\nconst FM: u32 = {fm}u;\nconst FN: u32 = {fn_}u;\n"
+        ));
+        let mut generated = fragment_modules(
+            fm,
+            fn_,
+            &FragmentCode {
+                a_load: &|i, tile| format!("coopLoad<coop_mat16x16<f16, A>>(&{tile}[a_at + {}u], A_STRIDE)", i * 16),
+                b_load: &|j, tile| format!("coopLoadT<coop_mat16x16<f16, B>>(&{tile}[b_at + {}u], B_STRIDE)", j * 16),
+                split: self.family.split,
+                init_row: &|_| String::new(),
+                store: &|i, j| {
+                    format!(
+                        "coopStore(acc_{i}_{j}, &c_scratch[scratch], FRAG);\nstore_fragment(blk, warp, lane, wm0 + {}u, wn0 + {}u);\n",
+                        i * 16,
+                        j * 16
+                    )
+                },
+            },
+        );
+        generated.push(("config", header));
+        compose(
+            "coop",
+            &[
+                ("coop", COOP_WGSL),
+                ("gather", GATHER_WGSL),
+                ("operands_f16", OPERANDS_F16_WGSL),
+                ("operands_f16x3", OPERANDS_F16X3_WGSL),
+            ],
+            generated,
+            self.family.precision(),
+            true,
+        )
+    }
+}
+
+impl KernelConfig for CoopKernel {
+    fn family(&self) -> &'static dyn Family {
+        self.family
+    }
+    fn name(&self) -> String {
+        self.tile.name()
+    }
+    fn check_shape(&self) -> Result<()> {
+        self.tile.coop_layout().map(|_| ())
+    }
+    fn check_limits(&self, limits: &KernelLimits) -> Result<()> {
+        self.tile.coop_layout()?;
+        self.tile.check_device(limits, self.tile.coop_workgroup_bytes(self.halves()))
+    }
+    fn check_spec(&self, _spec: &Conv2dSpec, _limits: &KernelLimits) -> Result<()> {
+        Ok(())
+    }
+    fn packed_bytes(&self, spec: &Conv2dSpec) -> u64 {
+        packed_weight_len(spec, &self.tile).saturating_mul(2 * self.halves())
+    }
+    fn pack(&self, spec: &Conv2dSpec, weight: &[f32], _bias: &[f32]) -> Result<Packed> {
+        let packed = pack_weights(spec, weight, &self.tile);
+        if self.family.split {
+            let (bytes, scale) = split_weights(&packed);
+            Ok(Packed { weight: bytes, extra: Vec::new(), out_scale: 1.0 / scale })
+        } else {
+            Ok(Packed { weight: f16_bytes(packed)?, extra: Vec::new(), out_scale: 1.0 })
+        }
+    }
+    fn extra_bindings(&self) -> &'static [u32] {
+        &[GATHER_TABLE_BINDING]
+    }
+    fn shape(&self, problem: &ConvProblem, _limits: &KernelLimits) -> Result<Box<dyn Shaped>> {
+        Ok(Box::new(Gathered::new(problem, self.tile, self.source())))
+    }
+    fn representative_sources(&self) -> Result<Vec<String>> {
+        Ok(vec![self.source()?])
+    }
+    fn invocations(&self) -> u32 {
+        self.tile.invocations()
+    }
+    fn workgroup_bytes(&self) -> Option<u64> {
+        Some(self.tile.coop_workgroup_bytes(self.halves()))
+    }
+    fn tile(&self) -> Option<TileConfig> {
+        Some(self.tile)
+    }
+    fn with_tile(&self, tile: TileConfig) -> Option<Kernel> {
+        Some(Kernel::new(CoopKernel { family: self.family, tile }))
+    }
+    fn operand_halves(&self) -> Option<u32> {
+        Some(self.halves() as u32)
+    }
+}
+
+/// Packed weights as f16 bytes, refusing values beyond f16's range.
+pub(crate) fn f16_bytes(mut packed: Vec<f32>) -> Result<Vec<u8>> {
+    round_to_f16(&mut packed, "weight")?;
+    let bits: Vec<u16> = packed.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
+    Ok(bytemuck::cast_slice(&bits).to_vec())
+}
+
+/// Packed weights split for the f16x3 kernel, with the power of two `scale` they were
+/// multiplied by first (the kernel's sums are multiplied by `1 / scale`). Per four weights
+/// `w` (a `WeightVec` of operands_f16x3.wgsl): four `hi = f16(w·scale)`, then four
+/// `lo = f16((w·scale - hi)·2048)`. The scale puts the largest finite magnitude in
+/// [2^13, 2^14): far inside f16's range, and small weights stay out of its subnormals
+/// (weights all below 2^-113 stay smaller: the scale stops at 2^126). A non-finite weight
+/// keeps `hi` (±inf or NaN) and `lo = 0`; an infinite one makes NaN of the outputs it
+/// touches, where f32 may give ±inf (its products with the inputs' low halves are 0·inf or
+/// opposite infinities).
+pub(crate) fn split_weights(packed: &[f32]) -> (Vec<u8>, f32) {
+    let max = packed.iter().filter(|v| v.is_finite()).fold(0.0f32, |m, v| m.max(v.abs()));
+    // f64: f32's log2 rounds values just under a power of two up to it.
+    let exp = if max > 0.0 { 13 - (max as f64).log2().floor() as i32 } else { 0 };
+    let scale = 2f64.powi(exp.clamp(-126, 126));
+    let halves = |v: f32| {
+        let x = v as f64 * scale;
+        let hi = half::f16::from_f64(x);
+        let lo = if v.is_finite() { half::f16::from_f64((x - hi.to_f64()) * 2048.0) } else { half::f16::ZERO };
+        (hi.to_bits(), lo.to_bits())
+    };
+    let split: Vec<(u16, u16)> = packed.iter().map(|&v| halves(v)).collect();
+    let mut bits = Vec::with_capacity(packed.len() * 2);
+    for quad in split.chunks(4) {
+        bits.extend(quad.iter().map(|h| h.0));
+        bits.extend(quad.iter().map(|h| h.1));
+    }
+    (bytemuck::cast_slice(&bits).to_vec(), scale as f32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The halves rebuild every weight within 2^-22 relative (two halves of 11 significant
+    /// bits) at any magnitude, the scale is a power of two putting the largest weight in [2^13, 2^14),
+    /// and non-finite weights keep their high half with a zero low half.
+    #[test]
+    fn split_weights_rebuild_f32_weights() {
+        let f16 = |bits: &[u8], i: usize| half::f16::from_bits(u16::from_le_bytes([bits[2 * i], bits[2 * i + 1]]));
+        for magnitude in [1e-30f32, 1e-6, 0.05, 1.0, 3e4, 1e9] {
+            let w: Vec<f32> = (0..24).map(|i| magnitude * ((i * 37 % 23) as f32 - 11.3) / 11.3).collect();
+            let (bits, scale) = split_weights(&w);
+            assert_eq!(bits.len(), w.len() * 4);
+            assert_eq!(scale.log2().fract(), 0.0, "scale {scale} is not a power of two");
+            let max = w.iter().fold(0.0f32, |m, v| m.max(v.abs())) * scale;
+            assert!((8192.0..16384.0).contains(&max), "largest scaled weight {max}");
+            for (i, &v) in w.iter().enumerate() {
+                let (quad, lane) = (i / 4, i % 4);
+                let hi = f16(&bits, quad * 8 + lane).to_f64();
+                let lo = f16(&bits, quad * 8 + 4 + lane).to_f64();
+                let rebuilt = (hi + lo / 2048.0) / scale as f64;
+                let rel = ((rebuilt - v as f64) / v as f64).abs();
+                assert!(rel <= 2f64.powi(-22), "weight {v} (×{magnitude:e}): rebuilt {rebuilt}, rel {rel:e}");
+            }
+        }
+        let (bits, _) = split_weights(&[1.0, f32::INFINITY, f32::NAN, -2.0]);
+        assert!(f16(&bits, 1).is_infinite() && f16(&bits, 5).to_f32() == 0.0);
+        assert!(f16(&bits, 2).is_nan() && f16(&bits, 6).to_f32() == 0.0);
+    }
+}

@@ -1,0 +1,54 @@
+// The direct kernel: one output element per invocation, weights in their original
+// [C_out, C_in/groups, KH, KW] layout. Slow on purpose-free grounds: it is the GPU-side
+// oracle for the tiled kernel and the fallback when no tile config fits a device.
+// CPU twin: src/reference.rs (conv2d).
+
+#import params
+
+const DIRECT_WG: u32 = 64u;
+
+@group(0) @binding(1) var<storage, read> input: array<f32>;
+@group(0) @binding(2) var<storage, read> weight: array<f32>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(5) var<storage, read_write> output: array<f32>;
+
+@compute @workgroup_size(DIRECT_WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    // The grid may be folded into two dimensions (65 535 workgroups per dimension).
+    let idx = (wid.x + wid.y * nwg.x) * DIRECT_WG + lid;
+    let ohw = p.oh * p.ow;
+    let per_image = p.c_out * ohw;
+    if (idx >= p.batch * per_image) {
+        return;
+    }
+    let img = idx / per_image;
+    let rem = idx % per_image;
+    let oc = rem / ohw;
+    let pos = rem % ohw;
+    let oy = pos / p.ow;
+    let ox = pos % p.ow;
+    let g = oc / p.c_out_per_group;
+
+    var acc = bias[oc];
+    let in_base = p.in_offset + (img * p.c_in + g * p.c_in_per_group) * p.h * p.w;
+    let w_base = oc * p.k_total;
+    for (var ic = 0u; ic < p.c_in_per_group; ic++) {
+        for (var ky = 0u; ky < p.kh; ky++) {
+            let iy = i32(oy * p.stride_h + ky * p.dil_h) - i32(p.pad_top);
+            if (iy < 0 || iy >= i32(p.h)) {
+                continue;
+            }
+            for (var kx = 0u; kx < p.kw; kx++) {
+                let ix = i32(ox * p.stride_w + kx * p.dil_w) - i32(p.pad_left);
+                if (ix < 0 || ix >= i32(p.w)) {
+                    continue;
+                }
+                let x = input[in_base + (ic * p.h + u32(iy)) * p.w + u32(ix)];
+                acc = fma(x, weight[w_base + (ic * p.kh + ky) * p.kw + kx], acc);
+            }
+        }
+    }
+    output[p.out_offset + idx] = activate(acc);
+}

@@ -1,0 +1,83 @@
+//! The kernel families, one folder each, and the registry: adding a family is its folder
+//! and one line in [`FAMILIES`].
+
+pub(crate) mod band;
+pub(crate) mod coop;
+pub(crate) mod direct;
+pub(crate) mod stem;
+pub mod tiled;
+
+use crate::error::{Error, Result};
+use crate::kernel::{Family, Kernel};
+
+/// Every family, in the order selection and listings consider them.
+pub(crate) static FAMILIES: &[&dyn Family] = &[
+    &stem::STEM,
+    &coop::COOP_F16,
+    &coop::COOP_F16X3,
+    &band::BAND,
+    &tiled::TILED,
+    &tiled::TILED_F16,
+    &direct::DIRECT,
+];
+
+/// The family of a name.
+pub(crate) fn family(name: &str) -> Option<&'static dyn Family> {
+    FAMILIES.iter().copied().find(|f| f.name() == name)
+}
+
+/// The names of every family, for messages.
+pub(crate) fn names() -> Vec<&'static str> {
+    FAMILIES.iter().map(|f| f.name()).collect()
+}
+
+/// Parses `family:config`, or a family name alone (its reference kernel).
+pub(crate) fn parse(name: &str) -> Result<Kernel> {
+    let (fam, config) = match name.split_once(':') {
+        Some((f, c)) => (f, Some(c)),
+        None => (name, None),
+    };
+    let family = family(fam).ok_or_else(|| {
+        Error::Parse(format!("unknown kernel family {fam:?} in {name:?}: expected one of {}", names().join(", ")))
+    })?;
+    match config {
+        Some(c) => family.parse(c),
+        None => Ok(family.reference()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every family's sweep is well formed and every kernel's name parses back to it.
+    #[test]
+    fn names_round_trip() {
+        for f in FAMILIES {
+            for k in f.sweep() {
+                k.check_shape().unwrap_or_else(|e| panic!("{k}: {e}"));
+                assert_eq!(parse(&k.to_string()).unwrap(), k);
+                assert_eq!(k.family(), f.name());
+            }
+            assert_eq!(parse(f.name()).unwrap(), f.reference());
+        }
+    }
+
+    /// Every family composes valid-looking WGSL for its sweep (no directive left behind).
+    #[test]
+    fn sources_compose() {
+        for f in FAMILIES {
+            for k in f.sweep() {
+                for src in k.config().representative_sources().unwrap_or_else(|e| panic!("{k}: {e}")) {
+                    assert!(!src.lines().any(|l| l.trim_start().starts_with('#')), "{k}: a directive was left");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_family_is_named() {
+        let e = parse("nope:m1").unwrap_err().to_string();
+        assert!(e.contains("unknown kernel family \"nope\"") && e.contains("tiled"), "{e}");
+    }
+}

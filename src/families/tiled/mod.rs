@@ -1,0 +1,271 @@
+//! The tiled implicit GEMM on the SIMT units (`tiled`: f32 operands; `tiled-f16`: operands
+//! rounded to f16, f32 accumulation), and what the cooperative-matrix `coop` families share
+//! with it: the tile vocabulary ([`TileConfig`]), the operand gather (`gather.wgsl`), the
+//! weight packing and the gather table.
+
+mod tile;
+
+pub use tile::TileConfig;
+
+use crate::caps::{DeviceCaps, KernelLimits};
+use crate::error::{Error, Result};
+use crate::kernel::{
+    compose, workgroups_u32, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Target, ALL_TARGETS,
+};
+use crate::spec::{Conv2dSpec, ConvProblem};
+
+/// The operand loaders the tiled and cooperative kernels share.
+pub(crate) const GATHER_WGSL: &str = include_str!("gather.wgsl");
+const TILED_WGSL: &str = include_str!("tiled.wgsl");
+
+/// The SIMT tiled family, with f32 or f16-rounded operands.
+#[derive(Debug)]
+pub(crate) struct Tiled {
+    /// Operands rounded to f16 (`tiled-f16`).
+    f16: bool,
+}
+
+/// `tiled`: f32 operands.
+pub(crate) static TILED: Tiled = Tiled { f16: false };
+/// `tiled-f16`: operands rounded to f16, f32 accumulation (devices with `SHADER_F16` but no
+/// cooperative matrices, e.g. lavapipe).
+pub(crate) static TILED_F16: Tiled = Tiled { f16: true };
+
+impl Family for Tiled {
+    fn name(&self) -> &'static str {
+        if self.f16 {
+            "tiled-f16"
+        } else {
+            "tiled"
+        }
+    }
+    fn precision(&self) -> Precision {
+        if self.f16 {
+            Precision::F16Accum32
+        } else {
+            Precision::F32
+        }
+    }
+    fn unavailable(&self, caps: &DeviceCaps) -> Option<String> {
+        (self.f16 && !caps.shader_f16()).then(|| shader_f16_missing(caps))
+    }
+    fn parse(&'static self, config: &str) -> Result<Kernel> {
+        Ok(Kernel::new(TiledKernel { family: self, tile: TileConfig::parse(config)? }))
+    }
+    fn reference(&'static self) -> Kernel {
+        Kernel::new(TiledKernel { family: self, tile: TileConfig::seed() })
+    }
+    fn sweep(&'static self) -> Vec<Kernel> {
+        tile::default_sweep().into_iter().map(|tile| Kernel::new(TiledKernel { family: self, tile })).collect()
+    }
+    fn targets(&self) -> &'static [Target] {
+        // naga's GLSL backend has no f16.
+        if self.f16 {
+            &[Target::SpirV, Target::Msl, Target::Hlsl]
+        } else {
+            ALL_TARGETS
+        }
+    }
+}
+
+/// Why a device without `SHADER_F16` cannot run an f16 kernel.
+pub(crate) fn shader_f16_missing(caps: &DeviceCaps) -> String {
+    format!(
+        "needs the SHADER_F16 feature, which the device on {} was not created with (a device \
+         opened by Gpu::new requests it where the adapter offers it)",
+        caps.name
+    )
+}
+
+/// A kernel of the SIMT tiled family.
+#[derive(Debug)]
+pub(crate) struct TiledKernel {
+    family: &'static Tiled,
+    tile: TileConfig,
+}
+
+impl KernelConfig for TiledKernel {
+    fn family(&self) -> &'static dyn Family {
+        self.family
+    }
+    fn name(&self) -> String {
+        self.tile.name()
+    }
+    fn check_shape(&self) -> Result<()> {
+        self.tile.check_shape()
+    }
+    fn check_limits(&self, limits: &KernelLimits) -> Result<()> {
+        self.tile.validate(limits)
+    }
+    fn check_spec(&self, _spec: &Conv2dSpec, _limits: &KernelLimits) -> Result<()> {
+        Ok(())
+    }
+    fn packed_bytes(&self, spec: &Conv2dSpec) -> u64 {
+        packed_weight_len(spec, &self.tile).saturating_mul(4)
+    }
+    fn pack(&self, spec: &Conv2dSpec, weight: &[f32], _bias: &[f32]) -> Result<Packed> {
+        let mut packed = pack_weights(spec, weight, &self.tile);
+        if self.family.f16 {
+            round_to_f16(&mut packed, "weight")?;
+        }
+        Ok(Packed { weight: bytemuck::cast_slice(&packed).to_vec(), extra: Vec::new(), out_scale: 1.0 })
+    }
+    fn extra_bindings(&self) -> &'static [u32] {
+        &[GATHER_TABLE_BINDING]
+    }
+    fn shape(&self, problem: &ConvProblem, _limits: &KernelLimits) -> Result<Box<dyn Shaped>> {
+        Ok(Box::new(Gathered::new(problem, self.tile, self.source())))
+    }
+    fn representative_sources(&self) -> Result<Vec<String>> {
+        self.tile.check_shape()?;
+        Ok(vec![self.source()?])
+    }
+    fn invocations(&self) -> u32 {
+        self.tile.invocations()
+    }
+    fn workgroup_bytes(&self) -> Option<u64> {
+        Some(self.tile.workgroup_bytes())
+    }
+    fn tile(&self) -> Option<TileConfig> {
+        Some(self.tile)
+    }
+    fn with_tile(&self, tile: TileConfig) -> Option<Kernel> {
+        Some(Kernel::new(TiledKernel { family: self.family, tile }))
+    }
+}
+
+impl TiledKernel {
+    fn source(&self) -> Result<String> {
+        compose(
+            "tiled",
+            &[("tiled", TILED_WGSL), ("gather", GATHER_WGSL)],
+            vec![("config", tile_header(&self.tile))],
+            self.family.precision(),
+            false,
+        )
+    }
+}
+
+/// The binding of the gather table.
+pub(crate) const GATHER_TABLE_BINDING: u32 = 4;
+
+/// The tile constants of a [`TileConfig`], as WGSL.
+pub(crate) fn tile_header(c: &TileConfig) -> String {
+    format!(
+        "// generated from TileConfig {name}\n\
+         const BM: u32 = {bm}u;\nconst BN: u32 = {bn}u;\nconst BK: u32 = {bk}u;\n\
+         const TM: u32 = {tm}u;\nconst TN: u32 = {tn}u;\nconst WG: u32 = {wg}u;\n\
+         const STAGES: u32 = {st}u;\n",
+        name = c.name(),
+        bm = c.block_m,
+        bn = c.block_n,
+        bk = c.block_k,
+        tm = c.thread_m,
+        tn = c.thread_n,
+        wg = c.invocations(),
+        st = c.stages,
+    )
+}
+
+/// A gathering kernel (SIMT or cooperative) composed for one input size: its source, the
+/// gather table of that size, and its grid of `block_m × block_n` tiles per group.
+pub(crate) struct Gathered {
+    tile: TileConfig,
+    spec: Conv2dSpec,
+    hw: (u32, u32),
+    source: Result<String>,
+}
+
+impl Gathered {
+    /// `source` is the kernel's WGSL (composed by the family).
+    pub(crate) fn new(problem: &ConvProblem, tile: TileConfig, source: Result<String>) -> Gathered {
+        Gathered { tile, spec: problem.spec, hw: (problem.input.h, problem.input.w), source }
+    }
+}
+
+impl Shaped for Gathered {
+    fn source(&self) -> Result<String> {
+        self.source.clone()
+    }
+    fn tables(&self) -> Result<Vec<(u32, &'static str, Vec<u8>)>> {
+        let rows = gather_rows(&self.spec, self.hw.0, self.hw.1, self.tile.block_k)?;
+        Ok(vec![(GATHER_TABLE_BINDING, "wgconv gather table", bytemuck::cast_slice(&rows).to_vec())])
+    }
+    fn grid(&self, p: &mut ConvParams) -> Result<u64> {
+        let c = &self.tile;
+        p.k_tiles = self.spec.k_total().div_ceil(c.block_k);
+        p.n_pad = self.spec.out_channels_per_group().next_multiple_of(c.block_n);
+        p.m_tiles = p.m_total.div_ceil(c.block_m);
+        p.n_tiles = p.n_pad / c.block_n;
+        let total = p.m_tiles as u64 * p.n_tiles as u64 * self.spec.groups as u64;
+        p.total_tiles = workgroups_u32(total)?;
+        Ok(total)
+    }
+}
+
+/// Rounds values to the nearest f16 (kept as f32), refusing any beyond f16's range.
+pub(crate) fn round_to_f16(values: &mut [f32], what: &'static str) -> Result<()> {
+    if let Some(v) = values.iter().find(|v| v.abs() > half::f16::MAX.to_f32()) {
+        return Err(Error::F16Range { what, detail: format!(", e.g. {v}") });
+    }
+    for v in values.iter_mut() {
+        *v = half::f16::from_f32(*v).to_f32();
+    }
+    Ok(())
+}
+
+/// Elements of [`pack_weights`]' output: `[groups][k_pad][n_pad]`, K padded to whole
+/// `block_k` steps and the group's output channels to whole `block_n` blocks.
+pub(crate) fn packed_weight_len(spec: &Conv2dSpec, cfg: &TileConfig) -> u64 {
+    spec.groups as u64
+        * spec.k_total().next_multiple_of(cfg.block_k) as u64
+        * spec.out_channels_per_group().next_multiple_of(cfg.block_n) as u64
+}
+
+/// Weights as the gathering kernels read them: `[groups][k_pad][n_pad]`, zeros beyond.
+pub(crate) fn pack_weights(spec: &Conv2dSpec, weight: &[f32], cfg: &TileConfig) -> Vec<f32> {
+    let k = spec.k_total() as usize;
+    let k_pad = spec.k_total().next_multiple_of(cfg.block_k) as usize;
+    let cout_g = spec.out_channels_per_group() as usize;
+    let n_pad = spec.out_channels_per_group().next_multiple_of(cfg.block_n) as usize;
+    let mut packed = vec![0.0f32; spec.groups as usize * k_pad * n_pad];
+    for g in 0..spec.groups as usize {
+        for n in 0..cout_g {
+            let src = &weight[(g * cout_g + n) * k..][..k];
+            for (kk, &v) in src.iter().enumerate() {
+                packed[(g * k_pad + kk) * n_pad + n] = v;
+            }
+        }
+    }
+    packed
+}
+
+/// One gather-table row per k (padded to whole `block_k` steps): the element offset of
+/// tap (ic, ky, kx) from a window origin, and its (dy, dx); rows past K are out of range.
+pub(crate) fn gather_rows(spec: &Conv2dSpec, h: u32, w: u32, block_k: u32) -> Result<Vec<[i32; 4]>> {
+    const OUT_OF_RANGE: i32 = -(1 << 30);
+    let (kh, kw) = (spec.kernel[0], spec.kernel[1]);
+    let span_h = spec.dilation[0] as u64 * (kh as u64 - 1);
+    let span_w = spec.dilation[1] as u64 * (kw as u64 - 1);
+    if span_h >= 1 << 29 || span_w >= 1 << 29 {
+        return Err(Error::TooLarge(format!("dilated kernel {}x{}", span_h + 1, span_w + 1)));
+    }
+    let k_pad = spec.k_total().next_multiple_of(block_k);
+    Ok((0..k_pad)
+        .map(|k| {
+            if k >= spec.k_total() {
+                return [0, OUT_OF_RANGE, OUT_OF_RANGE, 0];
+            }
+            let ic = k / (kh * kw);
+            let dy = ((k / kw) % kh * spec.dilation[0]) as i64;
+            let dx = ((k % kw) * spec.dilation[1]) as i64;
+            let off = ic as i64 * h as i64 * w as i64 + dy * w as i64 + dx;
+            [off as i32, dy as i32, dx as i32, 0]
+        })
+        .collect())
+}
+
+/// The declared benchmark sweep of the SIMT kernels.
+pub fn default_sweep() -> Vec<TileConfig> {
+    tile::default_sweep()
+}

@@ -1,0 +1,77 @@
+//! What a caller asks of a `Conv2d` besides its spec ([`Conv2dOptions`]), and what
+//! selection answers ([`Selection`]).
+
+use crate::kernel::{Kernel, Precision};
+use crate::spec::Shape4;
+
+/// The activation fused into the kernel's store, after the bias.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "tune", derive(serde::Serialize, serde::Deserialize))]
+pub enum Activation {
+    /// The convolution's output as it is.
+    #[default]
+    None,
+    /// max(x, 0) with NaN kept, as PyTorch's.
+    Relu,
+}
+
+/// How a [`crate::Conv2d`] runs.
+///
+/// ```
+/// use wgconv::{Conv2dOptions, Precision};
+/// let opts = Conv2dOptions { precision: Precision::F16Accum32, ..Default::default() };
+/// assert!(opts.kernel.is_none()); // selection decides
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Conv2dOptions {
+    /// The kernel to run (`"tiled:m64n96k16-t4x12-w4-s1".parse()?`); `None`: selection
+    /// decides (see [`ConfigSource`]).
+    pub kernel: Option<Kernel>,
+    /// The activation fused after the bias.
+    pub activation: Activation,
+    /// The accuracy contract: f32 (default), f16 operands with f32 accumulation, or
+    /// f32-accurate f16x3 on cooperative matrices; see [`Precision`].
+    pub precision: Precision,
+    /// The input shape the op will run on, where known: selection then also consults the
+    /// tuning cache (its key includes the batch and size).
+    pub tuning_key_input: Option<Shape4>,
+}
+
+/// Where the kernel of a `Conv2d` came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "tune", derive(serde::Serialize))]
+pub enum ConfigSource {
+    /// Named by the caller.
+    Explicit,
+    /// A decision of the tuner, read from the tuning cache.
+    TuningCache,
+    /// The selection's rule for this convolution, precision and device.
+    Default,
+    /// The rule's kernel did not fit the device; the first of its family's sweep that does
+    /// (or the direct kernel).
+    Fallback,
+}
+
+/// The kernel a `Conv2d` runs, where the choice came from, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selection {
+    /// The kernel.
+    pub kernel: Kernel,
+    /// Where the choice came from.
+    pub source: ConfigSource,
+    /// Why, in words: the rule that chose it, or what refused the others.
+    pub reason: String,
+}
+
+/// `tiled:m32n64k32-t4x4-w4-s2 (default: …)`.
+impl std::fmt::Display for Selection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let source = match self.source {
+            ConfigSource::Explicit => "explicit",
+            ConfigSource::TuningCache => "tuning cache",
+            ConfigSource::Default => "default",
+            ConfigSource::Fallback => "fallback",
+        };
+        write!(f, "{} ({source}: {})", self.kernel, self.reason)
+    }
+}

@@ -1,0 +1,92 @@
+//! wgpu error scopes: validation and out-of-memory errors of a stretch of wgpu calls come
+//! back as typed errors instead of reaching wgpu's default handler (which panics); and the
+//! future of a buffer mapping.
+
+use crate::error::{Error, Result};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+
+/// The error scopes of a stretch of wgpu calls.
+pub(crate) struct ErrorScope {
+    validation: wgpu::ErrorScopeGuard,
+    oom: wgpu::ErrorScopeGuard,
+}
+
+impl ErrorScope {
+    /// Pushes the scopes.
+    pub fn push(device: &wgpu::Device) -> Self {
+        let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        ErrorScope { validation, oom }
+    }
+
+    /// Pops the scopes; the first error caught, naming `stage`. Out of memory is reported
+    /// as such even where it also made later calls invalid (a buffer that could not be
+    /// created is then "invalid" too).
+    pub async fn finish_async(self, stage: &'static str) -> Result<()> {
+        let validation = self.validation.pop().await;
+        let oom = self.oom.pop().await;
+        match (oom, validation) {
+            (Some(e), _) => Err(Error::OutOfMemory { stage, message: e.to_string() }),
+            (None, Some(e)) => Err(Error::Wgpu { stage, message: e.to_string() }),
+            (None, None) => Ok(()),
+        }
+    }
+
+    /// [`ErrorScope::finish_async`], blocking. On wasm32, where nothing may block, errors
+    /// of the synchronous calls reach the device's uncaptured-error handler instead (the
+    /// asynchronous calls check their scopes).
+    pub fn finish(self, stage: &'static str) -> Result<()> {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            pollster::block_on(self.finish_async(stage))
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            let _ = stage;
+            drop(self);
+            Ok(())
+        }
+    }
+}
+
+/// The outcome of a `map_async`, once its callback ran.
+type MapState = Arc<Mutex<(Option<std::result::Result<(), wgpu::BufferAsyncError>>, Option<Waker>)>>;
+
+/// A buffer slice's mapping as a future (its callback completes it; on native the caller
+/// polls the device so that the callback runs).
+pub(crate) struct MapFuture {
+    state: MapState,
+}
+
+impl MapFuture {
+    /// Starts mapping `slice` for reading.
+    pub fn new(slice: &wgpu::BufferSlice<'_>) -> MapFuture {
+        let state: MapState = Arc::new(Mutex::new((None, None)));
+        let done = state.clone();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            let mut s = done.lock().unwrap_or_else(|e| e.into_inner());
+            s.0 = Some(r);
+            if let Some(w) = s.1.take() {
+                w.wake();
+            }
+        });
+        MapFuture { state }
+    }
+}
+
+impl Future for MapFuture {
+    type Output = std::result::Result<(), wgpu::BufferAsyncError>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match s.0.take() {
+            Some(r) => Poll::Ready(r),
+            None => {
+                s.1 = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}

@@ -1,0 +1,39 @@
+// How an operand enters the products, by precision (`#define F16`, `F16X3`, or neither for
+// f32): `to_operand` and `report_range`.
+//
+// Under the f16 precisions a value beyond f16's range is clamped, so no infinity enters the
+// sums (NaN stays NaN: `is_nan` tests the bits, a clamp may drop it), and noted in a private
+// flag that `report_range` publishes once at the end: an atomic inside the gather loop keeps
+// the compiler from overlapping the loads (the f16 kernel ran 1.8× slower with one on the
+// H100). The host then refuses the result.
+#ifdef RANGE_FLAG
+@group(0) @binding(6) var<storage, read_write> range_flag: atomic<u32>;
+const F16_MAX: f32 = 65504.0;
+var<private> out_of_range: bool = false;
+fn report_range() {
+    if (out_of_range) {
+        atomicOr(&range_flag, 1u);
+    }
+}
+#else
+fn report_range() {}
+#endif
+#ifdef F16
+// Rounded to f16 here.
+fn to_operand(v: f32) -> f32 {
+    out_of_range = out_of_range || abs(v) > F16_MAX;
+    return select(f32(f16(clamp(v, -F16_MAX, F16_MAX))), v, is_nan(v));
+}
+#endif
+#ifdef F16X3
+// Range-checked, not rounded: the split into two f16 happens in the kernel's `store_a`.
+fn to_operand(v: f32) -> f32 {
+    out_of_range = out_of_range || abs(v) > F16_MAX;
+    return select(clamp(v, -F16_MAX, F16_MAX), v, is_nan(v));
+}
+#endif
+#ifndef RANGE_FLAG
+fn to_operand(v: f32) -> f32 {
+    return v;
+}
+#endif
