@@ -1,11 +1,13 @@
 //! Criterion comparison of a handful of kernels on one small convolution (N=2, 16→32
 //! channels, 32×32, 3×3, padding 1, bias) on the default adapter (`WGCONV_ADAPTER` picks
-//! another): the seed's config, the next sweep configs that fit the device, the direct
-//! kernel, and the default kernel of each other precision the device runs (f16: the
-//! cooperative or the SIMT f16 kernel; f16x3: cooperative matrices only). Each kernel's `Conv2d` and `ConvPlan` are built once (and checked
-//! against the CPU reference); an iteration is encode + submit + `gpu.wait()`, so the
-//! times are host wall-clock and include submission (`wgconv bench` reports GPU
-//! timestamps instead). Throughput is in FLOP (criterion prints it as elem/s).
+//! another), through the public API only: the tiled family's reference (the seed's
+//! config), the next configs of its sweep that fit the device, the direct kernel, and the
+//! kernel a default `Conv2d` of each other precision selects on this device (f16: the
+//! cooperative or the SIMT f16 kernel; f16x3: cooperative matrices only). Each kernel's
+//! `Conv2d` and `ConvPlan` are built once (and checked against the CPU reference); an
+//! iteration is encode + submit + `gpu.wait()`, so the times are host wall-clock and
+//! include submission (`wgconv bench` reports GPU timestamps instead). Throughput is in
+//! FLOP (criterion prints it as elem/s).
 //!
 //! Sample sizes are small so that `cargo bench --bench configs` finishes in well under a
 //! minute on lavapipe. `cargo test --all-targets` runs each benchmark once (test mode).
@@ -13,12 +15,8 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput};
 use std::sync::Arc;
 use std::time::Duration;
-use wgconv::config::default_sweep;
-use wgconv::conv2d::default_kind;
-use wgconv::{
-    bench, reference, Conv2d, Conv2dOptions, Conv2dSpec, Gpu, GpuOptions, KernelKind, Padding, Precision, Shape4,
-    TileConfig,
-};
+use wgconv::advanced::{select, sweep};
+use wgconv::{reference, Conv2d, Conv2dOptions, Conv2dSpec, Gpu, GpuOptions, Kernel, Padding, Precision, Shape4};
 
 /// Sweep configs compared besides the seed (the first ones after it that fit the device).
 const SWEEP_CONFIGS: usize = 3;
@@ -33,28 +31,40 @@ fn data(len: usize, seed: u32) -> Vec<f32> {
         .collect()
 }
 
-fn kernels(gpu: &Gpu) -> Vec<KernelKind> {
-    let limits = gpu.kernel_limits();
-    let fits = |k: &KernelKind| k.validate(&limits).is_ok();
-    let seed = KernelKind::Tiled(TileConfig::seed());
-    let mut kinds: Vec<KernelKind> = Vec::new();
-    if fits(&seed) {
-        kinds.push(seed);
-    } else {
-        eprintln!("configs bench: the seed {seed} does not fit {}: left out", gpu.info.name);
+/// The accuracy bound of a precision's kernels against the CPU reference (relative L2),
+/// as `wgconv bench` checks them.
+fn tolerance(p: Precision) -> f64 {
+    match p {
+        Precision::F32 => 1e-5,
+        Precision::F16Accum32 => 1e-3,
+        Precision::F16x3 => 1e-6,
     }
-    kinds.extend(
-        default_sweep().into_iter().map(KernelKind::Tiled).filter(|k| *k != seed && fits(k)).take(SWEEP_CONFIGS),
-    );
-    kinds.push(KernelKind::Direct);
+}
+
+fn kernels(gpu: &Gpu, spec: &Conv2dSpec) -> Vec<Kernel> {
+    let fits = |k: &Kernel| match k.check(spec, gpu.caps()) {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("configs bench: {k} left out: {e}");
+            false
+        }
+    };
+    let tiled = sweep("tiled").expect("the tiled family");
+    let seed = Kernel::parse("tiled").expect("the tiled family's reference");
+    let mut kernels: Vec<Kernel> = Vec::new();
+    if fits(&seed) {
+        kernels.push(seed.clone());
+    }
+    kernels.extend(tiled.into_iter().filter(|k| *k != seed && fits(k)).take(SWEEP_CONFIGS));
+    kernels.push(Kernel::parse("direct").expect("the direct kernel"));
     for precision in [Precision::F16Accum32, Precision::F16x3] {
-        match default_kind(gpu, precision) {
-            Ok(kind) if fits(&kind) => kinds.push(kind),
-            Ok(kind) => eprintln!("configs bench: {kind} does not fit {}: left out", gpu.info.name),
+        let options = Conv2dOptions { precision, ..Default::default() };
+        match select(gpu.caps(), spec, &options) {
+            Ok(s) => kernels.push(s.kernel),
             Err(e) => eprintln!("configs bench: no {precision} kernel: {e}"),
         }
     }
-    kinds
+    kernels
 }
 
 fn configs(c: &mut Criterion) {
@@ -93,19 +103,19 @@ fn configs(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
     group.throughput(Throughput::Elements(problem.flops() as u64));
-    for kind in kernels(&gpu) {
-        let opts = Conv2dOptions { kernel: Some(kind), precision: kind.precision(), ..Default::default() };
-        let conv = Conv2d::new(&gpu, spec, &w, Some(&b), opts).unwrap_or_else(|e| panic!("{kind}: {e}"));
-        let plan = conv.plan(shape, &input, &output).unwrap_or_else(|e| panic!("{kind}: {e}"));
+    for kernel in kernels(&gpu, &spec) {
+        let opts = Conv2dOptions { kernel: Some(kernel.clone()), precision: kernel.precision(), ..Default::default() };
+        let conv = Conv2d::new(&gpu, spec, &w, Some(&b), opts).unwrap_or_else(|e| panic!("{kernel}: {e}"));
+        let plan = conv.plan(shape, &input, &output).unwrap_or_else(|e| panic!("{kernel}: {e}"));
         // A wrong kernel's time means nothing: check once before timing.
         let mut enc = gpu.device.create_command_encoder(&Default::default());
         plan.encode(&mut enc, None);
         gpu.queue.submit([enc.finish()]);
         let got = gpu.read_buffer::<f32>(&output, 0, want.len()).expect("read back");
         let err = reference::relative_l2(&got, &want);
-        let bound = bench::tolerance(kind.precision());
-        assert!(err <= bound, "{kind}: relative L2 {err:.2e} against the reference (bound {bound:.0e})");
-        group.bench_function(BenchmarkId::from_parameter(kind.to_string()), |bench| {
+        let bound = tolerance(kernel.precision());
+        assert!(err <= bound, "{kernel}: relative L2 {err:.2e} against the reference (bound {bound:.0e})");
+        group.bench_function(BenchmarkId::from_parameter(kernel.to_string()), |bench| {
             bench.iter(|| {
                 let mut enc = gpu.device.create_command_encoder(&Default::default());
                 plan.encode(&mut enc, None);

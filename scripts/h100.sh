@@ -2,7 +2,8 @@
 # The H100 run: wgconv's sweeps and the anchors (cuDNN, the seed's Triton kernel) in ONE run,
 # so every number quoted in BENCHMARKS.md sits beside anchors measured on the same GPU the
 # same minute. Meant for the device machine (see BENCHMARKS.md, "How to reproduce"):
-#   carry .gl (Vulkan loader debs), .anchors (copy of ../shared/anchors) and target/release/wgconv.
+#   carry .gl (Vulkan loader debs), .anchors (copy of ../shared/anchors) and target/release/wgconv
+#   (built here with `cargo build --release -p wgconv-cli`).
 # Usage: scripts/h100.sh [quick|full]   (quick: AlexNet sweep only, no anchors)
 set -uo pipefail
 MODE=${1:-full}
@@ -29,6 +30,8 @@ run --json "$OUT/alexnet.json" --svg "$OUT/alexnet.svg" --direct ${BENCH_ARGS:-}
 [ "$MODE" = quick ] && exit 0
 run --precision f16 --json "$OUT/alexnet-f16.json"
 run --precision f16x3 --json "$OUT/alexnet-f16x3.json"
+echo "== what a default Conv2d selects (--configs auto) at each precision"
+for p in f32 f16 f16x3; do run --precision "$p" --configs auto; done
 BEST=${BEST:-m64n96k16-t4x12-w4-s1}
 echo "== fused bias+ReLU vs none (same config; a separate ReLU pass is timed by cudnn_shapes.py below)"
 run --configs "$BEST" --relu

@@ -15,20 +15,20 @@ source scripts/setup.sh
 
 OUT=${WGCONV_OUT:-target/wgconv}
 mkdir -p "$OUT"
-say "cargo build --release"
-cargo build --release --quiet
+say "cargo build --release -p wgconv-cli"
+cargo build --release --quiet -p wgconv-cli
 BIN=target/release/wgconv
 "$BIN" info
 say "wgconv bench (AlexNet conv1): JSON $OUT/bench.json, chart $OUT/bench.svg"
 "$BIN" bench --json "$OUT/bench.json" --svg "$OUT/bench.svg" "$@"
 # Runs `wgconv "$@"`; where the adapter cannot run the asked precision (wgconv refuses it:
-# "has none enabled" / "has neither"), says so and goes on.
+# "f16x3 precision cannot run here ..."), says so and goes on.
 where_supported() {
     local out
     if out=$("$BIN" "$@" 2>&1); then
         echo "$out"
-    elif grep -qE "has (none enabled|neither)" <<< "$out"; then
-        say "skipped: $(grep -oE '[^:]*has (none enabled|neither)[^)]*\)?' <<< "$out" | head -1)"
+    elif grep -q "precision cannot run here" <<< "$out"; then
+        say "skipped: $(grep -o '[^ ]* precision cannot run here.*' <<< "$out" | head -1)"
     else
         echo "$out"
         return 1

@@ -6,6 +6,10 @@
 # Mesa lavapipe (Vulkan on the CPU) with apt-get first, as root or through sudo, so the
 # whole suite runs anywhere Debian/Ubuntu runs. A machine with a driver is left untouched.
 #
+# The workspace: the library (package wgconv, src/) and the command line (package
+# wgconv-cli, cli/, binary `wgconv`). Besides the tests, the library must build without its
+# default features and for wasm32-unknown-unknown (the browser's WebGPU).
+#
 # Usage: bash scripts/test.sh [extra `cargo test` arguments, e.g. -- --nocapture]
 # Env:   WGCONV_TEST_SEED=<u64>   replay the random data of a failed test
 #        WGCONV_ADAPTER=<substr>  pick an adapter by name (e.g. llvmpipe)
@@ -19,14 +23,39 @@ say() { printf '== %s\n' "$*"; }
 source scripts/setup.sh
 
 # --- Tests ---------------------------------------------------------------------------
-# --all-targets: unit tests, tests/*.rs, and builds the CLI, examples and benches.
-say "cargo test --all-targets"
-cargo test --all-targets --no-fail-fast "$@"
-# The library's doc example (no_run: compiled, not run).
-say "cargo test --doc"
-cargo test --doc
+# --workspace --all-targets --all-features: both packages' unit and integration tests
+# (tests/*.rs, cli/tests/*.rs), and builds the CLI, examples and benches (each benchmark run
+# once in test mode), with the tuner and the naga portability checks.
+say "cargo test --workspace --all-targets --all-features"
+cargo test --workspace --all-targets --all-features --no-fail-fast "$@"
+# The doc examples (the no_run ones compiled, the others run).
+say "cargo test --workspace --doc --all-features"
+cargo test --workspace --doc --all-features
 # The README's example, run for real.
-say "cargo run --example basic"
-cargo run --quiet --example basic
+say "cargo run -p wgconv --example basic"
+cargo run --quiet -p wgconv --example basic
+
+# --- Builds ---------------------------------------------------------------------------
+# The library without the tuner (its default feature) ...
+say "cargo build -p wgconv --no-default-features"
+cargo build --quiet -p wgconv --no-default-features
+# ... and for the browser. The target comes from rustup; without rustup, or where rustup
+# cannot fetch it (no network), this build is skipped with a message.
+WASM=wasm32-unknown-unknown
+wasm_target() {
+    if ! command -v rustup >/dev/null; then
+        say "skipped: cargo build --target $WASM (no rustup to provide the target)"
+        return 1
+    fi
+    rustup target list --installed 2>/dev/null | grep -x "$WASM" >/dev/null && return 0
+    say "rustup target add $WASM"
+    rustup target add "$WASM" && return 0
+    say "skipped: cargo build --target $WASM (rustup could not add the target)"
+    return 1
+}
+if wasm_target; then
+    say "cargo build -p wgconv --no-default-features --target $WASM"
+    cargo build --quiet -p wgconv --no-default-features --target "$WASM"
+fi
 
 say "all tests passed in $(( $(date +%s) - start )) s"

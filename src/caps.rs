@@ -58,6 +58,9 @@ pub struct DeviceCaps {
     /// Whether the f16×f16→f32 16×16×16 cooperative-matrix kernels can run: the device has
     /// the experimental feature enabled and subgroups of exactly 32.
     pub coop_f16: bool,
+    /// Whether the adapter offers those cooperative matrices at all (enabled or not);
+    /// `None` where the adapter is unknown (a device the caller created).
+    pub coop_f16_offered: Option<bool>,
 }
 
 impl DeviceCaps {
@@ -68,17 +71,25 @@ impl DeviceCaps {
     pub fn of_device(device: &wgpu::Device) -> Self {
         let info = device.adapter_info();
         let features = device.features();
-        let fixed_32 = info.subgroup_min_size == 32 && info.subgroup_max_size == 32;
+        let coop = features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+            && info.subgroup_min_size == 32
+            && info.subgroup_max_size == 32;
+        DeviceCaps::from_parts(&info, features, device.limits(), coop)
+    }
+
+    /// The fields every constructor fills alike.
+    fn from_parts(info: &wgpu::AdapterInfo, features: wgpu::Features, limits: wgpu::Limits, coop_f16: bool) -> Self {
         DeviceCaps {
             name: info.name.clone(),
             vendor: info.vendor,
             device_type: info.device_type,
             backend: info.backend,
             driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
-            coop_f16: features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) && fixed_32,
-            subgroup_size: (info.subgroup_min_size, info.subgroup_max_size),
             features,
-            limits: device.limits(),
+            limits,
+            subgroup_size: (info.subgroup_min_size, info.subgroup_max_size),
+            coop_f16,
+            coop_f16_offered: None,
         }
     }
 
@@ -86,25 +97,20 @@ impl DeviceCaps {
     /// (`cooperative_matrix`: the opt-in of [`crate::GpuOptions::cooperative_matrix`]), for
     /// reports and cache look-ups that open no device.
     pub fn of_adapter(adapter: &wgpu::Adapter, cooperative_matrix: bool) -> Self {
-        let info = adapter.get_info();
-        let features = wanted_features(adapter.features());
         let coop = cooperative_matrix && coop_f16_supported(adapter);
-        DeviceCaps {
-            name: info.name.clone(),
-            vendor: info.vendor,
-            device_type: info.device_type,
-            backend: info.backend,
-            driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
-            features: if coop { features | wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX } else { features },
-            limits: adapter.limits(),
-            subgroup_size: (info.subgroup_min_size, info.subgroup_max_size),
-            coop_f16: coop,
+        let mut features = wanted_features(adapter.features());
+        if coop {
+            features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
         }
+        let offered = coop_f16_supported(adapter);
+        DeviceCaps { coop_f16_offered: Some(offered), ..DeviceCaps::from_parts(&adapter.get_info(), features, adapter.limits(), coop) }
     }
 
     /// Narrows [`DeviceCaps::coop_f16`] by the adapter's cooperative-matrix configurations.
     pub fn with_adapter(mut self, adapter: &wgpu::Adapter) -> Self {
-        self.coop_f16 = self.coop_f16 && coop_f16_supported(adapter);
+        let offered = coop_f16_supported(adapter);
+        self.coop_f16 = self.coop_f16 && offered;
+        self.coop_f16_offered = Some(offered);
         self
     }
 

@@ -145,7 +145,7 @@ impl Conv2d {
             }
             _ => {}
         }
-        let selection = crate::select::select(gpu.caps(), &spec, &options, |default| cached(gpu, &spec, &options, default))?;
+        let selection = crate::select::select_on(gpu, &spec, &options)?;
         let kernel = selection.kernel.config();
         gpu.check_buffer("the packed weights", kernel.packed_bytes(&spec), true)?;
         let zeros;
@@ -416,20 +416,6 @@ impl Conv2d {
         let flag = self.gpu.read_buffer_async::<u32>(&self.range_snapshot, 0, 1).await?;
         Ok(flag.first().copied().unwrap_or(0) != 0)
     }
-}
-
-/// The tuning cache's decision for the spec at the input shape the options name, measured
-/// on `default`'s family (a missing or unreadable cache is a miss).
-#[cfg(feature = "tune")]
-fn cached(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions, default: &crate::Kernel) -> Option<crate::Kernel> {
-    let problem = spec.problem(options.tuning_key_input?).ok()?;
-    crate::tune::cache::cached_decision(gpu, &problem, default)
-}
-
-/// Without the `tune` feature there is no tuning cache.
-#[cfg(not(feature = "tune"))]
-fn cached(_gpu: &Gpu, _spec: &Conv2dSpec, _options: &Conv2dOptions, _default: &crate::Kernel) -> Option<crate::Kernel> {
-    None
 }
 
 #[cfg(test)]

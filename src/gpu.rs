@@ -252,7 +252,7 @@ impl Gpu {
 
     /// Refuses a buffer the device cannot create or bind whole (`create_buffer_init` would
     /// panic instead of reporting it).
-    pub(crate) fn check_buffer(&self, what: &str, bytes: u64, bound_whole: bool) -> Result<()> {
+    pub fn check_buffer(&self, what: &str, bytes: u64, bound_whole: bool) -> Result<()> {
         let l = self.device.limits();
         let cap =
             if bound_whole { l.max_buffer_size.min(l.max_storage_buffer_binding_size) } else { l.max_buffer_size };

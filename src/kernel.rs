@@ -70,6 +70,7 @@ impl std::str::FromStr for Precision {
 }
 
 /// The shading languages a kernel's WGSL is translated to by the naga check.
+#[cfg_attr(not(feature = "naga-check"), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Target {
     /// Vulkan.
@@ -83,6 +84,7 @@ pub(crate) enum Target {
 }
 
 /// All four: what an f32 kernel must translate to.
+#[cfg_attr(not(feature = "naga-check"), allow(dead_code))]
 pub(crate) const ALL_TARGETS: &[Target] = &[Target::SpirV, Target::Msl, Target::Hlsl, Target::Glsl];
 
 /// A kernel family: one kind of shader with its own config vocabulary (a folder under
@@ -103,6 +105,7 @@ pub(crate) trait Family: Send + Sync + 'static {
     /// The family's declared sweep (the benchmark's candidates), its reference first.
     fn sweep(&'static self) -> Vec<Kernel>;
     /// The languages its WGSL must translate to.
+    #[cfg_attr(not(feature = "naga-check"), allow(dead_code))]
     fn targets(&self) -> &'static [Target];
 }
 
@@ -150,6 +153,7 @@ pub(crate) trait KernelConfig: Send + Sync + std::fmt::Debug + 'static {
     /// The kernel composed for a problem (the batch does not matter).
     fn shape(&self, problem: &ConvProblem, limits: &KernelLimits) -> Result<Box<dyn Shaped>>;
     /// Sources composed for representative problems: what the naga check validates.
+    #[cfg_attr(not(any(feature = "naga-check", feature = "tune")), allow(dead_code))]
     fn representative_sources(&self) -> Result<Vec<String>>;
     /// Invocations per workgroup.
     fn invocations(&self) -> u32;
@@ -157,15 +161,16 @@ pub(crate) trait KernelConfig: Send + Sync + std::fmt::Debug + 'static {
     fn workgroup_bytes(&self) -> Option<u64>;
     /// The tile of the families that share the tile vocabulary (`TileConfig`), which the
     /// tuner varies; `None` for the others.
-    fn tile(&self) -> Option<crate::TileConfig> {
+    fn tile(&self) -> Option<crate::tile::TileConfig> {
         None
     }
     /// The same family with another tile (the tuner's neighbours).
-    fn with_tile(&self, _tile: crate::TileConfig) -> Option<Kernel> {
+    fn with_tile(&self, _tile: crate::tile::TileConfig) -> Option<Kernel> {
         None
     }
     /// How many f16 halves each operand is staged in, for the cooperative kernels' register
     /// estimate (1 or 2); `None` for SIMT kernels.
+    #[cfg_attr(not(feature = "tune"), allow(dead_code))]
     fn operand_halves(&self) -> Option<u32> {
         None
     }
@@ -194,11 +199,6 @@ impl Kernel {
         let name = if c.is_empty() { family.to_string() } else { format!("{family}:{c}") };
         Kernel { config: Arc::new(config), name: name.into() }
     }
-    /// Parses `family:config` (or a family name alone, which means its reference kernel).
-    /// Syntax only: whether it can run on a device is decided when a `Conv2d` is built.
-    pub fn parse(name: &str) -> Result<Kernel> {
-        crate::families::parse(name)
-    }
     /// The family's name: `tiled`, `tiled-f16`, `coop-f16`, `coop-f16x3`, `coop-band-f16`,
     /// `coop-stem-f16` or `direct`.
     pub fn family(&self) -> &'static str {
@@ -214,11 +214,11 @@ impl Kernel {
     }
     /// The tile config of the tile-vocabulary families (`tiled`, `tiled-f16`, `coop-f16`,
     /// `coop-f16x3`), `None` for the others.
-    pub fn tile(&self) -> Option<crate::TileConfig> {
+    pub fn tile(&self) -> Option<crate::tile::TileConfig> {
         self.config.tile()
     }
     /// The same family with another tile, where the family has the tile vocabulary.
-    pub fn with_tile(&self, tile: crate::TileConfig) -> Option<Kernel> {
+    pub fn with_tile(&self, tile: crate::tile::TileConfig) -> Option<Kernel> {
         self.config.with_tile(tile)
     }
     /// Device-independent checks of the config.
@@ -248,6 +248,7 @@ impl Kernel {
         self.config.workgroup_bytes()
     }
     /// f16 halves per staged operand of the cooperative kernels (1 or 2), `None` for SIMT ones.
+    #[cfg_attr(not(feature = "tune"), allow(dead_code))]
     pub(crate) fn operand_halves(&self) -> Option<u32> {
         self.config.operand_halves()
     }
@@ -283,25 +284,10 @@ impl std::hash::Hash for Kernel {
     }
 }
 
-impl std::str::FromStr for Kernel {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        Kernel::parse(s)
-    }
-}
-
 #[cfg(feature = "tune")]
 impl serde::Serialize for Kernel {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         s.serialize_str(&self.name)
-    }
-}
-
-#[cfg(feature = "tune")]
-impl<'de> serde::Deserialize<'de> for Kernel {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let name = <String as serde::Deserialize>::deserialize(d)?;
-        Kernel::parse(&name).map_err(serde::de::Error::custom)
     }
 }
 
@@ -412,10 +398,13 @@ pub(crate) struct Pipeline {
     pub layout: wgpu::BindGroupLayout,
 }
 
+/// A pipeline's identity: its WGSL source and its bindings.
+type PipelineKey = (String, Vec<u32>);
+
 /// Pipelines by WGSL source and bindings, built once per device.
 #[derive(Default)]
 pub(crate) struct PipelineCache {
-    map: Mutex<HashMap<(String, Vec<u32>), Arc<Pipeline>>>,
+    map: Mutex<HashMap<PipelineKey, Arc<Pipeline>>>,
 }
 
 /// The bindings of a kernel: params 0 (uniform), input 1, weight 2, bias 3, the kernel's

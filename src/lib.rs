@@ -39,6 +39,7 @@ mod scope;
 mod select;
 mod shader;
 mod spec;
+mod tile;
 
 pub mod reference;
 #[cfg(feature = "naga-check")]
@@ -49,7 +50,7 @@ pub mod tune;
 pub use caps::{DeviceCaps, KernelLimits};
 pub use conv2d::{Conv2d, ConvPlan};
 pub use error::{Error, Result};
-pub use families::tiled::TileConfig;
+pub use tile::TileConfig;
 pub use gpu::{Gpu, GpuOptions};
 pub use kernel::{Kernel, Precision};
 pub use options::{Activation, ConfigSource, Conv2dOptions, Selection};

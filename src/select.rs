@@ -6,6 +6,7 @@
 use crate::caps::DeviceCaps;
 use crate::error::{Error, Result};
 use crate::families::{coop, direct, stem, tiled};
+use crate::gpu::Gpu;
 use crate::kernel::{Family, Kernel, Precision};
 use crate::options::{ConfigSource, Conv2dOptions, Selection};
 use crate::spec::Conv2dSpec;
@@ -14,6 +15,26 @@ use crate::spec::Conv2dSpec;
 /// (ungrouped convolutions only): image inputs (gray, RGB, RGBA), the first layer it was
 /// built for and measured on. It runs deeper convolutions too when named.
 pub const STEM_DEFAULT_MAX_CHANNELS: u32 = 4;
+
+/// Decides the kernel for a convolution on a device: [`select`] with the tuning cache's
+/// decision where the options name the input shape.
+pub(crate) fn select_on(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -> Result<Selection> {
+    select(gpu.caps(), spec, options, |default| cached(gpu, spec, options, default))
+}
+
+/// The tuning cache's decision for the spec at the input shape the options name, measured
+/// on `default`'s family (a missing or unreadable cache is a miss).
+#[cfg(feature = "tune")]
+fn cached(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions, default: &Kernel) -> Option<Kernel> {
+    let problem = spec.problem(options.tuning_key_input?).ok()?;
+    crate::tune::cache::cached_decision(gpu, &problem, default)
+}
+
+/// Without the `tune` feature there is no tuning cache.
+#[cfg(not(feature = "tune"))]
+fn cached(_gpu: &Gpu, _spec: &Conv2dSpec, _options: &Conv2dOptions, _default: &Kernel) -> Option<Kernel> {
+    None
+}
 
 /// Decides the kernel for a convolution; `cached` answers the tuning cache's decision for
 /// a precision's default kernel (its family), where the input shape is known.
@@ -114,6 +135,11 @@ pub(crate) fn default_kernel(caps: &DeviceCaps, precision: Precision) -> Result<
             Some(r) => refusals.push(format!("{}: {r}", family.name())),
         }
     }
-    let hint = if precision == Precision::F16x3 { " (use f32: it is as accurate)" } else { "" };
-    Err(Error::Unsupported(format!("{precision} precision cannot run here{hint}: {}", refusals.join("; "))))
+    let what = match precision {
+        Precision::F16x3 => {
+            "f16x3 precision cannot run here: it runs on cooperative matrices only (use f32: it is as accurate)"
+        }
+        _ => "f16 precision cannot run here: it needs cooperative matrices or SHADER_F16",
+    };
+    Err(Error::Unsupported(format!("{what}: {}", refusals.join("; "))))
 }

@@ -10,13 +10,18 @@ pub const MAX_PADDED_EXTENT: i64 = 1 << 29;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "tune", derive(serde::Serialize, serde::Deserialize))]
 pub struct Shape4 {
+    /// Batch (images).
     pub n: u32,
+    /// Channels.
     pub c: u32,
+    /// Height.
     pub h: u32,
+    /// Width.
     pub w: u32,
 }
 
 impl Shape4 {
+    /// `[n, c, h, w]`.
     pub const fn new(n: u32, c: u32, h: u32, w: u32) -> Self {
         Shape4 { n, c, h, w }
     }
@@ -24,6 +29,7 @@ impl Shape4 {
     pub fn len(&self) -> u64 {
         self.n as u64 * self.per_image()
     }
+    /// Whether it has no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -31,6 +37,7 @@ impl Shape4 {
     pub fn per_image(&self) -> u64 {
         self.c as u64 * self.h as u64 * self.w as u64
     }
+    /// The four sizes as `usize`, in NCHW order.
     pub fn dims(&self) -> [usize; 4] {
         [self.n as usize, self.c as usize, self.h as usize, self.w as usize]
     }
@@ -46,13 +53,18 @@ impl std::fmt::Display for Shape4 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(feature = "tune", derive(serde::Serialize, serde::Deserialize))]
 pub struct Padding {
+    /// Rows above.
     pub top: u32,
+    /// Columns to the left.
     pub left: u32,
+    /// Rows below.
     pub bottom: u32,
+    /// Columns to the right.
     pub right: u32,
 }
 
 impl Padding {
+    /// Asymmetric padding (ONNX `pads` order is top, left, bottom, right).
     pub const fn new(top: u32, left: u32, bottom: u32, right: u32) -> Self {
         Padding { top, left, bottom, right }
     }
@@ -70,16 +82,21 @@ impl Padding {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "tune", derive(serde::Serialize, serde::Deserialize))]
 pub struct Conv2dSpec {
+    /// C_in.
     pub in_channels: u32,
+    /// C_out.
     pub out_channels: u32,
     /// (KH, KW)
     pub kernel: [u32; 2],
     /// (SH, SW)
     pub stride: [u32; 2],
+    /// Zero padding on each side.
     pub padding: Padding,
     /// (DH, DW)
     pub dilation: [u32; 2],
+    /// Groups: C_in and C_out are both divisible by it (C_in = groups: depthwise).
     pub groups: u32,
+    /// Whether a bias is added (PyTorch's `bias=True`).
     pub bias: bool,
 }
 
@@ -97,26 +114,32 @@ impl Conv2dSpec {
             bias: false,
         }
     }
+    /// A rectangular kernel.
     pub fn kernel_hw(mut self, kh: u32, kw: u32) -> Self {
         self.kernel = [kh, kw];
         self
     }
+    /// Stride (SH, SW).
     pub fn stride(mut self, sh: u32, sw: u32) -> Self {
         self.stride = [sh, sw];
         self
     }
+    /// Zero padding.
     pub fn padding(mut self, padding: Padding) -> Self {
         self.padding = padding;
         self
     }
+    /// Dilation (DH, DW).
     pub fn dilation(mut self, dh: u32, dw: u32) -> Self {
         self.dilation = [dh, dw];
         self
     }
+    /// Groups.
     pub fn groups(mut self, groups: u32) -> Self {
         self.groups = groups;
         self
     }
+    /// Whether a bias is added.
     pub fn with_bias(mut self, bias: bool) -> Self {
         self.bias = bias;
         self
@@ -221,9 +244,11 @@ impl Conv2dSpec {
 
     // The size helpers never panic, also on specs `validate` refuses (groups = 0 gives 0,
     // sizes saturate): callers size their slices with them before a Conv2d can refuse.
+    /// C_in / groups.
     pub fn in_channels_per_group(&self) -> u32 {
         self.in_channels.checked_div(self.groups).unwrap_or(0)
     }
+    /// C_out / groups.
     pub fn out_channels_per_group(&self) -> u32 {
         self.out_channels.checked_div(self.groups).unwrap_or(0)
     }
@@ -236,6 +261,7 @@ impl Conv2dSpec {
     pub fn weight_len(&self) -> usize {
         (self.out_channels as usize).saturating_mul(self.k_total() as usize)
     }
+    /// The weight tensor's shape `[C_out, C_in/groups, KH, KW]`.
     pub fn weight_shape(&self) -> Shape4 {
         Shape4::new(self.out_channels, self.in_channels_per_group(), self.kernel[0], self.kernel[1])
     }
@@ -285,8 +311,11 @@ impl Conv2dSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "tune", derive(serde::Serialize, serde::Deserialize))]
 pub struct ConvProblem {
+    /// The convolution.
     pub spec: Conv2dSpec,
+    /// The input's shape.
     pub input: Shape4,
+    /// The output's shape (PyTorch's formula).
     pub output: Shape4,
 }
 
@@ -300,6 +329,7 @@ impl ConvProblem {
         let bias = if self.spec.bias { self.spec.out_channels as f64 } else { 0.0 };
         4.0 * (self.input.len() as f64 + self.spec.weight_len() as f64 + bias + self.output.len() as f64)
     }
+    /// The same problem with another batch.
     pub fn with_batch(&self, n: u32) -> Self {
         let mut p = *self;
         p.input.n = n;

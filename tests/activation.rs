@@ -3,11 +3,9 @@
 //! kernel; and NaN propagation (a NaN in the input or the bias stays NaN through ReLU).
 
 mod common;
-use common::{gpu, run_poisoned_with, TOL_F32};
+use common::{direct_kernel, gpu, run_poisoned_with, TOL_F32};
 use rand::{Rng, SeedableRng};
-use wgconv::{
-    reference, Activation, ConfigSource, Conv2d, Conv2dOptions, Conv2dSpec, Gpu, KernelKind, Padding, Shape4,
-};
+use wgconv::{reference, Activation, ConfigSource, Conv2d, Conv2dOptions, Conv2dSpec, Gpu, Kernel, Padding, Shape4};
 
 fn rand_vec(len: usize, seed: u64) -> Vec<f32> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -43,8 +41,8 @@ fn cases() -> Vec<(&'static str, Conv2dSpec, Shape4)> {
     ]
 }
 
-fn kernels() -> [Option<KernelKind>; 2] {
-    [None, Some(KernelKind::Direct)]
+fn kernels() -> [Option<Kernel>; 2] {
+    [None, Some(direct_kernel())]
 }
 
 #[test]
@@ -63,11 +61,12 @@ fn bias_and_relu_on_and_off_match_reference() {
                     if relu { plain.iter().map(|&v| reference::relu(v)).collect() } else { plain.clone() };
                 for kernel in kernels() {
                     let activation = if relu { Activation::Relu } else { Activation::None };
+                    let named = kernel.is_some();
                     let opts = Conv2dOptions { kernel, activation, tuning_key_input: None, ..Default::default() };
                     let conv = Conv2d::new(&gpu, spec, &w, bias.then_some(&b[..]), opts).unwrap();
-                    let (kind, source) = conv.kernel();
-                    if kernel.is_none() {
-                        assert!(matches!(kind, KernelKind::Tiled(_)), "{label}: default kernel is {kind}");
+                    let (kind, source) = (&conv.kernel().kernel, conv.kernel().source);
+                    if !named {
+                        assert_eq!(kind.family(), "tiled", "{label}: default kernel is {kind}");
                         assert_ne!(source, ConfigSource::Explicit);
                     }
                     assert_eq!(conv.activation(), activation);
@@ -151,7 +150,7 @@ fn nan_input_stays_nan_through_relu() {
                 let activation = if relu { Activation::Relu } else { Activation::None };
                 let opts = Conv2dOptions { kernel, activation, tuning_key_input: None, ..Default::default() };
                 let conv = Conv2d::new(&gpu, spec, &w, bias.then_some(&b[..]), opts).unwrap();
-                let what = format!("{label} NaN input bias={bias} relu={relu} {}", conv.kernel().0);
+                let what = format!("{label} NaN input bias={bias} relu={relu} {}", conv.kernel().kernel);
                 let (got, poison) = run_poisoned(&gpu, &conv, &x, shape);
                 assert!(!got.contains(&poison), "{what}: outputs not written");
                 let nans = assert_nan_positions(&what, &got, &want);
@@ -176,7 +175,7 @@ fn nan_bias_makes_its_channel_nan_through_relu() {
     for kernel in kernels() {
         let opts = Conv2dOptions { kernel, activation: Activation::Relu, tuning_key_input: None, ..Default::default() };
         let conv = Conv2d::new(&gpu, spec, &w, Some(&b), opts).unwrap();
-        let what = format!("{label} NaN bias {}", conv.kernel().0);
+        let what = format!("{label} NaN bias {}", conv.kernel().kernel);
         let (got, _) = run_poisoned(&gpu, &conv, &x, shape);
         let nans = assert_nan_positions(&what, &got, &want);
         let per_channel = (problem.output.h * problem.output.w) as usize;

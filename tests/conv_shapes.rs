@@ -8,8 +8,8 @@
 
 mod common;
 use common::*;
-use wgconv::config::default_sweep;
-use wgconv::{reference, Activation, ConfigSource, Conv2d, Conv2dOptions, KernelKind, Precision, Shape4};
+use wgconv::advanced::{default_sweep, stem_is_default};
+use wgconv::{reference, Activation, ConfigSource, Conv2d, Conv2dOptions, Precision, Shape4};
 use wgconv::{Conv2dSpec as S, Padding as P};
 
 /// Runs one shape on the default kernel (which must be a tiled config) and the direct one,
@@ -20,20 +20,20 @@ fn check(name: &str, spec: S, [n, h, w]: [u32; 3]) {
     let gpu = gpu();
     let case = Case::new(name, spec, Shape4::new(n, spec.in_channels, h, w));
     let default = case.conv(&gpu, None);
-    let (kind, source) = default.kernel();
-    assert!(matches!(kind, KernelKind::Tiled(_)), "{name}: default kernel is {kind}");
+    let (kind, source) = (&default.kernel().kernel, default.kernel().source);
+    assert_eq!(kind.family(), "tiled", "{name}: default kernel is {kind}");
     assert_ne!(source, ConfigSource::Explicit, "{name}");
     case.check_encode(&gpu, &default);
-    let direct = case.conv(&gpu, Some(KernelKind::Direct));
+    let direct = case.conv(&gpu, Some(direct_kernel()));
     case.check_encode(&gpu, &direct);
     if has_f16(&gpu) {
         let f16 = case.conv_at(&gpu, None, Precision::F16Accum32);
-        let (kind, _) = f16.kernel();
+        let kind = &f16.kernel().kernel;
         // The stem kernel for image inputs on NVIDIA's cooperative-matrix devices, else the
         // gathering one.
-        let stem = matches!(kind, KernelKind::CoopStem(_));
-        assert_eq!(stem, wgconv::stem::stem_is_default(&gpu, &spec), "{name}: f16 kernel is {kind}");
-        assert!(stem || matches!(kind, KernelKind::Coop(_) | KernelKind::TiledF16(_)), "{name}: f16 kernel is {kind}");
+        let stem = kind.family() == "coop-stem-f16";
+        assert_eq!(stem, stem_is_default(gpu.caps(), &spec), "{name}: f16 kernel is {kind}");
+        assert!(stem || ["coop-f16", "tiled-f16"].contains(&kind.family()), "{name}: f16 kernel is {kind}");
         case.check_encode(&gpu, &f16);
     }
 }
@@ -172,14 +172,15 @@ fn every_sweep_config_on_ragged_shapes() {
     let cases = ragged_cases();
     let (mut ran, mut refused) = (0, Vec::new());
     for cfg in default_sweep() {
-        if let Err(e) = cfg.validate(&limits) {
+        let kernel = tiled_kernel("tiled", cfg);
+        if let Err(e) = kernel.check_limits(&limits) {
             eprintln!("skipped (refused by {}): {e}", gpu.info.name);
             refused.push(cfg);
             continue;
         }
         for case in &cases {
-            let conv = case.conv(&gpu, Some(KernelKind::Tiled(cfg)));
-            assert_eq!(conv.kernel(), (KernelKind::Tiled(cfg), ConfigSource::Explicit));
+            let conv = case.conv(&gpu, Some(kernel.clone()));
+            assert_eq!((&conv.kernel().kernel, conv.kernel().source), (&kernel, ConfigSource::Explicit));
             case.check_encode(&gpu, &conv);
         }
         ran += 1;
@@ -210,8 +211,8 @@ fn forward_host_path() {
         ),
     ];
     for case in &cases {
-        for kind in [None, Some(KernelKind::Direct)] {
-            let conv = case.conv(&gpu, kind);
+        for kind in [None, Some(direct_kernel())] {
+            let conv = case.conv(&gpu, kind.clone());
             case.check_forward(&conv);
             // The same op again through encode: the two paths agree.
             case.check_encode(&gpu, &conv);
@@ -237,9 +238,9 @@ fn bias_on_and_off() {
             let oc = i / hw % 15;
             assert!((c - a - b[oc]).abs() <= 1e-4 * (1.0 + c.abs()), "reference bias at {i}");
         }
-        for kind in [None, Some(KernelKind::Direct)] {
+        for kind in [None, Some(direct_kernel())] {
             for case in [&without, &with] {
-                let conv = case.conv(&gpu, kind);
+                let conv = case.conv(&gpu, kind.clone());
                 case.check_encode(&gpu, &conv);
                 case.check_forward(&conv);
             }
@@ -258,12 +259,12 @@ fn fused_relu() {
     );
     let want: Vec<f32> = case.want.iter().map(|&v| reference::relu(v)).collect();
     assert!(want.contains(&0.0) && want.iter().any(|&v| v > 0.0));
-    for kind in [None, Some(KernelKind::Direct)] {
+    for kind in [None, Some(direct_kernel())] {
         let opts = Conv2dOptions { kernel: kind, activation: Activation::Relu, ..Default::default() };
         let conv = Conv2d::new(&gpu, case.spec, &case.w, case.b.as_deref(), opts).unwrap();
         assert_eq!(conv.activation(), Activation::Relu);
         let got = run_poisoned(&gpu, &conv, &case.x, case.shape);
-        assert_close(&case.label(&format!("relu, {}", conv.kernel().0)), &got, &want, TOL_F32);
+        assert_close(&case.label(&format!("relu, {}", conv.kernel().kernel)), &got, &want, TOL_F32);
     }
 }
 
@@ -275,7 +276,7 @@ fn one_op_many_input_sizes() {
     let spec = S::new(3, 10, 3).stride(2, 1).dilation(1, 2).padding(P::new(1, 2, 1, 0)).with_bias(true);
     let seed = test_seed();
     let sizes = [[2, 9, 11], [1, 14, 7], [3, 5, 6], [2, 9, 11]];
-    for kind in [None, Some(KernelKind::Direct)] {
+    for kind in [None, Some(direct_kernel())] {
         let first = Case::with_seed("sizes", spec, Shape4::new(1, 3, 4, 4), seed);
         let conv = first.conv(&gpu, kind);
         for (i, [n, h, w]) in sizes.into_iter().enumerate() {
@@ -286,7 +287,7 @@ fn one_op_many_input_sizes() {
             case.b = first.b.clone();
             case.want = reference_out(&case.problem, &case.x, &case.w, case.b.as_deref());
             let (got, tail) = run_poisoned_with(&gpu, &conv, &case.x, case.shape, f32::NAN, 37);
-            assert_close(&case.label(&format!("{}", conv.kernel().0)), &got, &case.want, TOL_F32);
+            assert_close(&case.label(&format!("{}", conv.kernel().kernel)), &got, &case.want, TOL_F32);
             assert!(tail.iter().all(|v| v.is_nan()), "{}: wrote past the output", case.label("tail"));
         }
     }

@@ -4,7 +4,7 @@
 mod common;
 use common::*;
 use wgconv::reference;
-use wgconv::{Conv2d, Conv2dOptions, Error, Gpu, GpuOptions, KernelKind, Shape4, TileConfig};
+use wgconv::{Conv2d, Conv2dOptions, Error, Gpu, GpuOptions, Shape4, TileConfig};
 use wgconv::{Conv2dSpec as S, Padding as P};
 
 /// Builds an op with constant weights (and bias iff the spec says so), on both kernels.
@@ -12,7 +12,7 @@ fn ops(spec: S) -> Vec<Conv2d> {
     let gpu = gpu();
     let w = vec![0.5; spec.weight_len()];
     let b = spec.bias.then(|| vec![0.25; spec.out_channels as usize]);
-    [None, Some(KernelKind::Direct)]
+    [None, Some(direct_kernel())]
         .into_iter()
         .map(|kernel| {
             Conv2d::new(&gpu, spec, &w, b.as_deref(), Conv2dOptions { kernel, ..Default::default() }).unwrap()
@@ -170,8 +170,8 @@ fn wrong_slice_lengths() {
     let spec = S::new(3, 4, 3).with_bias(true);
     let w = vec![0.5; spec.weight_len()];
     let b = vec![0.5; 4];
-    for kernel in [None, Some(KernelKind::Direct)] {
-        let opts = || Conv2dOptions { kernel, ..Default::default() };
+    for kernel in [None, Some(direct_kernel())] {
+        let opts = || Conv2dOptions { kernel: kernel.clone(), ..Default::default() };
         let e = Conv2d::new(&gpu, spec, &w[1..], Some(&b), opts()).err().unwrap();
         assert_eq!(e, Error::WrongLength { what: "weight", expected: 108, got: 107 });
         assert_names(&e, &["weight", "107", "108"]);
@@ -199,8 +199,8 @@ fn bias_given_vs_spec_mismatch() {
     let without = S::new(3, 4, 3);
     let w = vec![0.5; with.weight_len()];
     let b = vec![0.5; 4];
-    for kernel in [None, Some(KernelKind::Direct)] {
-        let opts = || Conv2dOptions { kernel, ..Default::default() };
+    for kernel in [None, Some(direct_kernel())] {
+        let opts = || Conv2dOptions { kernel: kernel.clone(), ..Default::default() };
         invalid_spec(Conv2d::new(&gpu, with, &w, None, opts()), &["bias = true", "no bias"]);
         invalid_spec(Conv2d::new(&gpu, without, &w, Some(&b), opts()), &["bias was given", "bias = false"]);
     }
@@ -215,20 +215,20 @@ fn config_over_adapter_limits() {
     let bytes = cfg.workgroup_bytes();
     assert!(bytes > gpu.limits().max_compute_workgroup_storage_size as u64);
     let spec = S::new(3, 4, 3);
-    let opts = Conv2dOptions { kernel: Some(KernelKind::Tiled(cfg)), ..Default::default() };
+    let opts = Conv2dOptions { kernel: Some(tiled_kernel("tiled", cfg)), ..Default::default() };
     let e = Conv2d::new(&gpu, spec, &vec![0.5; spec.weight_len()], None, opts).err().unwrap();
     assert!(matches!(e, Error::ConfigRefused { .. }), "{e:?}");
     assert_names(&e, &[&cfg.name(), &bytes.to_string(), &gpu.limits().max_compute_workgroup_storage_size.to_string()]);
     // Malformed configs: refused before any limit is looked at.
     let bad = TileConfig { warps: 3, ..TileConfig::seed() };
-    let opts = Conv2dOptions { kernel: Some(KernelKind::Tiled(bad)), ..Default::default() };
+    let opts = Conv2dOptions { kernel: Some(tiled_kernel("tiled", bad)), ..Default::default() };
     let e = Conv2d::new(&gpu, spec, &vec![0.5; spec.weight_len()], None, opts).err().unwrap();
     assert!(matches!(e, Error::ConfigRefused { .. }), "{e:?}");
     assert_names(&e, &["warps", "3"]);
     let e = TileConfig::new(32, 64, 32, 8, 2).unwrap_err();
     assert!(matches!(e, Error::ConfigRefused { .. }), "{e:?}");
     let e = TileConfig::parse("m32n64-t4x4").unwrap_err();
-    assert!(matches!(e, Error::Unsupported(_)), "{e:?}");
+    assert!(matches!(e, Error::Parse(_)), "{e:?}");
     assert_names(&e, &["m32n64-t4x4"]);
 }
 
@@ -327,14 +327,6 @@ fn hand_built_problems_are_rechecked() {
     let mut zero_groups = p;
     zero_groups.spec.groups = 0;
     assert!(wgconv::reference::conv2d(&zero_groups, &x, &w, None).is_err());
-    let opts = wgconv::bench::BenchOptions {
-        problem: p.with_batch(0),
-        kernels: vec![wgconv::KernelKind::Direct],
-        warmup: 0,
-        runs: 1,
-        activation: wgconv::Activation::None,
-        peak_tflops: None,
-        seed: 1,
-    };
-    assert!(wgconv::bench::run(&gpu(), &opts, |_, _, _| {}).is_err());
+    // The benchmark's re-check of a hand-built problem (batch 0) moved with the benchmark to
+    // the CLI crate (cli/src/bench_run.rs), which this library test cannot reach.
 }

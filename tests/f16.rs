@@ -2,7 +2,7 @@
 //! users see): relative L2 ≤ `bench::F16_TOLERANCE` (1e-3), no NaN in NaN-poisoned outputs.
 //!
 //! On a device without cooperative matrices (lavapipe in CI) the f16 path is the SIMT
-//! kernel with operands rounded to f16 (`KernelKind::TiledF16`): the default kernel chosen
+//! kernel with operands rounded to f16 (the `tiled-f16` family): the default kernel chosen
 //! by the precision, a few explicit sweep configs that validate on the device, `encode`
 //! and `forward`. Then the f16 range refusals (weights on upload, inputs in-kernel through
 //! the range flag), mismatched kind/precision refusals, proof that the operands really
@@ -14,10 +14,12 @@
 mod common;
 use common::*;
 use std::sync::Arc;
-use wgconv::bench::F16_TOLERANCE;
-use wgconv::config::{band_sweep, coop_sweep, default_band_config, default_sweep, stem_sweep};
+use wgconv::advanced::{band_sweep, coop_sweep, default_sweep, stem_is_default, stem_sweep, BandConfig, StemConfig};
 use wgconv::{reference, ConfigSource, Conv2d, Conv2dOptions, Error, Gpu, GpuOptions};
-use wgconv::{Conv2dSpec as S, KernelKind, Padding as P, Precision, Shape4, TileConfig};
+use wgconv::{Conv2dSpec as S, Kernel, Padding as P, Precision, Shape4, TileConfig};
+
+/// The f16 bound (the benchmark's `F16_TOLERANCE`).
+const F16_TOLERANCE: f64 = TOL_F16;
 
 /// A case of [`ragged_shapes`] with its reference (ReLU applied where the case has it).
 fn case(name: &str, spec: S, [n, h, w]: [u32; 3], relu: bool) -> Case {
@@ -28,38 +30,39 @@ fn case(name: &str, spec: S, [n, h, w]: [u32; 3], relu: bool) -> Case {
     case
 }
 
-fn f16_options(kernel: Option<KernelKind>, relu: bool) -> Conv2dOptions {
+fn f16_options(kernel: Option<Kernel>, relu: bool) -> Conv2dOptions {
     options_at(Precision::F16Accum32, kernel, relu)
 }
 
-fn f16_conv(gpu: &Arc<Gpu>, case: &Case, kernel: Option<KernelKind>, relu: bool) -> Conv2d {
+fn f16_conv(gpu: &Arc<Gpu>, case: &Case, kernel: Option<Kernel>, relu: bool) -> Conv2d {
+    let what = format!("f16 {kernel:?}");
     Conv2d::new(gpu, case.spec, &case.w, case.b.as_deref(), f16_options(kernel, relu))
-        .unwrap_or_else(|e| panic!("{}: {e}", case.label(&format!("f16 {kernel:?}"))))
+        .unwrap_or_else(|e| panic!("{}: {e}", case.label(&what)))
 }
 
 /// `encode` into NaN-poisoned output and `forward`, both within the f16 tolerance of the
 /// reference on unrounded data, and no range flag raised on normal data. Returns the
 /// larger of the two errors.
 fn check_f16(gpu: &Gpu, case: &Case, conv: &Conv2d) -> f64 {
-    let (kind, _) = conv.kernel();
+    let kind = &conv.kernel().kernel;
     assert_eq!(kind.precision(), Precision::F16Accum32, "{}", case.label(&kind.to_string()));
     check_encode_and_forward(gpu, case, conv, &case.want, F16_TOLERANCE)
 }
 
 /// Explicit f16 SIMT configs of the declared sweep that validate on the device: the seed,
 /// a 3-stage 8×4 tile and a 96-wide one-stage tile (different loaders and K steps).
-fn explicit_tiled_f16(gpu: &Gpu) -> Vec<KernelKind> {
+fn explicit_tiled_f16(gpu: &Gpu) -> Vec<Kernel> {
     let limits = gpu.kernel_limits();
     let wanted = ["m32n64k32-t4x4-w4-s2", "m64n64k16-t8x4-w4-s3", "m64n96k8-t4x12-w4-s1"];
     let sweep = default_sweep();
     for name in wanted {
         assert!(sweep.iter().any(|c| c.name() == name), "{name} left the declared sweep: update this test");
     }
-    let kinds: Vec<KernelKind> = sweep
+    let kinds: Vec<Kernel> = sweep
         .into_iter()
         .filter(|c| wanted.contains(&c.name().as_str()))
-        .map(KernelKind::TiledF16)
-        .filter(|k| k.validate(&limits).is_ok())
+        .map(|c| tiled_kernel("tiled-f16", c))
+        .filter(|k| k.check_limits(&limits).is_ok())
         .collect();
     assert!(!kinds.is_empty(), "none of {wanted:?} is in the sweep or fits {}", gpu.info.name);
     kinds
@@ -71,17 +74,18 @@ fn default_f16_kernel_is_tiled_f16_without_coop() {
     let case_of = |name: &str, spec, nhw| case(name, spec, nhw, false);
     let case = case_of("default_kind", S::new(3, 8, 3).padding(P::uniform(1)), [1, 8, 8]);
     let conv = f16_conv(&gpu, &case, None, false);
-    let (kind, source) = conv.kernel();
+    let (kind, source) = (&conv.kernel().kernel, conv.kernel().source);
     if gpu.has_coop_f16() {
         // A 3-channel input: the stem kernel (on NVIDIA); 16 channels: the gathering kernel.
-        let stem = wgconv::stem::stem_is_default(&gpu, &case.spec);
-        assert_eq!(matches!(kind, KernelKind::CoopStem(_)), stem, "coop device chose {kind} for 3 channels");
+        let stem = stem_is_default(gpu.caps(), &case.spec);
+        assert_eq!(kind.family() == "coop-stem-f16", stem, "coop device chose {kind} for 3 channels");
         let deep = case_of("default_kind_deep", S::new(16, 8, 3).padding(P::uniform(1)), [1, 8, 8]);
-        let (deep_kind, _) = f16_conv(&gpu, &deep, None, false).kernel();
-        assert!(matches!(deep_kind, KernelKind::Coop(_)), "coop device chose {deep_kind} for 16 channels");
+        let deep_conv = f16_conv(&gpu, &deep, None, false);
+        let deep_kind = &deep_conv.kernel().kernel;
+        assert_eq!(deep_kind.family(), "coop-f16", "coop device chose {deep_kind} for 16 channels");
     } else {
         // Never the f32 kernel under an f16 label.
-        assert!(matches!(kind, KernelKind::TiledF16(_)), "{}: f16 default is {kind}", gpu.info.name);
+        assert_eq!(kind.family(), "tiled-f16", "{}: f16 default is {kind}", gpu.info.name);
     }
     assert_eq!(kind.precision(), Precision::F16Accum32);
     assert_ne!(source, ConfigSource::Explicit);
@@ -96,13 +100,13 @@ fn f16_default_and_explicit_configs_on_ragged_shapes() {
         let case = case(name, spec, nhw, relu);
         let conv = f16_conv(&gpu, &case, None, relu);
         if !gpu.has_coop_f16() {
-            let (kind, _) = conv.kernel();
-            assert!(matches!(kind, KernelKind::TiledF16(_)), "{name}: default f16 kernel is {kind}");
+            let kind = &conv.kernel().kernel;
+            assert_eq!(kind.family(), "tiled-f16", "{name}: default f16 kernel is {kind}");
         }
         worst = worst.max(check_f16(&gpu, &case, &conv));
         for kind in &explicit {
-            let conv = f16_conv(&gpu, &case, Some(*kind), relu);
-            assert_eq!(conv.kernel(), (*kind, ConfigSource::Explicit));
+            let conv = f16_conv(&gpu, &case, Some(kind.clone()), relu);
+            assert_eq!((&conv.kernel().kernel, conv.kernel().source), (kind, ConfigSource::Explicit));
             worst = worst.max(check_f16(&gpu, &case, &conv));
         }
     }
@@ -118,7 +122,7 @@ fn f16_operands_are_rounded_and_accumulated_in_f32() {
     let spec = S::new(16, 17, 3).padding(P::uniform(1)).with_bias(true);
     let case = case("rounded", spec, [2, 10, 9], false);
     let f32_conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), Conv2dOptions::default()).unwrap();
-    assert_eq!(f32_conv.kernel().0.precision(), Precision::F32);
+    assert_eq!(f32_conv.kernel().kernel.precision(), Precision::F32);
     let y32 = run_poisoned(&gpu, &f32_conv, &case.x, case.shape);
     assert_close(&case.label("f32"), &y32, &case.want, TOL_F32);
     let conv = f16_conv(&gpu, &case, None, false);
@@ -131,7 +135,7 @@ fn f16_operands_are_rounded_and_accumulated_in_f32() {
         "f16 vs f32: relative L2 {diff:.2e}; f16 vs f64 reference {:.2e}",
         reference::relative_l2(&y16, &case.want)
     );
-    if matches!(conv.kernel().0, KernelKind::TiledF16(_)) {
+    if conv.kernel().kernel.family() == "tiled-f16" {
         let round = |v: &[f32]| -> Vec<f32> { v.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect() };
         let want = reference_out(&case.problem, &round(&case.x), &round(&case.w), case.b.as_deref());
         assert_close(&case.label("f16 vs reference on rounded operands"), &y16, &want, TOL_F32);
@@ -160,7 +164,7 @@ fn weight_beyond_f16_range_is_refused_naming_the_weight() {
     }
     // Also for an explicit f16 SIMT kernel.
     w[5] = 7.0e4;
-    let kind = KernelKind::TiledF16(TileConfig::seed());
+    let kind = tiled_kernel("tiled-f16", TileConfig::seed());
     let err = Conv2d::new(&gpu, spec, &w, None, f16_options(Some(kind), false)).err().expect("refused");
     assert!(matches!(err, Error::F16Range { what: "weight", .. }), "{err:?}");
 }
@@ -216,16 +220,16 @@ fn mismatched_kind_and_precision_are_refused() {
     let gpu = gpu();
     let spec = S::new(3, 4, 3);
     let (w, _) = params(&spec, 3);
-    for kind in [KernelKind::Tiled(TileConfig::seed()), KernelKind::Direct] {
-        let err = Conv2d::new(&gpu, spec, &w, None, f16_options(Some(kind), false)).err();
+    for kind in [tiled_kernel("tiled", TileConfig::seed()), direct_kernel()] {
+        let err = Conv2d::new(&gpu, spec, &w, None, f16_options(Some(kind.clone()), false)).err();
         assert!(matches!(err, Some(Error::Unsupported(_))), "{kind} with F16Accum32: {err:?}");
     }
-    let opts = Conv2dOptions { kernel: Some(KernelKind::TiledF16(TileConfig::seed())), ..Default::default() };
+    let opts = Conv2dOptions { kernel: Some(tiled_kernel("tiled-f16", TileConfig::seed())), ..Default::default() };
     let err = Conv2d::new(&gpu, spec, &w, None, opts).err();
     assert!(matches!(err, Some(Error::Unsupported(_))), "tiled-f16 with F32: {err:?}");
     if !gpu.has_coop_f16() {
-        let kind = KernelKind::Coop(coop_sweep()[0]);
-        let err = Conv2d::new(&gpu, spec, &w, None, f16_options(Some(kind), false)).err();
+        let kind = tiled_kernel("coop-f16", coop_sweep()[0]);
+        let err = Conv2d::new(&gpu, spec, &w, None, f16_options(Some(kind.clone()), false)).err();
         assert!(matches!(err, Some(Error::Unsupported(_))), "{kind} on a device without coop: {err:?}");
     }
 }
@@ -239,42 +243,51 @@ fn coop_kernel_on_ragged_shapes() {
         return;
     }
     let limits = gpu.kernel_limits();
-    let gather = coop_sweep().into_iter().map(KernelKind::Coop).filter(|k| k.validate(&limits).is_ok()).take(3);
-    let band = band_sweep().into_iter().map(KernelKind::CoopBand).filter(|k| k.validate(&limits).is_ok());
-    let stem = stem_sweep().into_iter().map(KernelKind::CoopStem).filter(|k| k.validate(&limits).is_ok());
-    let explicit: Vec<KernelKind> = gather.chain(band).chain(stem).collect();
-    let stem_kinds = explicit.iter().filter(|k| matches!(k, KernelKind::CoopStem(_))).count();
+    let gather = coop_sweep()
+        .into_iter()
+        .map(|c| tiled_kernel("coop-f16", c))
+        .filter(|k| k.check_limits(&limits).is_ok())
+        .take(3);
+    let band = band_sweep()
+        .into_iter()
+        .map(|c| kernel(&format!("coop-band-f16:{c}")))
+        .filter(|k| k.check_limits(&limits).is_ok());
+    let stem = stem_sweep()
+        .into_iter()
+        .map(|c| kernel(&format!("coop-stem-f16:{c}")))
+        .filter(|k| k.check_limits(&limits).is_ok());
+    let explicit: Vec<Kernel> = gather.chain(band).chain(stem).collect();
+    let is_band = |k: &Kernel| k.family() == "coop-band-f16";
+    let is_stem = |k: &Kernel| k.family() == "coop-stem-f16";
+    let stem_kinds = explicit.iter().filter(|k| is_stem(k)).count();
     let (mut band_runs, mut stem_runs) = (0, 0);
     for (name, spec, nhw, relu) in ragged_shapes() {
         let case = case(name, spec, nhw, relu);
         let conv = f16_conv(&gpu, &case, None, relu);
-        let (kind, _) = conv.kernel();
+        let kind = &conv.kernel().kernel;
         // On NVIDIA the stem kernel for image inputs (no groups, at most 4 channels, no
         // dilation), else the gathering kernel (faster than the row-band one on the H100:
         // BENCHMARKS.md).
-        let stem = wgconv::stem::stem_is_default(&gpu, &spec);
-        assert!(
-            matches!((stem, kind), (true, KernelKind::CoopStem(_)) | (false, KernelKind::Coop(_))),
-            "{name}: default f16 kernel on a coop device is {kind}"
-        );
+        let stem = stem_is_default(gpu.caps(), &spec);
+        let want = if stem { "coop-stem-f16" } else { "coop-f16" };
+        assert_eq!(kind.family(), want, "{name}: default f16 kernel on a coop device is {kind}");
         check_f16(&gpu, &case, &conv);
         for kind in &explicit {
-            let conv = match Conv2d::new(&gpu, case.spec, &case.w, case.b.as_deref(), f16_options(Some(*kind), relu)) {
+            let opts = f16_options(Some(kind.clone()), relu);
+            let conv = match Conv2d::new(&gpu, case.spec, &case.w, case.b.as_deref(), opts) {
                 Ok(conv) => conv,
                 // Column dilation, a stride past the band depth, or a band beyond the device;
                 // dilation or too deep a K for the stem kernel.
-                Err(Error::ConfigRefused { reason, .. })
-                    if matches!(kind, KernelKind::CoopBand(_) | KernelKind::CoopStem(_)) =>
-                {
+                Err(Error::ConfigRefused { reason, .. }) if is_band(kind) || is_stem(kind) => {
                     eprintln!("{name}: {kind} refused: {reason}");
                     continue;
                 }
                 Err(e) => panic!("{}: {e}", case.label(&kind.to_string())),
             };
-            assert_eq!(conv.kernel(), (*kind, ConfigSource::Explicit));
+            assert_eq!((&conv.kernel().kernel, conv.kernel().source), (kind, ConfigSource::Explicit));
             check_f16(&gpu, &case, &conv);
-            band_runs += matches!(kind, KernelKind::CoopBand(_)) as usize;
-            stem_runs += matches!(kind, KernelKind::CoopStem(_)) as usize;
+            band_runs += is_band(kind) as usize;
+            stem_runs += is_stem(kind) as usize;
         }
     }
     // The stem kernel refuses only the two dilated shapes (every other K fits 32 fragments).
@@ -301,17 +314,18 @@ fn nan_input_stays_nan_through_f16_and_relu() {
         .into_iter()
         .map(reference::relu)
         .collect();
-    let gathering = gpu.has_coop_f16().then(|| KernelKind::Coop(wgconv::config::default_coop_config()));
+    // The gathering kernel's reference config (m64n96k16-t4x12-w4-s1).
+    let gathering = gpu.has_coop_f16().then(|| kernel("coop-f16"));
     let conv = f16_conv(&gpu, &case, gathering, true);
     let got = run_poisoned(&gpu, &conv, &case.x, case.shape);
-    assert_same_nans(&conv.kernel().0.to_string(), &got, &want);
+    assert_same_nans(&conv.kernel().kernel.to_string(), &got, &want);
     assert!(!conv.take_range_flag().unwrap(), "NaN is not a range error");
 }
 
 /// The row-band and stem kernels where KW (and, for the stem kernel, KH) is not a multiple of
 /// the stride: their surplus taps read real inputs against zero weights, so a NaN input also
 /// reaches the outputs whose window, widened to ⌈KW/S⌉·S columns (and ⌈KH/S⌉·S rows), holds
-/// it (documented on `KernelKind::CoopBand` and `KernelKind::CoopStem`). Every output the
+/// it (documented on the `coop-band-f16` and `coop-stem-f16` families). Every output the
 /// reference makes NaN is NaN, and no output outside the widened window is.
 #[test]
 fn band_and_stem_kernels_spread_nan_at_most_to_the_widened_window() {
@@ -328,9 +342,10 @@ fn band_and_stem_kernels_spread_nan_at_most_to_the_widened_window() {
     let want = reference::conv2d(&case.problem, &case.x, &case.w, case.b.as_deref()).unwrap();
     let (oh, ow) = (case.problem.output.h as usize, case.problem.output.w as usize);
     let widened = k.div_ceil(s) * s;
-    let stem = KernelKind::CoopStem(wgconv::config::default_stem_config());
-    for (kind, rows_widened) in [(KernelKind::CoopBand(default_band_config()), false), (stem, true)] {
-        let conv = f16_conv(&gpu, &case, Some(kind), false);
+    let stem = kernel(&format!("coop-stem-f16:{}", StemConfig::REFERENCE));
+    let band = kernel(&format!("coop-band-f16:{}", BandConfig::REFERENCE));
+    for (kind, rows_widened) in [(band, false), (stem, true)] {
+        let conv = f16_conv(&gpu, &case, Some(kind.clone()), false);
         let got = run_poisoned(&gpu, &conv, &case.x, case.shape);
         let mut spread = 0;
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {

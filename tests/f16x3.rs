@@ -9,12 +9,14 @@
 mod common;
 use common::*;
 use std::sync::Arc;
-use wgconv::bench::F16X3_TOLERANCE;
-use wgconv::config::coop_sweep;
+use wgconv::advanced::coop_sweep;
 use wgconv::{reference, ConfigSource, Conv2d, Conv2dOptions, Error, Gpu};
-use wgconv::{Conv2dSpec as S, KernelKind, Padding as P, Precision, Shape4};
+use wgconv::{Conv2dSpec as S, Kernel, Padding as P, Precision, Shape4};
 
-fn options(kernel: Option<KernelKind>, relu: bool) -> Conv2dOptions {
+/// The f16x3 bound (the benchmark's `F16X3_TOLERANCE`).
+const F16X3_TOLERANCE: f64 = TOL_F16X3;
+
+fn options(kernel: Option<Kernel>, relu: bool) -> Conv2dOptions {
     options_at(Precision::F16x3, kernel, relu)
 }
 
@@ -32,7 +34,7 @@ fn coop_gpu() -> Option<Arc<Gpu>> {
 /// `encode` into NaN-poisoned output and `forward`, both within the f16x3 bound, no range
 /// flag on normal data. Returns the larger error.
 fn check(gpu: &Gpu, case: &Case, conv: &Conv2d, relu: bool) -> f64 {
-    assert_eq!(conv.kernel().0.precision(), Precision::F16x3);
+    assert_eq!(conv.kernel().kernel.precision(), Precision::F16x3);
     let want: Vec<f32> = if relu { case.want.iter().map(|&v| reference::relu(v)).collect() } else { case.want.clone() };
     check_encode_and_forward(gpu, case, conv, &want, F16X3_TOLERANCE)
 }
@@ -46,10 +48,10 @@ fn f16x3_is_refused_without_cooperative_matrices() {
     }
     let spec = S::new(3, 4, 3);
     let (w, _) = params(&spec, 3);
-    for kernel in [None, Some(KernelKind::CoopSplit(coop_sweep()[0]))] {
-        match Conv2d::new(&gpu, spec, &w, None, options(kernel, false)) {
+    for kernel in [None, Some(tiled_kernel("coop-f16x3", coop_sweep()[0]))] {
+        match Conv2d::new(&gpu, spec, &w, None, options(kernel.clone(), false)) {
             Err(Error::Unsupported(msg)) => assert!(msg.contains("cooperative matrices"), "{msg}"),
-            other => panic!("{kernel:?}: expected Unsupported, got {:?}", other.map(|c| c.kernel())),
+            other => panic!("{kernel:?}: expected Unsupported, got {:?}", other.map(|c| c.kernel().clone())),
         }
     }
 }
@@ -60,19 +62,23 @@ fn f16x3_is_refused_without_cooperative_matrices() {
 fn f16x3_on_ragged_shapes_at_f32_accuracy() {
     let Some(gpu) = coop_gpu() else { return };
     let limits = gpu.kernel_limits();
-    let explicit: Vec<KernelKind> =
-        coop_sweep().into_iter().map(KernelKind::CoopSplit).filter(|k| k.validate(&limits).is_ok()).take(3).collect();
+    let explicit: Vec<Kernel> = coop_sweep()
+        .into_iter()
+        .map(|c| tiled_kernel("coop-f16x3", c))
+        .filter(|k| k.check_limits(&limits).is_ok())
+        .take(3)
+        .collect();
     assert!(!explicit.is_empty());
     let mut worst = 0.0f64;
     for (name, spec, [n, h, w], relu) in ragged_shapes() {
         let case = Case::new(name, spec, Shape4::new(n, spec.in_channels, h, w));
         let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), options(None, relu)).unwrap();
-        assert!(matches!(conv.kernel().0, KernelKind::CoopSplit(_)), "{name}: default is {}", conv.kernel().0);
+        assert_eq!(conv.kernel().kernel.family(), "coop-f16x3", "{name}: default is {}", conv.kernel().kernel);
         worst = worst.max(check(&gpu, &case, &conv, relu));
         for kind in &explicit {
-            let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), options(Some(*kind), relu))
+            let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), options(Some(kind.clone()), relu))
                 .unwrap_or_else(|e| panic!("{}: {e}", case.label(&kind.to_string())));
-            assert_eq!(conv.kernel(), (*kind, ConfigSource::Explicit));
+            assert_eq!((&conv.kernel().kernel, conv.kernel().source), (kind, ConfigSource::Explicit));
             worst = worst.max(check(&gpu, &case, &conv, relu));
         }
     }
@@ -153,5 +159,5 @@ fn f16x3_flags_out_of_range_inputs_and_keeps_nan() {
         .collect();
     let got = run_poisoned(&gpu, &conv, &case.x, case.shape);
     assert!(!conv.take_range_flag().unwrap(), "NaN is not a range error");
-    assert_same_nans(&conv.kernel().0.to_string(), &got, &want);
+    assert_same_nans(&conv.kernel().kernel.to_string(), &got, &want);
 }

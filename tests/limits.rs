@@ -6,8 +6,8 @@
 
 mod common;
 use common::*;
-use wgconv::config::{default_config, default_sweep};
-use wgconv::{ConfigSource, Conv2d, Conv2dOptions, Error, KernelKind, Shape4, TileConfig};
+use wgconv::advanced::default_sweep;
+use wgconv::{ConfigSource, Conv2d, Conv2dOptions, Error, Shape4, TileConfig};
 use wgconv::{Conv2dSpec as S, Padding as P};
 
 /// Images per chunk as the library must compute it: each chunk's input and output window,
@@ -51,15 +51,15 @@ fn batch_chunking_encode_and_forward() {
     // The whole batch is over the limit: without chunking the bindings would be refused.
     assert!(case.shape.len() * 4 > binding && case.problem.output.len() * 4 > binding);
 
-    for kind in [KernelKind::Tiled(seed), KernelKind::Direct] {
+    for kind in [tiled_kernel("tiled", seed), direct_kernel()] {
         let conv = case.conv(&gpu, Some(kind));
         let (x, y) = buffers(&gpu, &case);
         let plan = conv.plan(case.shape, &x, &y).unwrap();
-        assert_eq!(plan.chunks() as u64, (case.shape.n as u64).div_ceil(per_chunk), "{}", conv.kernel().0);
+        assert_eq!(plan.chunks() as u64, (case.shape.n as u64).div_ceil(per_chunk), "{}", conv.kernel().kernel);
         assert!(plan.chunks() > 1);
         // encode (NaN-poisoned output, with a poisoned tail that must stay untouched) and forward.
         let (got, tail) = run_poisoned_with(&gpu, &conv, &case.x, case.shape, f32::NAN, 61);
-        assert_close(&case.label(&format!("chunked encode, {}", conv.kernel().0)), &got, &case.want, TOL_F32);
+        assert_close(&case.label(&format!("chunked encode, {}", conv.kernel().kernel)), &got, &case.want, TOL_F32);
         assert!(tail.iter().all(|v| v.is_nan()), "{}: wrote past the output", case.label("tail"));
         case.check_forward(&conv);
     }
@@ -79,7 +79,7 @@ fn image_over_binding_limit_is_refused() {
 }
 
 fn direct() -> Conv2dOptions {
-    Conv2dOptions { kernel: Some(KernelKind::Direct), ..Default::default() }
+    Conv2dOptions { kernel: Some(direct_kernel()), ..Default::default() }
 }
 
 /// Input and output buffers for `case` (STORAGE; output also COPY_SRC).
@@ -113,14 +113,14 @@ fn grid_folding_tiled_and_direct() {
     let grouped =
         Case::new("fold_grouped", S::new(4, 70, 3).groups(2).padding(P::uniform(1)), Shape4::new(2, 4, 15, 13));
     for case in [&tiled, &grouped] {
-        let conv = case.conv(&gpu, Some(KernelKind::Tiled(cfg)));
+        let conv = case.conv(&gpu, Some(tiled_kernel("tiled", cfg)));
         case.check_encode(&gpu, &conv);
         case.check_forward(&conv);
     }
     // Direct (64 outputs per workgroup): 70·15·13 = 13650 outputs → 214 workgroups.
     let direct_case = Case::new("fold_direct", S::new(3, 70, 3).padding(P::uniform(1)), Shape4::new(1, 3, 15, 13));
     assert!(direct_case.problem.output.len().div_ceil(64) > 16 * 13);
-    let conv = direct_case.conv(&gpu, Some(KernelKind::Direct));
+    let conv = direct_case.conv(&gpu, Some(direct_kernel()));
     direct_case.check_encode(&gpu, &conv);
     direct_case.check_forward(&conv);
 }
@@ -149,7 +149,7 @@ fn config_over_device_limits_is_refused() {
     let gpu = gpu_with_limits(|l| l.max_compute_workgroup_storage_size = limit);
     let spec = S::new(3, 8, 3);
     let w = vec![0.25; spec.weight_len()];
-    let opts = Conv2dOptions { kernel: Some(KernelKind::Tiled(seed)), ..Default::default() };
+    let opts = Conv2dOptions { kernel: Some(tiled_kernel("tiled", seed)), ..Default::default() };
     let e = Conv2d::new(&gpu, spec, &w, None, opts).err().expect("an over-limit config must be refused");
     match &e {
         Error::ConfigRefused { config, reason } => {
@@ -181,16 +181,24 @@ fn config_over_invocation_limit_is_refused() {
         l.max_compute_workgroup_size_x = 64;
     });
     let spec = S::new(3, 8, 3);
-    let opts = Conv2dOptions { kernel: Some(KernelKind::Tiled(TileConfig::seed())), ..Default::default() };
+    let opts = Conv2dOptions { kernel: Some(tiled_kernel("tiled", TileConfig::seed())), ..Default::default() };
     let e = Conv2d::new(&gpu, spec, &vec![0.25; spec.weight_len()], None, opts).err().unwrap();
     assert!(matches!(e, Error::ConfigRefused { .. }), "{e:?}");
     assert!(e.to_string().contains("128") && e.to_string().contains("64"), "{e}");
     let seed = TileConfig::seed();
-    // Without the check, the pipeline itself is invalid on this device.
+    // Without the check, a pipeline of the seed's workgroup size is invalid on this device.
+    // (The kernel's own WGSL is no longer public, `wgconv::kernel::source` is gone: a shader
+    // with the seed's workgroup size stands in for it.)
+    let src = format!(
+        "@group(0) @binding(0) var<storage, read_write> out: array<f32>;\n\
+         @compute @workgroup_size({})\n\
+         fn main(@builtin(local_invocation_index) i: u32) {{ out[i] = 1.0; }}\n",
+        seed.invocations()
+    );
     let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
     let module = gpu.device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some("over-limit"),
-        source: wgpu::ShaderSource::Wgsl(wgconv::kernel::source(&KernelKind::Tiled(seed)).into()),
+        source: wgpu::ShaderSource::Wgsl(src.into()),
     });
     let _ = gpu.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
         label: Some("over-limit"),
@@ -211,9 +219,9 @@ fn config_over_invocation_limit_is_refused() {
 fn default_falls_back_to_a_config_that_fits() {
     // Workgroup memory just under the default config's.
     let _serial = serial();
-    let gpu = gpu_with_limits(|l| l.max_compute_workgroup_storage_size = below(default_config().workgroup_bytes()));
+    let gpu = gpu_with_limits(|l| l.max_compute_workgroup_storage_size = below(TileConfig::seed().workgroup_bytes()));
     let limits = gpu.kernel_limits();
-    assert!(default_config().validate(&limits).is_err());
+    assert!(TileConfig::seed().validate(&limits).is_err());
     let expected = default_sweep()
         .into_iter()
         .find(|c| c.validate(&limits).is_ok())
@@ -224,7 +232,10 @@ fn default_falls_back_to_a_config_that_fits() {
         Shape4::new(2, 5, 9, 13),
     );
     let conv = case.conv(&gpu, None);
-    assert_eq!(conv.kernel(), (KernelKind::Tiled(expected), ConfigSource::Fallback));
+    assert_eq!(
+        (&conv.kernel().kernel, conv.kernel().source),
+        (&tiled_kernel("tiled", expected), ConfigSource::Fallback)
+    );
     case.check_encode(&gpu, &conv);
 }
 
@@ -239,6 +250,6 @@ fn default_falls_back_to_direct() {
     assert!(default_sweep().iter().all(|c| c.validate(&limits).is_err()));
     let case = Case::new("fallback_direct", S::new(4, 6, 3).groups(2).padding(P::uniform(1)), Shape4::new(1, 4, 7, 8));
     let conv = case.conv(&gpu, None);
-    assert_eq!(conv.kernel(), (KernelKind::Direct, ConfigSource::Fallback));
+    assert_eq!((&conv.kernel().kernel, conv.kernel().source), (&direct_kernel(), ConfigSource::Fallback));
     case.check_encode(&gpu, &conv);
 }

@@ -1,10 +1,15 @@
 //! Portability without a device: every kernel the library can build (each config of the
 //! declared sweep, the default config and the direct kernel) parses and validates with
-//! naga and translates to SPIR-V, MSL, HLSL and GLSL compute (`kernel::check_portable`).
+//! naga and translates to SPIR-V, MSL, HLSL and GLSL compute
+//! (`wgconv::advanced::check_portable`).
+#![cfg(feature = "naga-check")]
 
-use wgconv::config::{default_config, default_sweep};
-use wgconv::kernel::{check_portable, portable_targets, source};
-use wgconv::{KernelKind, TileConfig};
+use wgconv::advanced::{check_portable, default_sweep, sweep};
+use wgconv::{Kernel, TileConfig};
+
+fn tiled(cfg: TileConfig) -> Kernel {
+    Kernel::parse(&format!("tiled:{cfg}")).unwrap_or_else(|e| panic!("{cfg}: {e}"))
+}
 
 #[test]
 fn sweep_configs_are_well_formed() {
@@ -19,12 +24,16 @@ fn sweep_configs_are_well_formed() {
     names.sort();
     names.dedup();
     assert_eq!(names.len(), sweep.len(), "duplicate configs in the sweep");
+    // The family's sweep as kernels is the same list, named `tiled:<config>`.
+    let kernels = wgconv::advanced::sweep("tiled").unwrap();
+    assert_eq!(kernels, sweep.iter().map(|c| tiled(*c)).collect::<Vec<_>>());
 }
 
 #[test]
 fn every_sweep_config_is_portable() {
-    let mut kinds: Vec<KernelKind> = default_sweep().into_iter().map(KernelKind::Tiled).collect();
-    kinds.push(KernelKind::Tiled(default_config()));
+    let mut kinds: Vec<Kernel> = default_sweep().into_iter().map(tiled).collect();
+    kinds.push(tiled(TileConfig::seed()));
+    kinds.push(Kernel::parse("tiled").unwrap());
     let failures: Vec<String> = std::thread::scope(|s| {
         let handles: Vec<_> =
             kinds.iter().map(|k| s.spawn(move || check_portable(k).map_err(|e| format!("{k}: {e}")))).collect();
@@ -35,35 +44,20 @@ fn every_sweep_config_is_portable() {
 
 #[test]
 fn direct_kernel_is_portable() {
-    check_portable(&KernelKind::Direct).unwrap();
+    let direct = Kernel::parse("direct").unwrap();
+    assert_eq!(sweep("direct").unwrap(), [direct.clone()]);
+    check_portable(&direct).unwrap();
 }
 
-/// The f32 kernels are checked against all four targets (none skipped).
-#[test]
-fn f32_kernels_target_every_backend() {
-    let all = ["SPIR-V", "MSL", "HLSL", "GLSL"];
-    assert_eq!(portable_targets(&KernelKind::Direct), all);
-    for cfg in default_sweep() {
-        assert_eq!(portable_targets(&KernelKind::Tiled(cfg)), all, "{cfg}");
-    }
-}
-
-#[test]
-fn sources_carry_their_config() {
-    for cfg in default_sweep() {
-        let src = source(&KernelKind::Tiled(cfg));
-        assert!(src.contains(&cfg.name()), "{cfg}");
-        for (name, v) in [("BM", cfg.block_m), ("BN", cfg.block_n), ("BK", cfg.block_k), ("WG", cfg.invocations())] {
-            assert!(src.contains(&format!("const {name}: u32 = {v}u;")), "{cfg}: {name}");
-        }
-    }
-    assert!(!source(&KernelKind::Direct).contains("const BM"));
-}
+// `f32_kernels_target_every_backend` (the f32 kernels are checked against all four
+// targets, none skipped) and `sources_carry_their_config` (a tiled kernel's WGSL holds its
+// config's constants; the direct kernel's none) are gone: `kernel::portable_targets` and
+// `kernel::source` have no public counterpart in the new API.
 
 /// A malformed kernel is reported as an error, not a panic (the checker itself works).
 #[test]
 fn check_portable_reports_errors() {
     // A zero register tile: `BM / TM` divides by zero, and arrays have size zero.
     let broken = TileConfig { thread_m: 0, thread_n: 0, ..TileConfig::seed() };
-    assert!(check_portable(&KernelKind::Tiled(broken)).is_err());
+    assert!(check_portable(&tiled(broken)).is_err());
 }

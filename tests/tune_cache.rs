@@ -1,10 +1,13 @@
 //! The tuning cache file: damaged and foreign files, concurrent writers (threads and
 //! processes), entries of other adapters left untouched. No GPU needed.
+#![cfg(feature = "tune")]
 
 use std::path::Path;
 use std::process::Command;
 use std::sync::{Mutex, Once};
-use wgconv::cache::{CacheKey, CachedDecision, DeviceKey, ShapeKey, TuningCache, FILE_NAME, SCHEMA_VERSION};
+use wgconv::tune::cache::{
+    shader_hash, CacheKey, CachedDecision, DeviceKey, ShapeKey, TuningCache, FILE_NAME, SCHEMA_VERSION,
+};
 use wgconv::TileConfig;
 
 // ---- a logger that keeps warnings, to check that damage is reported ------------------------
@@ -49,7 +52,7 @@ fn device(adapter: &str) -> DeviceKey {
         backend: "Vulkan".into(),
         runtime_checks: false,
         wgconv_version: env!("CARGO_PKG_VERSION").into(),
-        shader_hash: wgconv::kernel::shader_hash(),
+        shader_hash: shader_hash(),
     }
 }
 
@@ -190,13 +193,24 @@ fn foreign_schema_is_ignored_and_rewritten() {
     let cache = TuningCache::in_dir(dir.path());
     cache.store(&key("A", 1), &decision(2)).unwrap();
     let mut v = read_json(cache.path());
-    for schema in [serde_json::json!(3), serde_json::json!(0), serde_json::json!("1"), serde_json::Value::Null] {
+    // A newer schema, none, ours as a string, null; and (schema 3) the older ones, whose keys
+    // named the kernel enum's variants.
+    let newer = SCHEMA_VERSION + 1;
+    let schemas = [
+        serde_json::json!(newer),
+        serde_json::json!(0),
+        serde_json::json!(SCHEMA_VERSION.to_string()),
+        serde_json::Value::Null,
+        serde_json::json!(1),
+        serde_json::json!(2),
+    ];
+    for schema in schemas {
         v["schema"] = schema.clone();
         std::fs::write(cache.path(), serde_json::to_vec(&v).unwrap()).unwrap();
         assert!(cache.lookup(&key("A", 1)).is_none(), "schema {schema}");
     }
     let w = warnings_about(&dir.path().display().to_string());
-    assert!(w.iter().any(|w| w.contains("schema version 3")), "{w:?}");
+    assert!(w.iter().any(|w| w.contains(&format!("schema version {newer}"))), "{w:?}");
     cache.store(&key("A", 2), &decision(4)).unwrap();
     assert_valid(&cache, 1);
     assert!(cache.lookup(&key("A", 1)).is_none());
@@ -206,16 +220,17 @@ fn foreign_schema_is_ignored_and_rewritten() {
 fn valid_json_of_another_shape_is_ignored() {
     let dir = tempdir();
     let cache = TuningCache::in_dir(dir.path());
+    let ours = SCHEMA_VERSION;
     for text in [
-        "[1, 2, 3]",
-        "\"tuning\"",
-        "null",
-        "{}",
-        "{\"schema\": 1}",
-        "{\"schema\": 1, \"entries\": {\"a\": 1}}",
-        "{\"version\": 1, \"entries\": []}",
+        "[1, 2, 3]".to_string(),
+        "\"tuning\"".to_string(),
+        "null".to_string(),
+        "{}".to_string(),
+        format!("{{\"schema\": {ours}}}"),
+        format!("{{\"schema\": {ours}, \"entries\": {{\"a\": 1}}}}"),
+        "{\"version\": 1, \"entries\": []}".to_string(),
     ] {
-        std::fs::write(cache.path(), text).unwrap();
+        std::fs::write(cache.path(), &text).unwrap();
         assert!(cache.lookup(&key("A", 1)).is_none(), "{text}");
         assert!(cache.entries().is_empty(), "{text}");
     }
@@ -386,8 +401,9 @@ fn unwritable_location_is_an_error_not_a_panic() {
 }
 
 /// Each kernel family keeps its own decision for one device and shape (f16's `coop-f16` and
-/// `tiled-f16` too: which one runs depends on how the device was opened); an entry of a
-/// schema 1 file (no `kernel` in its key) is a `tiled` decision. A cooperative config whose
+/// `tiled-f16` too: which one runs depends on how the device was opened); a file of an
+/// older schema (1: no `kernel` in its keys; 2: the kernel enum's names) is ignored, not
+/// read as decisions of today's families. A cooperative config whose
 /// thread tile only names the workgroup size (`t4x6`, 8 warps) is well formed for the
 /// cooperative kernels, not for the SIMT ones, and a family the build does not know is
 /// skipped.
@@ -412,13 +428,19 @@ fn kernel_families_have_their_own_entries() {
     cache.store(&at("no-such-kernel"), &decision(3)).unwrap();
     assert_eq!(cache.lookup(&at("no-such-kernel")), None);
 
-    // A schema 1 file: keys without a kernel family.
-    let mut v = read_json(cache.path());
+    // A schema 1 file: keys without a kernel family. Schema 3 reads none of it (it used to
+    // read such an entry as a `tiled` decision).
+    let current = read_json(cache.path());
+    let mut v = current.clone();
     v["schema"] = serde_json::json!(1);
     let old =
         serde_json::json!({ "key": { "device": device("families"), "shape": shape(8) }, "decision": decision(2) });
     v["entries"].as_array_mut().unwrap().push(old);
     std::fs::write(cache.path(), serde_json::to_vec(&v).unwrap()).unwrap();
-    assert_eq!(cache.lookup(&key("families", 8)), Some(decision(2)));
+    assert_eq!(cache.lookup(&key("families", 8)), None);
+    assert_eq!(cache.lookup(&at("coop-f16x3")), None);
+    assert!(cache.entries().is_empty());
+    // The same entries under today's schema are read again.
+    std::fs::write(cache.path(), serde_json::to_vec(&current).unwrap()).unwrap();
     assert_eq!(cache.lookup(&at("coop-f16x3")), Some(split));
 }

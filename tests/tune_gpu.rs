@@ -4,13 +4,14 @@
 //! bar against the original in both tunes), the decision is cached, and a
 //! `Conv2d` built with `tuning_key_input` runs it (and says so); a cached config the device
 //! refuses is never used.
+#![cfg(feature = "tune")]
 
 mod common;
 use common::*;
 use std::sync::{Mutex, MutexGuard, Once};
 use std::time::Instant;
-use wgconv::cache::{CachedDecision, TuningCache};
-use wgconv::timing::Summary;
+use wgconv::tune::cache::{CachedDecision, TuningCache};
+use wgconv::tune::timing::Summary;
 use wgconv::tune::{self, TuneOptions, Verdict};
 use wgconv::*;
 
@@ -22,7 +23,7 @@ fn setup() -> (TuningCache, MutexGuard<'static, ()>) {
     static TURN: Mutex<()> = Mutex::new(());
     ONCE.call_once(|| {
         let dir = tempfile::Builder::new().prefix("wgconv-tune-gpu-").tempdir().unwrap().keep();
-        std::env::set_var(wgconv::cache::DIR_ENV, &dir);
+        std::env::set_var(wgconv::tune::cache::DIR_ENV, &dir);
     });
     let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     (TuningCache::open_default().unwrap(), turn)
@@ -62,8 +63,9 @@ fn two_cold_tunes_agree_and_conv2d_runs_the_cached_decision() {
     let opts =
         TuneOptions { threshold_pct: 2.0, rounds: 15, warmup: 3, reps: 0, force: true, cache: Some(cache.clone()) };
     let t = Instant::now();
-    let a = tune::tune(&gpu, &problem, KernelKind::Tiled(original()), &opts, &mut noop).unwrap();
-    let b = tune::tune(&gpu, &problem, KernelKind::Tiled(original()), &opts, &mut noop).unwrap();
+    let start = tiled_kernel("tiled", original());
+    let a = tune::tune(&gpu, &problem, &start, &opts, &mut noop).unwrap();
+    let b = tune::tune(&gpu, &problem, &start, &opts, &mut noop).unwrap();
     eprintln!("{}\n{}{}", a.report.header(), a.report.table(), a.report.decision_line());
     eprintln!("{}{}", b.report.table(), b.report.decision_line());
     eprintln!("two cold tunes: {:.1} s", t.elapsed().as_secs_f64());
@@ -122,18 +124,12 @@ fn two_cold_tunes_agree_and_conv2d_runs_the_cached_decision() {
 
     // Cached: the same decision without measuring.
     let t = Instant::now();
-    let cached = tune::tune(
-        &gpu,
-        &problem,
-        KernelKind::Tiled(original()),
-        &TuneOptions { force: false, ..opts.clone() },
-        &mut noop,
-    )
-    .unwrap();
+    let cached = tune::tune(&gpu, &problem, &start, &TuneOptions { force: false, ..opts.clone() }, &mut noop).unwrap();
     assert!(cached.from_cache);
     assert_eq!(cached.report.chosen, b.report.chosen);
     eprintln!("cached lookup: {:.2} ms", t.elapsed().as_secs_f64() * 1e3);
-    assert_eq!(tune::cached_decision(&gpu, &problem, Precision::F32), Some(KernelKind::Tiled(b.report.chosen)));
+    let chosen = tiled_kernel("tiled", b.report.chosen);
+    assert_eq!(tune::cached_decision(&gpu, &problem, Precision::F32), Some(chosen.clone()));
     // Each precision's decisions are its own: none for f16 here.
     assert_eq!(tune::cached_decision(&gpu, &problem, Precision::F16Accum32), None);
 
@@ -147,7 +143,7 @@ fn two_cold_tunes_agree_and_conv2d_runs_the_cached_decision() {
         Conv2dOptions { tuning_key_input: Some(shape), ..Default::default() },
     )
     .unwrap();
-    assert_eq!(conv.kernel(), (KernelKind::Tiled(b.report.chosen), ConfigSource::TuningCache));
+    assert_eq!((&conv.kernel().kernel, conv.kernel().source), (&chosen, ConfigSource::TuningCache));
     let x = randn(shape.len() as usize, 12);
     let want = reference_out(&problem, &x, &w, bias.as_deref());
     assert_close("tuned conv", &run_poisoned(&gpu, &conv, &x, shape), &want, TOL_F32);
@@ -162,7 +158,7 @@ fn two_cold_tunes_agree_and_conv2d_runs_the_cached_decision() {
         Conv2dOptions { tuning_key_input: Some(other), ..Default::default() },
     )
     .unwrap();
-    assert_ne!(conv.kernel().1, ConfigSource::TuningCache);
+    assert_ne!(conv.kernel().source, ConfigSource::TuningCache);
 }
 
 #[test]
@@ -176,7 +172,8 @@ fn cached_config_the_device_refuses_is_never_used() {
     let huge = TileConfig::parse("m128n128k32-t8x8-w8-s4").unwrap();
     huge.check_shape().unwrap();
     assert!(huge.validate(&gpu.kernel_limits()).is_err());
-    let key = tune::cache_key_for(&gpu, &problem, &KernelKind::Tiled(huge));
+    let huge_kernel = tiled_kernel("tiled", huge);
+    let key = tune::cache_key_for(&gpu, &problem, &huge_kernel);
     let decision = CachedDecision {
         config: huge,
         original: huge,
@@ -191,13 +188,13 @@ fn cached_config_the_device_refuses_is_never_used() {
     let (w, _) = params(&spec, 5);
     let conv = Conv2d::new(&gpu, spec, &w, None, Conv2dOptions { tuning_key_input: Some(shape), ..Default::default() })
         .unwrap();
-    let (kind, source) = conv.kernel();
+    let (kind, source) = (&conv.kernel().kernel, conv.kernel().source);
     assert_ne!(source, ConfigSource::TuningCache);
-    assert_ne!(kind, KernelKind::Tiled(huge));
+    assert_ne!(kind, &huge_kernel);
     // And tune does not answer from it either: it measures (the original is refused, so it fails
     // with the reason instead of returning the refused config).
     let opts = TuneOptions { rounds: 5, warmup: 1, force: false, cache: Some(cache.clone()), ..TuneOptions::default() };
-    let e = tune::tune(&gpu, &problem, KernelKind::Tiled(huge), &opts, &mut noop).unwrap_err();
+    let e = tune::tune(&gpu, &problem, &huge_kernel, &opts, &mut noop).unwrap_err();
     assert!(e.to_string().contains("refused"), "{e}");
 }
 
@@ -209,8 +206,8 @@ fn tune_at(precision: Precision) {
     let gpu = gpu();
     // The kernel a fresh Conv2d of the precision runs; on the SIMT kernels from the f32
     // test's original, whose neighbours fit lavapipe (the seed's s3 does not).
-    let original = match wgconv::conv2d::default_kind(&gpu, precision) {
-        Ok(kind @ (KernelKind::Tiled(_) | KernelKind::TiledF16(_))) => kind.with_config(original()),
+    let original = match wgconv::advanced::default_kernel(gpu.caps(), precision) {
+        Ok(kind) if ["tiled", "tiled-f16"].contains(&kind.family()) => kind.with_tile(original()).unwrap(),
         Ok(kind) => kind,
         Err(e) => {
             eprintln!("skipped: {precision} does not run on {}: {e}", gpu.info.name);
@@ -228,24 +225,24 @@ fn tune_at(precision: Precision) {
     let problem = spec.problem(shape).unwrap();
     let opts =
         TuneOptions { threshold_pct: 2.0, rounds: 5, warmup: 1, reps: 0, force: true, cache: Some(cache.clone()) };
-    let out = tune::tune(&gpu, &problem, original, &opts, &mut noop).unwrap();
+    let out = tune::tune(&gpu, &problem, &original, &opts, &mut noop).unwrap();
     eprintln!("{}\n{}{}", out.report.header(), out.report.table(), out.report.decision_line());
     assert_eq!((out.report.precision, out.report.kernel.as_str()), (precision, original.family()));
     let measured = out.report.rows.iter().filter(|r| r.median_ms.is_some()).count();
     assert!(measured >= 2, "{}", out.report.table());
-    let chosen = original.with_config(out.report.chosen);
-    assert_eq!(tune::cached_decision(&gpu, &problem, precision), Some(chosen));
+    let chosen = original.with_tile(out.report.chosen).unwrap();
+    assert_eq!(tune::cached_decision(&gpu, &problem, precision), Some(chosen.clone()));
     assert_eq!(tune::cached_decision(&gpu, &problem, Precision::F32), None);
 
     let (w, bias) = params(&spec, 21);
     let options = |precision| Conv2dOptions { tuning_key_input: Some(shape), precision, ..Default::default() };
     let conv = Conv2d::new(&gpu, spec, &w, bias.as_deref(), options(precision)).unwrap();
-    assert_eq!(conv.kernel(), (chosen, ConfigSource::TuningCache));
+    assert_eq!((&conv.kernel().kernel, conv.kernel().source), (&chosen, ConfigSource::TuningCache));
     let x = randn(shape.len() as usize, 22);
     let want = reference_out(&problem, &x, &w, bias.as_deref());
     assert_close("tuned conv", &run_poisoned(&gpu, &conv, &x, shape), &want, tolerance(&chosen));
     let f32_conv = Conv2d::new(&gpu, spec, &w, bias.as_deref(), options(Precision::F32)).unwrap();
-    assert_ne!(f32_conv.kernel().1, ConfigSource::TuningCache);
+    assert_ne!(f32_conv.kernel().source, ConfigSource::TuningCache);
 }
 
 #[test]

@@ -1,15 +1,31 @@
 //! The tuner's decision rule, candidate generation and occupancy estimate, on the CPU with
 //! an injected, deterministic timing source (no GPU).
+#![cfg(feature = "tune")]
 
 use rand::{Rng, SeedableRng};
 use rand_distr::StandardNormal;
 use std::collections::{HashMap, HashSet};
-use wgconv::config::KernelLimits;
 use wgconv::tune::{
     candidates, decide, estimate_occupancy, run_stage, CandidateReport, CandidateSet, Measure, OccupancyProfile,
     ProfileName, TuneOptions, Verdict,
 };
-use wgconv::{Error, KernelKind, Result, TileConfig};
+use wgconv::{Error, Kernel, KernelLimits, Result, TileConfig};
+
+/// The `tiled` (f32 SIMT) kernel of a tile config.
+fn tiled(cfg: TileConfig) -> Kernel {
+    of_family("tiled", cfg)
+}
+
+/// The kernel of `family` with a tile config.
+fn of_family(family: &str, cfg: TileConfig) -> Kernel {
+    Kernel::parse(&format!("{family}:{cfg}")).unwrap_or_else(|e| panic!("{family}:{cfg}: {e}"))
+}
+
+/// The cooperative kernels' reference tile (64 positions × 96 channels, 4 warps of 2×3
+/// fragments, one stage).
+fn coop_reference() -> TileConfig {
+    TileConfig::with_thread_tile(64, 96, 16, 4, 12, 1)
+}
 
 /// The anchor's best Triton config in wgconv's vocabulary: 6 candidates on every profile.
 fn anchor() -> TileConfig {
@@ -93,14 +109,14 @@ impl Measure for Replay {
 /// A set of the original and explicit candidates (no occupancy rules involved).
 fn set_of(configs: &[TileConfig]) -> CandidateSet {
     let p = OccupancyProfile::NVIDIA;
-    let mut set = candidates(&KernelKind::Tiled(configs[0]), &p);
+    let mut set = candidates(&tiled(configs[0]), &p);
     set.candidates = configs
         .iter()
         .enumerate()
         .map(|(i, c)| wgconv::tune::Candidate {
             config: *c,
             change: if i == 0 { "original".into() } else { format!("test {i}") },
-            occupancy: estimate_occupancy(&KernelKind::Tiled(*c), &p),
+            occupancy: estimate_occupancy(&tiled(*c), &p),
         })
         .collect();
     set.skipped.clear();
@@ -208,7 +224,7 @@ fn unstable_winner_is_rejected() {
 #[test]
 fn failing_and_refused_candidates_are_excluded_and_reported() {
     let orig = anchor();
-    let set = candidates(&KernelKind::Tiled(orig), &OccupancyProfile::NVIDIA);
+    let set = candidates(&tiled(orig), &OccupancyProfile::NVIDIA);
     let cfgs: Vec<TileConfig> = set.candidates.iter().map(|c| c.config).collect();
     assert_eq!(cfgs.len(), 6);
     // stages 4 does not fit 32 KiB (lavapipe's limit): refused before any build.
@@ -255,7 +271,7 @@ fn failing_and_refused_candidates_are_excluded_and_reported() {
 #[test]
 fn original_that_cannot_build_is_an_error() {
     let orig = anchor();
-    let set = candidates(&KernelKind::Tiled(orig), &OccupancyProfile::NVIDIA);
+    let set = candidates(&tiled(orig), &OccupancyProfile::NVIDIA);
     let mut m = Noisy::new(1);
     for c in &set.candidates {
         m = m.with(c.config, 1.0, 0.01);
@@ -286,7 +302,7 @@ fn tie_keeps_the_original() {
 #[test]
 fn fastest_stable_candidate_wins_and_ties_go_to_the_earlier() {
     let orig = anchor();
-    let set = candidates(&KernelKind::Tiled(orig), &OccupancyProfile::NVIDIA);
+    let set = candidates(&tiled(orig), &OccupancyProfile::NVIDIA);
     let cfgs: Vec<TileConfig> = set.candidates.iter().map(|c| c.config).collect();
     let mut m = Noisy::new(3);
     for (i, c) in cfgs.iter().enumerate() {
@@ -309,7 +325,7 @@ fn fastest_stable_candidate_wins_and_ties_go_to_the_earlier() {
 #[test]
 fn a_nearer_candidate_within_the_threshold_of_the_fastest_wins() {
     let orig = anchor();
-    let set = candidates(&KernelKind::Tiled(orig), &OccupancyProfile::NVIDIA);
+    let set = candidates(&tiled(orig), &OccupancyProfile::NVIDIA);
     let cfgs: Vec<TileConfig> = set.candidates.iter().map(|c| c.config).collect();
     let mut m = Noisy::new(3);
     for (i, c) in cfgs.iter().enumerate() {
@@ -333,7 +349,7 @@ fn an_unstable_intended_winner_keeps_the_original_rather_than_promoting_another(
     // only 0.5 % more: the stage change is the intended winner, it is unstable, so the
     // original stays (another run might find it stable: keep vs. it, never a third config).
     let orig = anchor();
-    let set = candidates(&KernelKind::Tiled(orig), &OccupancyProfile::NVIDIA);
+    let set = candidates(&tiled(orig), &OccupancyProfile::NVIDIA);
     let cfgs: Vec<TileConfig> = set.candidates.iter().map(|c| c.config).collect();
     let o = vec![1.0, 1.002, 0.998, 1.0, 1.001, 0.999, 1.0, 1.0];
     let near = vec![0.90, 1.05, 0.96, 0.96, 1.04, 0.92, 1.03, 0.96]; // median 0.96, q3 1.03
@@ -372,7 +388,7 @@ fn drift_hits_every_candidate_alike() {
     // run): interleaving keeps the medians together, so nothing is adopted.
     for seed in SEEDS {
         let orig = anchor();
-        let set = candidates(&KernelKind::Tiled(orig), &OccupancyProfile::NVIDIA);
+        let set = candidates(&tiled(orig), &OccupancyProfile::NVIDIA);
         let mut m = Noisy::new(seed);
         for c in &set.candidates {
             m = m.with(c.config, 1.0, 0.003);
@@ -387,7 +403,7 @@ fn drift_hits_every_candidate_alike() {
 fn decisions_are_reproducible() {
     let run = || {
         let orig = anchor();
-        let set = candidates(&KernelKind::Tiled(orig), &OccupancyProfile::GENERIC);
+        let set = candidates(&tiled(orig), &OccupancyProfile::GENERIC);
         let mut m = Noisy::new(42);
         for (i, c) in set.candidates.iter().enumerate() {
             m = m.with(c.config, 1.0 - 0.01 * i as f64, 0.01);
@@ -419,7 +435,7 @@ fn decide_needs_the_original() {
 
 #[test]
 fn occupancy_estimate_of_the_seed_on_nvidia() {
-    let o = estimate_occupancy(&KernelKind::Tiled(TileConfig::seed()), &OccupancyProfile::NVIDIA);
+    let o = estimate_occupancy(&tiled(TileConfig::seed()), &OccupancyProfile::NVIDIA);
     // 16 acc + 8 operands + 8 A + 16 B prefetch + 24 = 72 registers; 72·128 per workgroup.
     assert_eq!(o.registers, 72);
     assert_eq!(o.by_registers, 65536 / (72 * 128));
@@ -433,12 +449,12 @@ fn occupancy_estimate_of_the_seed_on_nvidia() {
     assert!((o.occupancy - 128.0 / 2048.0).abs() < 1e-12);
     // Two warps: a 4x8 tile, 32 acc + 12 + 16 A + 32 B + 24 = 116 → 120 registers · 64.
     let w2 = TileConfig::seed().with_warps(2).unwrap();
-    let o2 = estimate_occupancy(&KernelKind::Tiled(w2), &OccupancyProfile::NVIDIA);
+    let o2 = estimate_occupancy(&tiled(w2), &OccupancyProfile::NVIDIA);
     assert_eq!((o2.registers, o2.by_registers), (116, 65536 / (120 * 64)));
     assert!(o2.occupancy < o.occupancy);
     // The anchor's config (25.75 KiB, one workgroup per SM): 6.25 % → 12.5 % with 8 warps.
-    let a = estimate_occupancy(&KernelKind::Tiled(anchor()), &OccupancyProfile::NVIDIA);
-    let a8 = estimate_occupancy(&KernelKind::Tiled(anchor().with_warps(8).unwrap()), &OccupancyProfile::NVIDIA);
+    let a = estimate_occupancy(&tiled(anchor()), &OccupancyProfile::NVIDIA);
+    let a8 = estimate_occupancy(&tiled(anchor().with_warps(8).unwrap()), &OccupancyProfile::NVIDIA);
     assert_eq!((a.occupancy, a8.occupancy), (0.0625, 0.125));
 }
 
@@ -446,7 +462,7 @@ fn occupancy_estimate_of_the_seed_on_nvidia() {
 fn seed_candidates_follow_the_rules() {
     let seed = TileConfig::seed();
     for p in [OccupancyProfile::NVIDIA, OccupancyProfile::GENERIC] {
-        let set = candidates(&KernelKind::Tiled(seed), &p);
+        let set = candidates(&tiled(seed), &p);
         let cfgs: Vec<_> = set.candidates.iter().map(|c| c.config).collect();
         // s1 is outside {2,3,4}; w8 cannot split 32×64 into 4-multiple tiles; w2 lowers the
         // estimated occupancy.
@@ -463,7 +479,7 @@ fn seed_candidates_follow_the_rules() {
 fn anchor_candidates_follow_the_rules() {
     let orig = anchor();
     for p in [OccupancyProfile::NVIDIA, OccupancyProfile::GENERIC] {
-        let set = candidates(&KernelKind::Tiled(orig), &p);
+        let set = candidates(&tiled(orig), &p);
         let names: Vec<String> = set.candidates.iter().map(|c| c.config.name()).collect();
         assert_eq!(
             names,
@@ -485,11 +501,11 @@ fn anchor_candidates_follow_the_rules() {
 
 #[test]
 fn every_candidate_keeps_blocks_and_moves_stages_by_one() {
-    let mut originals = wgconv::config::default_sweep();
+    let mut originals = wgconv::advanced::default_sweep();
     originals.push(anchor());
     for orig in originals {
         for p in [OccupancyProfile::NVIDIA, OccupancyProfile::GENERIC] {
-            let set = candidates(&KernelKind::Tiled(orig), &p);
+            let set = candidates(&tiled(orig), &p);
             assert!(set.candidates.len() <= 6);
             assert_eq!(set.candidates[0].config, orig);
             let mut seen = HashSet::new();
@@ -508,8 +524,8 @@ fn every_candidate_keeps_blocks_and_moves_stages_by_one() {
                 if c.warps != orig.warps {
                     // Only where the estimate suggests it.
                     let (o0, o1) = (
-                        estimate_occupancy(&KernelKind::Tiled(orig), &p),
-                        estimate_occupancy(&KernelKind::Tiled(c.with_stages(orig.stages)), &p),
+                        estimate_occupancy(&tiled(orig), &p),
+                        estimate_occupancy(&tiled(c.with_stages(orig.stages)), &p),
                     );
                     let more = o1.resident_invocations() > o0.resident_invocations();
                     let ample = c.warps < orig.warps && o0.occupancy >= 0.5 && o1.occupancy >= 0.5;
@@ -538,7 +554,7 @@ fn nvidia_profile_is_picked_by_vendor() {
 #[test]
 fn a_farther_candidate_must_beat_the_nearer_choice_stably() {
     let orig = anchor();
-    let set = candidates(&KernelKind::Tiled(orig), &OccupancyProfile::NVIDIA);
+    let set = candidates(&tiled(orig), &OccupancyProfile::NVIDIA);
     let cfgs: Vec<TileConfig> = set.candidates.iter().map(|c| c.config).collect();
     let o = vec![1.0, 1.002, 0.998, 1.0, 1.001, 0.999, 1.0, 1.0];
     let near = vec![0.96, 0.962, 0.958, 0.96, 0.961, 0.959, 0.96, 0.96]; // steady, 4 % faster
@@ -569,10 +585,10 @@ fn a_farther_candidate_must_beat_the_nearer_choice_stably() {
 /// 161, 3 per SM; BENCHMARKS.md runs 43 and 63).
 #[test]
 fn cooperative_candidates_follow_the_rules() {
-    let orig = wgconv::config::default_coop_config();
+    let orig = coop_reference();
     let p = OccupancyProfile::NVIDIA;
-    let f16 = estimate_occupancy(&KernelKind::Coop(orig), &p);
-    let f16x3 = estimate_occupancy(&KernelKind::CoopSplit(orig), &p);
+    let f16 = estimate_occupancy(&of_family("coop-f16", orig), &p);
+    let f16x3 = estimate_occupancy(&of_family("coop-f16x3", orig), &p);
     assert_eq!((f16.registers, f16.resident), (122, 4));
     assert_eq!((f16x3.registers, f16x3.resident, f16x3.limiter.as_str()), (156, 3, "registers"));
     assert_eq!(f16x3.by_storage, 3);
@@ -581,7 +597,7 @@ fn cooperative_candidates_follow_the_rules() {
     // estimate, the same 512 invocations as its 4 × 128: not suggested (run 55 measured it
     // slower, 0.85 against 0.735 ms).
     let w8 = ["m64n96k16-t4x6-w8-s1", "m64n96k16-t4x6-w8-s2"];
-    for (kind, with_w8) in [(KernelKind::Coop(orig), false), (KernelKind::CoopSplit(orig), true)] {
+    for (kind, with_w8) in [(of_family("coop-f16", orig), false), (of_family("coop-f16x3", orig), true)] {
         let set = candidates(&kind, &p);
         assert_eq!(set.original, kind);
         let names: Vec<String> = set.candidates.iter().map(|c| c.config.name()).collect();
@@ -594,22 +610,28 @@ fn cooperative_candidates_follow_the_rules() {
         }
         assert_eq!(names, want, "{}", kind.family());
         for c in &set.candidates {
-            kind.with_config(c.config).check_shape().unwrap();
+            kind.with_tile(c.config).unwrap().check_shape().unwrap();
         }
         let w2 = set.skipped.iter().find(|s| s.warps == 2).unwrap();
         assert!(w2.reason.contains("no fragment layout"), "{}", w2.reason);
     }
-    // Warp changes round-trip the name (one pipeline per kernel, not one per spelling).
-    let coop = KernelKind::Coop(orig);
-    let w8 = coop.with_warps(8).unwrap();
-    assert_eq!(w8.config().unwrap().name(), "m64n96k16-t4x6-w8-s1");
-    assert_eq!(w8.with_warps(4).unwrap(), coop);
-    assert!(KernelKind::Direct.with_warps(4).is_err());
+    // Warp changes round-trip the name (one pipeline per kernel, not one per spelling): the
+    // tuner re-splits a cooperative tile's fragments over the warps
+    // (`TileConfig::with_fragment_warps`) and keeps the kernel's family (`Kernel::with_tile`).
+    let coop = of_family("coop-f16", orig);
+    let w8 = coop.with_tile(orig.with_fragment_warps(8).unwrap()).unwrap();
+    w8.check_shape().unwrap();
+    assert_eq!(w8.tile().unwrap().name(), "m64n96k16-t4x6-w8-s1");
+    assert_eq!(w8.to_string(), "coop-f16:m64n96k16-t4x6-w8-s1");
+    assert_eq!(coop.with_tile(w8.tile().unwrap().with_fragment_warps(4).unwrap()).unwrap(), coop);
+    // The direct kernel has no warp count to change: no tile.
+    let direct = Kernel::parse("direct").unwrap();
+    assert!(direct.tile().is_none() && direct.with_tile(orig).is_none());
     // The SIMT kernels cannot take 8 warps there (24 outputs per invocation).
-    let simt = candidates(&KernelKind::Tiled(orig), &p);
+    let simt = candidates(&tiled(orig), &p);
     assert!(simt.candidates.iter().all(|c| c.config.warps != 8));
     // Kernels the tuner does not tune get no candidates.
-    for kind in [KernelKind::Direct, KernelKind::CoopBand(wgconv::config::default_band_config())] {
+    for kind in [direct, Kernel::parse("coop-band-f16").unwrap(), Kernel::parse("coop-stem-f16").unwrap()] {
         assert!(candidates(&kind, &p).candidates.is_empty());
         assert!(wgconv::tune::check_tunable(&kind).is_err());
     }

@@ -1,31 +1,48 @@
-//! `wgconv bench`: compare tile configs on one problem.
+//! `wgconv bench`: compare kernels on one problem (the benchmark itself is
+//! [`crate::bench_run`]).
 
-use super::shape::ShapeArgs;
-use super::CliResult;
-use super::PrecisionArg;
+use crate::bench_run::{self, BenchOptions, BenchReport, Outcome};
+use crate::cli::{CliError, CliResult, PrecisionArg};
+use crate::shape::ShapeArgs;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::sync::Arc;
-use wgconv::bench::{self, BenchOptions, BenchReport, Outcome};
-use wgconv::config::{band_sweep, coop_sweep, default_sweep, stem_sweep};
-use wgconv::conv2d::kind_for;
-use wgconv::{Activation, Gpu, GpuOptions, KernelKind, Precision, TileConfig};
+use wgconv::advanced::{default_kernel, family_names, sweep};
+use wgconv::{
+    Activation, Conv2d, Conv2dOptions, Conv2dSpec, Gpu, GpuOptions, Kernel, Precision, Selection, TileConfig,
+};
 
 #[derive(clap::Args, Debug)]
 #[command(
-    about = "Benchmark tile configs on one convolution (default: AlexNet conv1, N=256)",
-    long_about = "Runs every config of the declared sweep (or --configs) on one problem: checks each against \
-the CPU reference on the first and last image (output poisoned with NaN first; a wrong config is marked, never \
-ranked), then times it with GPU timestamp queries (median, min, max over --runs after --warmup). The seed's \
-config is the baseline row. On a CPU adapter (lavapipe) the batch defaults to a small one.",
+    about = "Benchmark kernels (tile configs, kernel families) on one convolution (default: AlexNet conv1, N=256)",
+    long_about = "Runs every kernel of the declared sweep (or --configs) on one problem: checks each against \
+the CPU reference on the first and last image (output poisoned with NaN first; a wrong kernel is marked, never \
+ranked), then times it with GPU timestamp queries (median, min, max over --runs after --warmup). The first \
+kernel (without --configs: the seed's config) is the baseline row. On a CPU adapter (lavapipe) the batch \
+defaults to a small one.\n\n\
+--configs takes comma-separated kernels, each one of:\n  \
+family:config  a kernel by its full name, e.g. tiled:m32n64k32-t4x4-w4-s2, coop-f16:m64n96k16-t4x12-w4-s1, \
+coop-band-f16:m128n96d16-w8-s1, coop-stem-f16:m32n96-f2-h6\n  \
+family         that family's reference kernel, e.g. direct, coop-f16\n  \
+TILE           a tile config, e.g. m64n96k16-t4x12-w4-s1: the --precision's default family on this device \
+(tiled for f32; coop-f16 or tiled-f16 for f16; coop-f16x3 for f16x3)\n  \
+band:CONFIG    short for coop-band-f16:CONFIG;  stem:CONFIG  short for coop-stem-f16:CONFIG\n  \
+auto           the kernel a Conv2d with default options would run on this convolution and device (the \
+selection's reason is printed under the table)\n\
+Every kernel must compute at --precision (`direct`, the f32 reference kernel, joins any sweep).\n\n\
+Families: tiled, tiled-f16, coop-f16, coop-f16x3, coop-band-f16, coop-stem-f16, direct.",
     after_help = "Examples:\n  wgconv bench\n  wgconv bench --batch 64 --json bench.json --svg bench.svg\n  \
+wgconv bench --configs auto,tiled:m32n64k32-t4x4-w4-s2,m64n96k16-t4x12-w4-s1,direct\n  \
+wgconv bench --precision f16 --configs auto,coop-stem-f16:m32n96-f2-h6,band:m128n96d16-w8-s1\n  \
 wgconv bench --in-channels 64 --out-channels 64 --height 56 --width 56 --kernel 3 --stride 1 --padding 1 --batch 32"
 )]
 pub struct Args {
     #[command(flatten)]
     shape: ShapeArgs,
-    /// Comma-separated configs (e.g. m32n64k32-t4x4-w4-s2,direct; band:NAME and stem:NAME
-    /// for the f16 row-band and stem kernels); default: the declared sweep
-    #[arg(long, value_delimiter = ',')]
+    /// Comma-separated kernels: full names family:config (tiled:m32n64k32-t4x4-w4-s2,
+    /// coop-stem-f16:m32n96-f2-h6, ...), family names (direct), tile configs
+    /// (m64n96k16-t4x12-w4-s1: the precision's default family), band:NAME / stem:NAME, or
+    /// auto (what a default Conv2d runs); default: the declared sweep
+    #[arg(long, value_delimiter = ',', value_name = "KERNELS")]
     configs: Option<Vec<String>>,
     /// Also run the direct (one output per invocation) kernel
     #[arg(long)]
@@ -60,72 +77,123 @@ pub struct Args {
     adapter: Option<String>,
 }
 
-/// A kernel family's constructor from a config.
-type KindOf = fn(TileConfig) -> KernelKind;
+/// The short prefixes of `--configs` for the f16 kernels no tile config names, and the
+/// families they stand for.
+const SHORT_PREFIXES: [(&str, &str); 2] = [("band:", "coop-band-f16"), ("stem:", "coop-stem-f16")];
 
-/// The `--configs` prefixes of the f16-only kernels that no precision picks by name:
-/// prefix, the kernel's name in messages, its kind.
-const PREFIXED_KERNELS: [(&str, &str, KindOf); 2] =
-    [("band:", "row-band", KernelKind::CoopBand), ("stem:", "stem", KernelKind::CoopStem)];
+/// One `--configs` entry, as the kernel to time (`None`: `auto`, resolved once the device
+/// is open).
+fn parse_entry(entry: &str, precision: Precision, gpu: &Gpu) -> CliResult<Option<Kernel>> {
+    let name = entry.trim();
+    if name == "auto" {
+        return Ok(None);
+    }
+    let full = match SHORT_PREFIXES.iter().find_map(|(p, f)| Some((*f, name.strip_prefix(p)?))) {
+        Some((family, config)) => format!("{family}:{config}"),
+        None => name.to_string(),
+    };
+    let family = full.split_once(':').map_or(full.as_str(), |(f, _)| f);
+    if full.contains(':') || family_names().contains(&family) {
+        // The family first: a kernel of another precision is refused before its config is read.
+        if let Ok(p) = Kernel::parse(family).map(|k| k.precision()) {
+            if p != precision && family != "direct" {
+                return Err(CliError(format!("{name}: the {family} kernel computes in {p}; add --precision {p}")));
+            }
+        }
+        let kernel = Kernel::parse(&full).map_err(|e| CliError(format!("--configs {name}: {e}")))?;
+        return Ok(Some(kernel));
+    }
+    let tile = TileConfig::parse(name).map_err(|e| {
+        CliError(format!("--configs {name}: {e} (or a kernel family:config, a family name such as direct, or auto)"))
+    })?;
+    let default = default_kernel(gpu.caps(), precision)?;
+    default.with_tile(tile).map(Some).ok_or_else(|| {
+        CliError(format!("--configs {name}: the {precision} default kernel {default} takes no tile config"))
+    })
+}
+
+/// The kernel a `Conv2d` with default options (at this precision and activation) runs on
+/// this convolution and device, and why: `--configs auto`. Built for real (with zero
+/// weights), so that it is the library's own selection, not a copy of it.
+fn auto_selection(
+    gpu: &Arc<Gpu>,
+    spec: Conv2dSpec,
+    precision: Precision,
+    activation: Activation,
+) -> CliResult<Selection> {
+    let weight = vec![0.0f32; spec.weight_len()];
+    let bias = spec.bias.then(|| vec![0.0f32; spec.out_channels as usize]);
+    let options = Conv2dOptions { precision, activation, ..Default::default() };
+    let conv = Conv2d::new(gpu, spec, &weight, bias.as_deref(), options)
+        .map_err(|e| CliError(format!("--configs auto: {e}")))?;
+    Ok(conv.kernel().clone())
+}
+
+/// The declared sweep of a precision on this device: f16 on cooperative matrices runs
+/// every cooperative-matrix kernel (the stem one, where the convolution suits it, refused
+/// with the reason otherwise; the opt-in row-band one; then the gathering one); the other
+/// cases run the sweep of the precision's default family.
+fn declared_sweep(gpu: &Gpu, precision: Precision) -> CliResult<Vec<Kernel>> {
+    let families: Vec<&str> = if precision == Precision::F16Accum32 && gpu.has_coop_f16() {
+        vec!["coop-stem-f16", "coop-band-f16", "coop-f16"]
+    } else {
+        vec![default_kernel(gpu.caps(), precision)?.family()]
+    };
+    let mut kernels = Vec::new();
+    for f in families {
+        kernels.extend(sweep(f)?);
+    }
+    Ok(kernels)
+}
 
 pub fn main(args: Args) -> CliResult {
     if args.runs < 20 {
-        return Err(super::CliError(format!("--runs must be at least 20 (got {})", args.runs)));
+        return Err(CliError(format!("--runs must be at least 20 (got {})", args.runs)));
     }
     let precision = Precision::from(args.precision);
+    let activation = if args.relu { Activation::Relu } else { Activation::None };
     let gpu = Arc::new(Gpu::with_options(GpuOptions {
         adapter: args.adapter.clone(),
         cooperative_matrix: precision != Precision::F32,
         ..Default::default()
     })?);
-    let default_batch = if gpu.is_cpu() { bench::CPU_BATCH } else { 256 };
+    let default_batch = if gpu.is_cpu() { bench_run::CPU_BATCH } else { 256 };
     if gpu.is_cpu() && args.shape.batch.is_none() {
         eprintln!("wgconv bench: {} is a CPU adapter: batch {default_batch} (use --batch to override)", gpu.info.name);
     }
     let problem = args.shape.problem(default_batch)?;
-    let mut kernels: Vec<KernelKind> = match &args.configs {
-        Some(names) => names
-            .iter()
-            .map(|n| {
-                if n == "direct" {
-                    Ok(KernelKind::Direct)
-                } else if let Some((name, cfg, kind)) =
-                    PREFIXED_KERNELS.iter().find_map(|(p, name, kind)| Some((name, n.strip_prefix(p)?, kind)))
-                {
-                    if precision != Precision::F16Accum32 {
-                        return Err(super::CliError(format!(
-                            "{n}: the {name} kernel computes in f16; add --precision f16"
-                        )));
+    let mut auto = None;
+    let mut kernels: Vec<Kernel> = match &args.configs {
+        Some(names) => {
+            let mut kernels = Vec::new();
+            for name in names {
+                match parse_entry(name, precision, &gpu)? {
+                    Some(k) => kernels.push(k),
+                    None => {
+                        if auto.is_none() {
+                            auto = Some(auto_selection(&gpu, problem.spec, precision, activation)?);
+                        }
+                        kernels.extend(auto.as_ref().map(|s| s.kernel.clone()));
                     }
-                    Ok(kind(TileConfig::parse(cfg)?))
-                } else {
-                    Ok(kind_for(&gpu, precision, TileConfig::parse(n)?)?)
                 }
-            })
-            .collect::<CliResult<_>>()?,
-        None => {
-            if precision == Precision::F16Accum32 && gpu.has_coop_f16() {
-                // Every cooperative-matrix kernel: the stem one (where the convolution suits
-                // it; refused with the reason otherwise), the opt-in row-band one, then the
-                // gathering one.
-                let stem = stem_sweep().into_iter().map(KernelKind::CoopStem);
-                let band = band_sweep().into_iter().map(KernelKind::CoopBand);
-                stem.chain(band).chain(coop_sweep().into_iter().map(KernelKind::Coop)).collect()
-            } else {
-                let sweep = if precision == Precision::F16x3 { coop_sweep() } else { default_sweep() };
-                sweep.into_iter().map(|c| kind_for(&gpu, precision, c)).collect::<Result<_, _>>()?
             }
+            kernels
         }
+        None => declared_sweep(&gpu, precision)?,
     };
-    if args.direct && !kernels.contains(&KernelKind::Direct) {
-        kernels.push(KernelKind::Direct);
+    let direct = Kernel::parse("direct")?;
+    if args.direct && !kernels.contains(&direct) {
+        kernels.push(direct);
     }
+    // A kernel named twice (e.g. `auto` and the kernel it stands for) is timed once.
+    let mut seen = std::collections::HashSet::new();
+    kernels.retain(|k| seen.insert(k.clone()));
     let opts = BenchOptions {
         problem,
         kernels,
         warmup: args.warmup,
         runs: args.runs,
-        activation: if args.relu { Activation::Relu } else { Activation::None },
+        activation,
         peak_tflops: args.peak_tflops,
         seed: 0x00c0_ffee,
     };
@@ -134,24 +202,24 @@ pub fn main(args: Args) -> CliResult {
         ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let report = bench::run(&gpu, &opts, |i, total, name| {
+    let report = bench_run::run(&gpu, &opts, auto.as_ref(), |i, total, name| {
         bar.set_length(total as u64);
         bar.set_position(i as u64);
         bar.set_message(name.to_string());
     })?;
     bar.finish_and_clear();
-    print!("{}", bench::table(&report));
+    print!("{}", bench_run::table(&report));
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)
-            .map_err(|e| super::CliError(format!("--json {}: {e}", path.display())))?;
+            .map_err(|e| CliError(format!("--json {}: {e}", path.display())))?;
     }
     if let Some(path) = &args.svg {
-        chart(&report, path).map_err(|e| super::CliError(format!("--svg {}: {e}", path.display())))?;
+        chart(&report, path).map_err(|e| CliError(format!("--svg {}: {e}", path.display())))?;
     }
     Ok(())
 }
 
-/// A horizontal bar chart of median time per config (whiskers: min–max), fastest on top.
+/// A horizontal bar chart of median time per kernel (whiskers: min–max), fastest on top.
 fn chart(report: &BenchReport, path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     use plotters::prelude::*;
     let rows: Vec<_> = report

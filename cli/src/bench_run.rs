@@ -1,18 +1,16 @@
-//! The tile-size benchmark: one problem, a declared list of kernels, each checked against
-//! the CPU reference on sampled images (NaN-poisoned output) and timed with GPU timestamps.
-//! `wgconv bench` prints, saves and charts what this returns.
+//! The tile-size benchmark behind `wgconv bench`: one problem, a declared list of kernels,
+//! each checked against the CPU reference on sampled images (NaN-poisoned output) and timed
+//! with GPU timestamps. `wgconv bench` prints, saves and charts what this returns.
 
-use crate::config::TileConfig;
-use crate::conv2d::{Activation, Conv2d, Conv2dOptions, ConvPlan};
-use crate::error::{Error, Result};
-use crate::gpu::{AdapterSummary, ErrorScope, Gpu};
-use crate::kernel::KernelKind;
-use crate::reference;
-use crate::spec::ConvProblem;
-use crate::timing::{spin_up, time_plan, Clock, Summary};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::sync::Arc;
+use wgconv::advanced::AdapterSummary;
+use wgconv::tune::timing::{spin_up, time_plan, Clock, Summary};
+use wgconv::{
+    reference, Activation, ConfigSource, Conv2d, Conv2dOptions, ConvPlan, ConvProblem, Error, Gpu, Kernel, Precision,
+    Result, Selection, TileConfig,
+};
 use wgpu::util::DeviceExt;
 
 /// Relative L2 error above which a config is marked wrong (fp32 accumulation lands near 1e-7).
@@ -35,11 +33,11 @@ fn worst_error(a: f64, b: f64) -> f64 {
 }
 
 /// The tolerance of a kernel's precision.
-pub fn tolerance(p: crate::kernel::Precision) -> f64 {
+pub fn tolerance(p: Precision) -> f64 {
     match p {
-        crate::kernel::Precision::F32 => F32_TOLERANCE,
-        crate::kernel::Precision::F16Accum32 => F16_TOLERANCE,
-        crate::kernel::Precision::F16x3 => F16X3_TOLERANCE,
+        Precision::F32 => F32_TOLERANCE,
+        Precision::F16Accum32 => F16_TOLERANCE,
+        Precision::F16x3 => F16X3_TOLERANCE,
     }
 }
 
@@ -52,7 +50,8 @@ pub const SPIN_UP: std::time::Duration = std::time::Duration::from_millis(300);
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
     pub problem: ConvProblem,
-    pub kernels: Vec<KernelKind>,
+    /// The kernels, the baseline first; each runs at its own precision.
+    pub kernels: Vec<Kernel>,
     pub warmup: u32,
     pub runs: u32,
     pub activation: Activation,
@@ -75,7 +74,7 @@ pub enum Outcome {
         rel_l2: f64,
         samples_ms: Vec<f64>,
     },
-    /// The device cannot run it (reason from `TileConfig::validate`).
+    /// The device or the convolution cannot run it (reason from `Kernel::check`).
     Refused { reason: String },
     /// Ran but disagreed with the reference: never ranked.
     Wrong { rel_l2: f64, time_ms: Option<Summary> },
@@ -85,7 +84,13 @@ pub enum Outcome {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct KernelResult {
+    /// The kernel's name, `family:config`.
     pub kernel: String,
+    /// Its family (`tiled`, `tiled-f16`, `coop-f16`, `coop-f16x3`, `coop-band-f16`,
+    /// `coop-stem-f16`, `direct`).
+    pub family: &'static str,
+    /// The tile config of the families with the tile vocabulary (`tiled`, `tiled-f16`,
+    /// `coop-f16`, `coop-f16x3`); `None` for the others (their config is in `kernel`).
     pub config: Option<TileConfig>,
     pub outcome: Outcome,
 }
@@ -114,7 +119,24 @@ pub struct BenchReport {
     pub sampled_images: Vec<u32>,
     pub baseline: String,
     pub peak_tflops: Option<f64>,
+    /// What `--configs auto` stood for: the kernel a `Conv2d` with default options (at the
+    /// benchmark's precision and activation) selects here, and why; `None` without `auto`.
+    pub auto: Option<AutoSelection>,
     pub results: Vec<KernelResult>,
+}
+
+/// The selection of a default `Conv2d` (`--configs auto`).
+#[derive(Debug, Clone, Serialize)]
+pub struct AutoSelection {
+    pub kernel: String,
+    pub source: ConfigSource,
+    pub reason: String,
+}
+
+impl From<&Selection> for AutoSelection {
+    fn from(s: &Selection) -> Self {
+        AutoSelection { kernel: s.kernel.to_string(), source: s.source, reason: s.reason.clone() }
+    }
 }
 
 impl BenchReport {
@@ -130,11 +152,12 @@ impl BenchReport {
 /// rate for the f32 and f16-SIMT kernels (the latter rounds operands but multiplies in f32),
 /// the f16 tensor rate with f32 accumulation for the cooperative-matrix kernels, a third of
 /// it for f16x3 (three f16 products per useful multiply-add).
-pub fn known_peak(adapter_name: &str, kind: &KernelKind) -> Option<f64> {
+pub fn known_peak(adapter_name: &str, kernel: &Kernel) -> Option<f64> {
     let n = adapter_name.to_lowercase();
-    let (table, products): (&[(&str, f64)], f64) = match kind {
-        KernelKind::Coop(_) | KernelKind::CoopBand(_) | KernelKind::CoopStem(_) => (F16_TENSOR_PEAKS, 1.0),
-        KernelKind::CoopSplit(_) => (F16_TENSOR_PEAKS, 3.0),
+    let cooperative = kernel.family().starts_with("coop");
+    let (table, products): (&[(&str, f64)], f64) = match kernel.precision() {
+        Precision::F16x3 if cooperative => (F16_TENSOR_PEAKS, 3.0),
+        _ if cooperative => (F16_TENSOR_PEAKS, 1.0),
         _ => (&[("h100", 67.0), ("h200", 67.0), ("4090", 82.6), ("a100", 19.5)], 1.0),
     };
     table.iter().find(|(k, _)| n.contains(k)).map(|&(_, v)| v / products)
@@ -143,17 +166,46 @@ pub fn known_peak(adapter_name: &str, kind: &KernelKind) -> Option<f64> {
 /// Dense f16 × f16 → f32 tensor peaks, TFLOP/s (datasheets).
 const F16_TENSOR_PEAKS: &[(&str, f64)] = &[("h100", 989.4), ("h200", 989.4), ("4090", 165.2), ("a100", 312.0)];
 
+/// Refuses a buffer the device cannot create (`create_buffer_init` would panic instead).
+fn check_buffer(gpu: &Gpu, what: &str, bytes: u64) -> Result<()> {
+    let cap = gpu.limits().max_buffer_size;
+    if bytes > cap {
+        return Err(Error::TooLarge(format!("{what} needs {bytes} B, over the device's {cap} B")));
+    }
+    Ok(())
+}
+
+/// The first validation or out-of-memory error of the wgpu calls in `f`, naming `stage`.
+fn scoped<T>(device: &wgpu::Device, stage: &'static str, f: impl FnOnce() -> T) -> Result<T> {
+    let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+    let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let value = f();
+    let validation = pollster::block_on(validation.pop());
+    let oom = pollster::block_on(oom.pop());
+    match (oom, validation) {
+        (Some(e), _) => Err(Error::OutOfMemory { stage, message: e.to_string() }),
+        (None, Some(e)) => Err(Error::Wgpu { stage, message: e.to_string() }),
+        (None, None) => Ok(value),
+    }
+}
+
 fn randn(len: usize, rng: &mut rand::rngs::StdRng) -> Vec<f32> {
     (0..len).map(|_| rng.sample::<f32, _>(rand_distr::StandardNormal)).collect()
 }
 
-/// Runs the sweep; `progress(i, n, kernel)` is called before each kernel.
-pub fn run(gpu: &Arc<Gpu>, opts: &BenchOptions, mut progress: impl FnMut(usize, usize, &str)) -> Result<BenchReport> {
+/// Runs the sweep; `progress(i, n, kernel)` is called before each kernel. `auto`: the
+/// selection `--configs auto` stood for, reported beside the results.
+pub fn run(
+    gpu: &Arc<Gpu>,
+    opts: &BenchOptions,
+    auto: Option<&Selection>,
+    mut progress: impl FnMut(usize, usize, &str),
+) -> Result<BenchReport> {
     // Re-derive the problem: `ConvProblem`'s fields are public and `with_batch` does not check.
     let problem = opts.problem.spec.problem(opts.problem.input)?;
     let spec = problem.spec;
-    gpu.check_buffer("the benchmark input", problem.input.len().saturating_mul(4), false)?;
-    gpu.check_buffer("the benchmark output", problem.output.len().saturating_mul(4), false)?;
+    check_buffer(gpu, "the benchmark input", problem.input.len().saturating_mul(4))?;
+    check_buffer(gpu, "the benchmark output", problem.output.len().saturating_mul(4))?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(opts.seed);
     let x = randn(problem.input.len() as usize, &mut rng);
     let w = randn(spec.weight_len(), &mut rng);
@@ -177,23 +229,23 @@ pub fn run(gpu: &Arc<Gpu>, opts: &BenchOptions, mut progress: impl FnMut(usize, 
         .collect::<Result<_>>()?;
 
     let dev = &gpu.device;
-    let scope = ErrorScope::push(dev);
-    let in_buf = dev.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-        label: Some("bench input"),
-        contents: bytemuck::cast_slice(&x),
-        usage: wgpu::BufferUsages::STORAGE,
-    });
-    let out_buf = dev.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("bench output"),
-        size: problem.output.len() * 4,
-        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
-        mapped_at_creation: false,
-    });
-    scope.finish("bench buffers")?;
+    let (in_buf, out_buf) = scoped(dev, "bench buffers", || {
+        let in_buf = dev.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("bench input"),
+            contents: bytemuck::cast_slice(&x),
+            usage: wgpu::BufferUsages::STORAGE,
+        });
+        let out_buf = dev.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("bench output"),
+            size: problem.output.len() * 4,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        (in_buf, out_buf)
+    })?;
     drop(x);
     let poison = vec![f32::NAN; per_out];
 
-    let limits = gpu.kernel_limits();
     let baseline = opts.kernels.first().map(|k| k.to_string()).unwrap_or_default();
     let mut results = Vec::new();
     let mut clock = None;
@@ -205,9 +257,9 @@ pub fn run(gpu: &Arc<Gpu>, opts: &BenchOptions, mut progress: impl FnMut(usize, 
         .kernels
         .iter()
         .enumerate()
-        .map(|(i, kind)| {
-            progress(i, 2 * n, &format!("checking {kind}"));
-            if let Err(e) = kind.validate(&limits) {
+        .map(|(i, kernel)| {
+            progress(i, 2 * n, &format!("checking {kernel}"));
+            if let Err(e) = kernel.check(&spec, gpu.caps()) {
                 return Err(Outcome::Refused {
                     reason: match e {
                         Error::ConfigRefused { reason, .. } => reason,
@@ -217,9 +269,9 @@ pub fn run(gpu: &Arc<Gpu>, opts: &BenchOptions, mut progress: impl FnMut(usize, 
             }
             let check = || -> Result<(Conv2d, ConvPlan, f64)> {
                 let options = Conv2dOptions {
-                    kernel: Some(*kind),
+                    kernel: Some(kernel.clone()),
                     activation: opts.activation,
-                    precision: kind.precision(),
+                    precision: kernel.precision(),
                     ..Default::default()
                 };
                 let conv = Conv2d::new(gpu, spec, &w, b.as_deref(), options)?;
@@ -250,8 +302,8 @@ pub fn run(gpu: &Arc<Gpu>, opts: &BenchOptions, mut progress: impl FnMut(usize, 
         // A failure here shows again, as that config's, when it is timed for real.
         let _ = time_plan(gpu, plan, opts.warmup, opts.runs);
     }
-    for (i, (kind, checked)) in opts.kernels.iter().zip(checked).enumerate() {
-        progress(n + i, 2 * n, &format!("timing {kind}"));
+    for (i, (kernel, checked)) in opts.kernels.iter().zip(checked).enumerate() {
+        progress(n + i, 2 * n, &format!("timing {kernel}"));
         let outcome = match checked {
             Err(outcome) => outcome,
             Ok((conv, plan, err)) => (|| -> Result<Outcome> {
@@ -261,11 +313,11 @@ pub fn run(gpu: &Arc<Gpu>, opts: &BenchOptions, mut progress: impl FnMut(usize, 
                 if conv.take_range_flag()? {
                     return Ok(Outcome::Failed { reason: "input beyond f16's range".into() });
                 }
-                if err.is_nan() || err > tolerance(kind.precision()) {
+                if err.is_nan() || err > tolerance(kernel.precision()) {
                     return Ok(Outcome::Wrong { rel_l2: err, time_ms: Some(time) });
                 }
                 let tflops = problem.flops() / (time.median * 1e-3) / 1e12;
-                let peak = opts.peak_tflops.or_else(|| known_peak(&gpu.info.name, kind));
+                let peak = opts.peak_tflops.or_else(|| known_peak(&gpu.info.name, kernel));
                 Ok(Outcome::Ok {
                     time_ms: time,
                     tflops,
@@ -277,7 +329,12 @@ pub fn run(gpu: &Arc<Gpu>, opts: &BenchOptions, mut progress: impl FnMut(usize, 
             })()
             .unwrap_or_else(|e| Outcome::Failed { reason: e.to_string() }),
         };
-        results.push(KernelResult { kernel: kind.to_string(), config: kind.config(), outcome });
+        results.push(KernelResult {
+            kernel: kernel.to_string(),
+            family: kernel.family(),
+            config: kernel.tile(),
+            outcome,
+        });
     }
     let base_ms = results.first().and_then(|r| r.median_ms());
     for r in &mut results {
@@ -299,6 +356,7 @@ pub fn run(gpu: &Arc<Gpu>, opts: &BenchOptions, mut progress: impl FnMut(usize, 
         sampled_images: sampled,
         baseline,
         peak_tflops: opts.peak_tflops,
+        auto: auto.map(AutoSelection::from),
         results,
     })
 }
@@ -360,6 +418,15 @@ pub fn table(report: &BenchReport) -> String {
                 let _ = writeln!(s, "{:<34} failed: {reason}", r.kernel);
             }
         }
+    }
+    if let Some(a) = &report.auto {
+        let source = match a.source {
+            ConfigSource::Explicit => "explicit",
+            ConfigSource::TuningCache => "tuning cache",
+            ConfigSource::Default => "default",
+            ConfigSource::Fallback => "fallback",
+        };
+        let _ = writeln!(s, "auto = {} ({source}: {})", a.kernel, a.reason);
     }
     s
 }

@@ -1,15 +1,10 @@
-//! Subcommands of `wgconv`, one module each. Errors are printed once, here, as one line
+//! The command line's structure: the subcommands (one module each, declared in `main.rs`),
+//! the flags they share, and the one error type. Errors are printed once, here, as one line
 //! on stderr; the exit code is 1 (clap's usage errors exit 2).
 
+use crate::{bench, info, run, tune};
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
-
-mod bench;
-mod info;
-mod npy;
-mod run;
-mod shape;
-mod tune;
 
 #[derive(Parser)]
 #[command(
@@ -50,6 +45,34 @@ impl From<PrecisionArg> for wgconv::Precision {
             PrecisionArg::F32 => wgconv::Precision::F32,
             PrecisionArg::F16 => wgconv::Precision::F16Accum32,
             PrecisionArg::F16x3 => wgconv::Precision::F16x3,
+        }
+    }
+}
+
+/// `--backend` of `run`, `tune` and `info`: a wgpu backend by its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendArg {
+    Vulkan,
+    Metal,
+    Dx12,
+    Gl,
+}
+
+impl BackendArg {
+    pub fn backends(self) -> wgpu::Backends {
+        match self {
+            BackendArg::Vulkan => wgpu::Backends::VULKAN,
+            BackendArg::Metal => wgpu::Backends::METAL,
+            BackendArg::Dx12 => wgpu::Backends::DX12,
+            BackendArg::Gl => wgpu::Backends::GL,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendArg::Vulkan => "vulkan",
+            BackendArg::Metal => "metal",
+            BackendArg::Dx12 => "dx12",
+            BackendArg::Gl => "gl",
         }
     }
 }

@@ -1,13 +1,12 @@
 //! `wgconv info`: every adapter wgpu finds, the one wgconv would pick and why, and per
 //! adapter the limits, features and tile configs that matter to wgconv.
 
-use super::run::BackendArg;
-use super::CliResult;
+use crate::cli::{BackendArg, CliResult};
 use serde::Serialize;
-use wgconv::config::{default_config, default_sweep, KernelLimits};
-use wgconv::conv2d::kind_for_adapter;
-use wgconv::gpu::{adapter_substring, choose_adapter, enumerate_adapters, AdapterSummary};
-use wgconv::Precision;
+use wgconv::advanced::{
+    adapter_substring, choose_adapter, default_kernel, default_sweep, enumerate_adapters, AdapterSummary,
+};
+use wgconv::{DeviceCaps, KernelLimits, Precision};
 
 #[derive(clap::Args)]
 #[command(
@@ -15,7 +14,9 @@ use wgconv::Precision;
     long_about = "List every adapter wgpu finds (name, backend, device type, driver), the one wgconv would \
 pick and why, and per adapter the limits and features wgconv cares about: binding and buffer sizes, \
 workgroup memory and invocations, subgroup sizes, SHADER_F16, TIMESTAMP_QUERY, SUBGROUP, cooperative \
-matrices, the kernel each precision (f32, f16, f16x3) would run, and which configs of the default tile sweep the adapter would refuse, with the reason.\n\n\
+matrices, each precision's (f32, f16, f16x3) default kernel on it (cooperative matrices opted in, as \
+`wgconv bench --precision` does; a convolution may still select another, see `wgconv bench --configs auto`), \
+and which configs of the default tile sweep the adapter would refuse, with the reason.\n\n\
 The choice follows `wgconv run`: --adapter (or WGCONV_ADAPTER) picks by name substring, else the best \
 device type (discrete > integrated > virtual > other > CPU); --backend (or WGPU_BACKEND) limits the search.",
     after_help = "Examples:\n  wgconv info\n  wgconv info --json > adapters.json\n  wgconv info --backend vulkan --adapter llvmpipe"
@@ -52,9 +53,11 @@ struct AdapterReport {
     limits: LimitsReport,
     features: FeaturesReport,
     cooperative_matrix_properties: Vec<CoopMatrix>,
-    /// The kernel each precision would run on this adapter (`wgconv bench --precision`,
-    /// `Conv2dOptions::precision`).
+    /// The family of each precision's default kernel on this adapter, or "refused".
     precision_paths: PrecisionPaths,
+    /// Each precision's default kernel on this adapter (`wgconv bench --precision`,
+    /// `Conv2dOptions::precision`), or why the precision cannot run here.
+    default_kernels: DefaultKernels,
     /// Configs of the default sweep this adapter refuses, with the reason.
     refused_configs: Vec<Refusal>,
     /// How many configs the default sweep has.
@@ -69,15 +72,41 @@ struct PrecisionPaths {
 }
 
 impl PrecisionPaths {
-    /// `wgconv::conv2d::kind_for_adapter`'s decision for each precision (cooperative
-    /// matrices counted where usable: `wgconv bench --precision` enables them), as the
-    /// kernel's family (`tiled`, `tiled-f16`, `coop-f16`, `coop-f16x3`) or "refused".
+    /// The families of [`DefaultKernels`] (`tiled`, `tiled-f16`, `coop-f16`, `coop-f16x3`)
+    /// or "refused".
+    fn of(k: &DefaultKernels) -> Self {
+        let path = |d: &DefaultKernel| d.family.clone().unwrap_or_else(|| "refused".to_string());
+        PrecisionPaths { f32: path(&k.f32), f16: path(&k.f16), f16x3: path(&k.f16x3) }
+    }
+}
+
+#[derive(Serialize)]
+struct DefaultKernels {
+    f32: DefaultKernel,
+    f16: DefaultKernel,
+    f16x3: DefaultKernel,
+}
+
+#[derive(Serialize)]
+struct DefaultKernel {
+    /// The kernel's name, `family:config`; `None` where the precision is refused.
+    kernel: Option<String>,
+    family: Option<String>,
+    /// Why the precision cannot run on this adapter.
+    refused: Option<String>,
+}
+
+impl DefaultKernels {
+    /// `wgconv::advanced::default_kernel` for each precision, on the capabilities a device
+    /// opened from `adapter` with the cooperative-matrix opt-in would have (`wgconv bench
+    /// --precision` opts in).
     fn of(adapter: &wgpu::Adapter) -> Self {
-        let path = |p: Precision| match kind_for_adapter(adapter, p, default_config()) {
-            Ok(kind) => kind.family().to_string(),
-            Err(_) => "refused".to_string(),
+        let caps = DeviceCaps::of_adapter(adapter, true);
+        let of = |p: Precision| match default_kernel(&caps, p) {
+            Ok(k) => DefaultKernel { kernel: Some(k.to_string()), family: Some(k.family().to_string()), refused: None },
+            Err(e) => DefaultKernel { kernel: None, family: None, refused: Some(e.to_string()) },
         };
-        PrecisionPaths { f32: path(Precision::F32), f16: path(Precision::F16Accum32), f16x3: path(Precision::F16x3) }
+        DefaultKernels { f32: of(Precision::F32), f16: of(Precision::F16Accum32), f16x3: of(Precision::F16x3) }
     }
 }
 
@@ -125,6 +154,7 @@ fn describe(index: usize, adapter: &wgpu::Adapter, chosen: bool) -> AdapterRepor
     let f = adapter.features();
     let kl = KernelLimits::from(&l);
     let sweep = default_sweep();
+    let default_kernels = DefaultKernels::of(adapter);
     let refused_configs = sweep
         .iter()
         .filter_map(|c| {
@@ -172,7 +202,8 @@ fn describe(index: usize, adapter: &wgpu::Adapter, chosen: bool) -> AdapterRepor
                 saturating_accumulation: p.saturating_accumulation,
             })
             .collect(),
-        precision_paths: PrecisionPaths::of(adapter),
+        precision_paths: PrecisionPaths::of(&default_kernels),
+        default_kernels,
         refused_configs,
         sweep_size: sweep.len(),
     }
@@ -253,8 +284,14 @@ fn print_text(r: &Report) {
                 );
             }
         }
-        let p = &a.precision_paths;
-        println!("    precisions: f32 -> {}; f16 -> {}; f16x3 -> {}", p.f32, p.f16, p.f16x3);
+        println!("    precisions (each one's default kernel, cooperative matrices opted in as `wgconv bench` does):");
+        let k = &a.default_kernels;
+        for (name, d) in [("f32", &k.f32), ("f16", &k.f16), ("f16x3", &k.f16x3)] {
+            match (&d.kernel, &d.refused) {
+                (Some(kernel), _) => println!("      {name:<5} -> {kernel}"),
+                (None, reason) => println!("      {name:<5} -> refused: {}", reason.as_deref().unwrap_or("")),
+            }
+        }
         if a.refused_configs.is_empty() {
             println!("    default sweep: all {} configs fit", a.sweep_size);
         } else {

@@ -3,7 +3,7 @@
 //! flag, the file and the bad value; the output is written to a temporary file next to
 //! its destination and renamed over it only once complete.
 
-use super::{CliError, CliResult};
+use crate::cli::{CliError, CliResult};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 

@@ -1,45 +1,18 @@
 //! `wgconv run`: one convolution on `.npy` files, PyTorch `nn.Conv2d` semantics.
 //!
 //! Everything about the inputs and flags is checked before a GPU is opened, so a refusal
-//! is exactly one line on stderr; the output is written atomically (see [`super::npy`]).
+//! is exactly one line on stderr; the output is written atomically (see [`crate::npy`]).
 
-use super::npy::{self, PendingOutput};
-use super::{CliError, CliResult, PrecisionArg};
+use crate::cli::{BackendArg, CliError, CliResult, PrecisionArg};
+use crate::npy::{self, PendingOutput};
 use std::path::PathBuf;
 use std::sync::Arc;
-use wgconv::conv2d::kind_for;
+use wgconv::advanced::{default_kernel, family_names};
+use wgconv::tune::timing;
 use wgconv::{
-    timing, Activation, ConfigSource, Conv2d, Conv2dOptions, Conv2dSpec, Error, Gpu, GpuOptions, KernelKind, Precision,
-    Shape4, TileConfig,
+    Activation, ConfigSource, Conv2d, Conv2dOptions, Conv2dSpec, Error, Gpu, GpuOptions, Kernel, Precision, Shape4,
+    TileConfig,
 };
-
-/// A wgpu backend, as `--backend` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum BackendArg {
-    Vulkan,
-    Metal,
-    Dx12,
-    Gl,
-}
-
-impl BackendArg {
-    pub fn backends(self) -> wgpu::Backends {
-        match self {
-            BackendArg::Vulkan => wgpu::Backends::VULKAN,
-            BackendArg::Metal => wgpu::Backends::METAL,
-            BackendArg::Dx12 => wgpu::Backends::DX12,
-            BackendArg::Gl => wgpu::Backends::GL,
-        }
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            BackendArg::Vulkan => "vulkan",
-            BackendArg::Metal => "metal",
-            BackendArg::Dx12 => "dx12",
-            BackendArg::Gl => "gl",
-        }
-    }
-}
 
 #[derive(clap::Args)]
 #[command(
@@ -57,6 +30,7 @@ wgconv run --input x.npy --weight w.npy --output y.npy\n  \
 wgconv run --input x.npy --weight w.npy --bias b.npy --stride 4 --padding 2 --relu --output y.npy\n  \
 wgconv run --input x.npy --weight w.npy --padding 1,0,2,1 --dilation 2 --groups 4 --output y.npy --verbose\n  \
 wgconv run --input x.npy --weight w.npy --output y.npy --config m64n64k16-t8x8-w2-s2 --backend vulkan\n  \
+wgconv run --input x.npy --weight w.npy --output y.npy --config tiled:m64n96k16-t4x12-w4-s1 -v\n  \
 wgconv run --input x.npy --weight w.npy --bias b.npy --stride 4 --padding 2 --precision f16x3 --output y.npy -v\n\n\
 Make the inputs with NumPy (np.save(\"x.npy\", x.astype(np.float32))) and read Y with np.load(\"y.npy\")."
 )]
@@ -94,9 +68,11 @@ pub struct Args {
     /// Search only this wgpu backend (default: WGPU_BACKEND, else all)
     #[arg(long, value_enum)]
     backend: Option<BackendArg>,
-    /// Force the kernel: a tile config such as m32n64k32-t4x4-w4-s2, or `direct`
+    /// Force the kernel: a tile config such as m32n64k32-t4x4-w4-s2 (run by the
+    /// --precision's default family on this device), `direct`, or a kernel's full name
+    /// family:config such as coop-f16:m64n96k16-t4x12-w4-s1 (it must compute at --precision)
     /// (default: the tuning cache's decision for this problem at --precision, else the
-    /// library default)
+    /// library's selection)
     #[arg(long, value_name = "NAME")]
     config: Option<String>,
     /// f32 (default); f16 operands with f32 accumulation (cooperative matrices where the
@@ -147,22 +123,38 @@ fn parse_padding(raw: &str) -> CliResult<[i64; 4]> {
     })
 }
 
-/// The kernel `--config` names, at f32 (`--precision` picks the kernel family once the
-/// device is open).
-fn parse_config(raw: &str, precision: Precision) -> CliResult<KernelKind> {
-    if raw.eq_ignore_ascii_case("direct") {
-        if precision != Precision::F32 {
-            return Err(CliError(format!("--config direct computes in f32, not --precision {precision}")));
+/// What `--config` names.
+enum ConfigArg {
+    /// A kernel by its full name `family:config`, or a family's name (`direct`).
+    Kernel(Kernel),
+    /// A tile config, run by the precision's default family on the device (known once the
+    /// device is open).
+    Tile(TileConfig),
+}
+
+/// Parses `--config` and checks what needs no device: the kernel's precision and its tiles.
+fn parse_config(raw: &str, precision: Precision) -> CliResult<ConfigArg> {
+    let name = if raw.eq_ignore_ascii_case("direct") { "direct" } else { raw };
+    let family = name.split_once(':').map_or(name, |(f, _)| f);
+    if name.contains(':') || family_names().contains(&family) {
+        // The family first: a kernel of another precision is refused before its config is read.
+        if let Ok(p) = Kernel::parse(family).map(|k| k.precision()) {
+            if p != precision {
+                return Err(CliError(format!("--config {raw} computes in {p}, not --precision {precision}")));
+            }
         }
-        return Ok(KernelKind::Direct);
+        let kernel = Kernel::parse(name).map_err(|e| CliError(format!("--config {raw}: {e}")))?;
+        kernel.check_shape().map_err(|e| CliError(format!("--config {raw}: {e}")))?;
+        return Ok(ConfigArg::Kernel(kernel));
     }
-    let cfg = TileConfig::parse(raw)
-        .map_err(|e| CliError(format!("--config {raw}: {e} (or `direct` for the direct kernel)")))?;
+    let cfg = TileConfig::parse(raw).map_err(|e| {
+        CliError(format!("--config {raw}: {e} (or `direct` for the direct kernel, or a kernel's name family:config)"))
+    })?;
     // Structural checks now, before a GPU is opened; the device's limits come later (and the
     // f16 precisions' own tiles once their kernel is known).
     let check = if precision == Precision::F32 { cfg.check_shape() } else { cfg.check_common() };
     check.map_err(|e| CliError(format!("--config {raw}: {e}")))?;
-    Ok(KernelKind::Tiled(cfg))
+    Ok(ConfigArg::Tile(cfg))
 }
 
 fn describe_source(source: ConfigSource) -> &'static str {
@@ -196,7 +188,7 @@ pub fn main(a: Args) -> CliResult {
         Conv2dSpec::from_signed(c, c, [1, 1], [1, 1], [0; 4], [1, 1], groups, false)
     })?;
     let precision = Precision::from(a.precision);
-    let kernel = a.config.as_deref().map(|raw| parse_config(raw, precision)).transpose()?;
+    let config = a.config.as_deref().map(|raw| parse_config(raw, precision)).transpose()?;
 
     // 2. The files, and their shapes against each other and the flags.
     let x = npy::read_f32(&a.input, "--input", &["N", "C", "H", "W"])?;
@@ -289,25 +281,35 @@ pub fn main(a: Args) -> CliResult {
         eprintln!("wgconv: problem: {problem}{}", if a.relu { " relu" } else { "" });
     }
     let activation = if a.relu { Activation::Relu } else { Activation::None };
-    // --config names the tiles; the precision's kernel on this device runs them.
-    let kernel = match kernel {
-        Some(KernelKind::Tiled(cfg)) if precision != Precision::F32 => {
-            let kind = kind_for(&gpu, precision, cfg).map_err(|e| CliError(format!("--precision {precision}: {e}")))?;
-            kind.check_shape().map_err(|e| CliError(format!("--config {cfg}: {e}")))?;
-            Some(kind)
+    // A bare tile config: the precision's default family on this device runs it.
+    let kernel = match config {
+        Some(ConfigArg::Tile(cfg)) => {
+            let default =
+                default_kernel(gpu.caps(), precision).map_err(|e| CliError(format!("--precision {precision}: {e}")))?;
+            let kernel = default.with_tile(cfg).ok_or_else(|| {
+                CliError(format!("--config {cfg}: the {precision} default kernel {default} takes no tile config"))
+            })?;
+            kernel.check_shape().map_err(|e| CliError(format!("--config {cfg}: {e}")))?;
+            Some(kernel)
         }
-        k => k,
+        Some(ConfigArg::Kernel(k)) => Some(k),
+        None => None,
     };
     let options = Conv2dOptions { kernel, activation, precision, tuning_key_input: Some(shape) };
     let conv = Conv2d::new(&gpu, spec, &w.data, b.as_ref().map(|b| &b.data[..]), options).map_err(|e| match e {
-        Error::ConfigRefused { .. } if a.config.is_some() => {
+        // The named kernel does not fit the device or the convolution.
+        Error::ConfigRefused { .. } | Error::Unsupported(_) if a.config.is_some() => {
             CliError(format!("--config {}: {e}", a.config.as_deref().unwrap_or_default()))
         }
         e => CliError(e.to_string()),
     })?;
-    let (kind, source) = conv.kernel();
+    let selection = conv.kernel();
     if a.verbose {
-        eprintln!("wgconv: kernel: {kind} [{}]", describe_source(source));
+        let why = match selection.source {
+            ConfigSource::Explicit => String::new(),
+            _ => format!("; {}", selection.reason),
+        };
+        eprintln!("wgconv: kernel: {} [{}{why}]", selection.kernel, describe_source(selection.source));
     }
     let y = conv.forward(&x.data, shape)?;
     if y.len() as u64 != problem.output.len() {

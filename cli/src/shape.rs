@@ -1,6 +1,6 @@
 //! Problem-shape flags shared by `bench` and `tune` (default: AlexNet conv1).
 
-use super::CliResult;
+use crate::cli::CliResult;
 use wgconv::{Conv2dSpec, ConvProblem, Shape4};
 
 #[derive(clap::Args, Debug, Clone)]

@@ -1,19 +1,18 @@
 //! `wgconv tune`: the micro-tuning stage for one shape (see `wgconv::tune`), with the
 //! decision table, the tuning cache, and how long it took.
 
-use super::run::BackendArg;
-use super::shape::ShapeArgs;
-use super::PrecisionArg;
-use super::{CliError, CliResult};
+use crate::cli::{BackendArg, CliError, CliResult, PrecisionArg};
+use crate::shape::ShapeArgs;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
-use wgconv::cache::TuningCache;
-use wgconv::config::KernelLimits;
-use wgconv::conv2d::{default_kind_for_adapter, kind_for_adapter};
-use wgconv::gpu::{adapter_substring, choose_adapter, enumerate_adapters};
+use wgconv::advanced::{
+    adapter_substring, choose_adapter, default_kernel, enumerate_adapters, family_names, runtime_checks_from_env,
+    stem_is_default,
+};
+use wgconv::tune::cache::TuningCache;
 use wgconv::tune::{self, TuneOptions, TuneReport};
-use wgconv::{Gpu, GpuOptions, KernelKind, Precision, Shape4, TileConfig};
+use wgconv::{DeviceCaps, Gpu, GpuOptions, Kernel, KernelLimits, Precision, Shape4, TileConfig};
 
 #[derive(clap::Args)]
 #[command(
@@ -35,14 +34,16 @@ Default shape: AlexNet conv1 (3->96, 11x11, stride 4, padding 2, bias, 224x224),
 N = 2 on a CPU adapter (lavapipe runs ~1 GFLOP/s).",
     after_help = "Examples:\n  wgconv tune\n  wgconv tune --force --threshold 1.5 --rounds 21 --json tune.json\n  \
 wgconv tune --config m64n64k16-t4x8-w4-s3\n  wgconv tune --precision f16x3\n  \
+wgconv tune --precision f16 --config coop-f16:m64n96k16-t4x12-w4-s1\n  \
 wgconv tune --batch 8 --in-channels 64 --height 56 --width 56 --out-channels 64 --kernel 3 --stride 1 --padding 1"
 )]
 pub struct Args {
     #[command(flatten)]
     shape: ShapeArgs,
-    /// The original tile config, e.g. m64n64k16-t4x8-w4-s3 (default: the one a fresh Conv2d
-    /// of this precision uses: the seed's on the SIMT kernels, m64n96k16-t4x12-w4-s1 on
-    /// cooperative matrices)
+    /// The original tile config, e.g. m64n64k16-t4x8-w4-s3, run by the precision's default
+    /// family on this adapter; or a tiled kernel's full name, e.g. tiled-f16:m64n64k16-t4x8-w4-s3
+    /// (default: the precision's default kernel: the seed's config on the SIMT kernels,
+    /// m64n96k16-t4x12-w4-s1 on cooperative matrices)
     #[arg(long, value_name = "NAME")]
     config: Option<String>,
     /// The precision to tune: f32, f16 (cooperative matrices where the device has them,
@@ -98,10 +99,7 @@ pub fn main(a: Args) -> CliResult {
     }
     let spec = a.shape.spec()?;
     let precision = Precision::from(a.precision);
-    let config = match &a.config {
-        Some(name) => Some(TileConfig::parse(name).map_err(|e| CliError(format!("--config {name}: {e}")))?),
-        None => None,
-    };
+    let config = a.config.as_deref().map(|name| parse_config(name, precision)).transpose()?;
     let input = |n: u32| Shape4::new(n, spec.in_channels, a.shape.height, a.shape.width);
     if let Some(b) = a.shape.batch {
         spec.problem(input(b))?;
@@ -120,23 +118,32 @@ pub fn main(a: Args) -> CliResult {
         })?;
     let info = infos[idx].clone();
     let limits = KernelLimits::from(&adapters[idx].limits());
-    // The kernel the precision runs in on this adapter, as the device opened below decides it.
+    // The device opened below, as the adapter says it would be (cooperative matrices opted
+    // in for the f16 precisions), and the precision's kernel on it.
+    let caps = DeviceCaps::of_adapter(&adapters[idx], precision != Precision::F32);
+    let default = default_kernel(&caps, precision)?;
     let original = match config {
-        Some(c) => kind_for_adapter(&adapters[idx], precision, c)?,
-        None => default_kind_for_adapter(&adapters[idx], precision)?,
+        Some(Config::Tile(tile)) => default.with_tile(tile).ok_or_else(|| {
+            CliError(format!("--config {tile}: the {precision} default kernel {default} takes no tile config"))
+        })?,
+        Some(Config::Kernel(kernel)) => {
+            // A family named outright may be one this adapter lacks: say so before a device opens.
+            kernel
+                .check(&spec, &caps)
+                .map_err(|e| CliError(format!("--config {}: {e}", a.config.as_deref().unwrap_or_default())))?;
+            kernel
+        }
+        None => default,
     };
     if let (Some(name), Err(e)) = (&a.config, original.check_shape()) {
         return Err(CliError(format!("--config {name}: {e}")));
     }
     tune::check_tunable(&original)?;
-    if matches!(original, KernelKind::Coop(_))
-        && wgconv::stem::stem_default_adapter(&info)
-        && wgconv::stem::stem_by_default(&spec)
-    {
+    if original.family() == "coop-f16" && stem_is_default(&caps, &spec) {
         eprintln!(
             "wgconv: note: for this convolution an f16 Conv2d runs the stem kernel ({}), which the tuner \
              does not tune; this tunes {}, the f16 kernel of the convolutions the stem kernel does not take",
-            KernelKind::CoopStem(wgconv::config::default_stem_config()),
+            Kernel::parse("coop-stem-f16")?,
             original.family()
         );
     }
@@ -150,7 +157,7 @@ pub fn main(a: Args) -> CliResult {
         );
     }
     // As Gpu::with_options decides it (runtime checks key the cache).
-    let runtime_checks = wgconv::gpu::runtime_checks_from_env();
+    let runtime_checks = runtime_checks_from_env();
     let cache = TuningCache::open_default();
     if cache.is_none() {
         eprintln!("wgconv: no cache directory (set WGCONV_CACHE_DIR): the decision will not be kept");
@@ -231,7 +238,7 @@ pub fn main(a: Args) -> CliResult {
         bar.set_position(done);
         bar.set_message(msg.to_string());
     };
-    let outcome = tune::tune(&gpu, &problem, original, &opts, &mut progress);
+    let outcome = tune::tune(&gpu, &problem, &original, &opts, &mut progress);
     bar.finish_and_clear();
     let outcome = outcome?;
     let wall = t0.elapsed().as_secs_f64() * 1e3;
@@ -272,6 +279,28 @@ pub fn main(a: Args) -> CliResult {
         )?;
     }
     Ok(())
+}
+
+/// What `--config` names.
+enum Config {
+    /// A tile config, tuned in the precision's default family on the adapter.
+    Tile(TileConfig),
+    /// A kernel by its full name (`family:config`).
+    Kernel(Kernel),
+}
+
+/// Parses `--config`: a tile config, or a kernel's full name at the tuned precision.
+fn parse_config(name: &str, precision: Precision) -> CliResult<Config> {
+    let family = name.split_once(':').map_or(name, |(f, _)| f);
+    if name.contains(':') || family_names().contains(&family) {
+        let kernel = Kernel::parse(name).map_err(|e| CliError(format!("--config {name}: {e}")))?;
+        let p = kernel.precision();
+        if p != precision {
+            return Err(CliError(format!("--config {name} computes in {p}, not --precision {precision}")));
+        }
+        return Ok(Config::Kernel(kernel));
+    }
+    TileConfig::parse(name).map(Config::Tile).map_err(|e| CliError(format!("--config {name}: {e}")))
 }
 
 fn write_json(path: &std::path::Path, out: &JsonOut<'_>) -> CliResult {

@@ -31,6 +31,29 @@ pub(crate) fn names() -> Vec<&'static str> {
     FAMILIES.iter().map(|f| f.name()).collect()
 }
 
+impl Kernel {
+    /// Parses `family:config` (or a family name alone, which means its reference kernel).
+    /// Syntax only: whether it can run on a device is decided when a `Conv2d` is built.
+    pub fn parse(name: &str) -> Result<Kernel> {
+        parse(name)
+    }
+}
+
+impl std::str::FromStr for Kernel {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        parse(s)
+    }
+}
+
+#[cfg(feature = "tune")]
+impl<'de> serde::Deserialize<'de> for Kernel {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let name = <String as serde::Deserialize>::deserialize(d)?;
+        parse(&name).map_err(serde::de::Error::custom)
+    }
+}
+
 /// Parses `family:config`, or a family name alone (its reference kernel).
 pub(crate) fn parse(name: &str) -> Result<Kernel> {
     let (fam, config) = match name.split_once(':') {

@@ -13,14 +13,15 @@
 //! through kernel/stride/padding/dilation OH, OW) widened to everything that decides the
 //! output size (KH, KW, stride, padding, dilation, groups), plus what makes a measurement
 //! stale: adapter name, vendor and device id, driver and driver info, backend, whether
-//! wgpu's runtime bounds checks are on, the wgconv version (`CARGO_PKG_VERSION`) and
-//! [`crate::kernel::shader_hash`], and the kernel family tuned (`tiled`, `tiled-f16`,
-//! `coop-f16`, `coop-f16x3`). A lookup matches the whole key exactly; an upgrade or a
-//! changed shader simply misses (the stale entry stays, harmless, for a downgrade).
+//! wgpu's runtime bounds checks are on, the wgconv version (`CARGO_PKG_VERSION`) and a
+//! hash of every family's WGSL ([`DeviceKey::shader_hash`]), and the kernel family tuned
+//! (`tiled`, `tiled-f16`, `coop-f16`, `coop-f16x3`: the families with a
+//! [`TileConfig`]). A lookup matches the whole key exactly; an upgrade or a changed shader
+//! simply misses (the stale entry stays, harmless, for a downgrade).
 //!
 //! # File format (schema [`SCHEMA_VERSION`])
 //! ```json
-//! { "schema": 2, "written_by": "wgconv 0.1.0",
+//! { "schema": 3, "written_by": "wgconv 0.1.0",
 //!   "entries": [ { "key": { ... }, "decision": { "config": ..., "original": ..., ... } } ] }
 //! ```
 //!
@@ -35,43 +36,59 @@
 //!   `log::warn!` (lookups miss) and replaced by the next store. An entry that does not
 //!   parse, or whose config is malformed, is skipped with a warning; entries the store does
 //!   not replace are written back exactly as they were read (other adapters untouched).
-//! - Nothing here panics on file contents; a cached config is further validated against
-//!   the device before use ([`crate::tune::cached_decision`]).
+//! - Nothing here panics on file contents; a cached config is further checked against
+//!   the device's limits before use ([`crate::tune::cached_decision`], [`crate::tune::lookup`]).
+//!
+//! This module depends on the kernels, the spec and the device only (not on the tuner or
+//! on `Conv2d`, which consults it while it is built).
 
-use crate::config::TileConfig;
 use crate::error::{Error, Result};
-use crate::kernel::KernelKind;
+use crate::gpu::Gpu;
+use crate::kernel::Kernel;
 use crate::spec::ConvProblem;
+use crate::TileConfig;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
-/// The version of the file layout this build writes. 2 added the kernel family to the key:
-/// a build that reads only schema 1 ignores (and rewrites) a schema 2 file instead of
-/// taking another kernel's decision for its own.
-pub const SCHEMA_VERSION: u32 = 2;
-/// The versions this build reads (schema 1 entries are `tiled` decisions). Files with any
-/// other value are ignored and rewritten.
-pub const READABLE_SCHEMAS: [u32; 2] = [1, 2];
+/// The version of the file layout this build writes. 3: keys name the kernel families of
+/// the `Kernel` vocabulary (`family:config` names), where 1 and 2 named the variants of an
+/// enum that no longer exists; a build that reads only older schemas ignores (and rewrites)
+/// a schema 3 file instead of taking another kernel's decision for its own.
+pub const SCHEMA_VERSION: u32 = 3;
+/// The versions this build reads. Files with any other value (older ones included) are
+/// ignored with a warning and rewritten by the next store.
+pub const READABLE_SCHEMAS: [u32; 1] = [3];
 /// The cache file's name inside the cache directory.
 pub const FILE_NAME: &str = "tuning.json";
 /// The environment variable that overrides the cache directory.
 pub const DIR_ENV: &str = "WGCONV_CACHE_DIR";
 
-/// The device and software a decision was measured with.
+/// The device and software a decision was measured with: a measurement goes stale when
+/// any of them changes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct DeviceKey {
+    /// The adapter's name.
     pub adapter: String,
+    /// Its PCI vendor id.
     pub vendor: u32,
+    /// Its PCI device id.
     pub device: u32,
+    /// The driver's name.
     pub driver: String,
+    /// The driver's version information.
     pub driver_info: String,
+    /// The wgpu backend (`Vulkan`, `Metal`, …).
     pub backend: String,
     /// wgpu's runtime bounds checks in the kernels (they cost time, so they key the cache).
     pub runtime_checks: bool,
+    /// The wgconv version that measured it.
     pub wgconv_version: String,
+    /// [`shader_hash`] of the build that measured it: a changed kernel is a changed time.
     pub shader_hash: String,
 }
 
@@ -87,30 +104,67 @@ impl DeviceKey {
             backend: format!("{:?}", info.backend),
             runtime_checks,
             wgconv_version: env!("CARGO_PKG_VERSION").to_string(),
-            shader_hash: crate::kernel::shader_hash(),
+            shader_hash: shader_hash(),
         }
     }
+}
+
+/// A hash of the WGSL of every family's sweep kernels (each composed for its
+/// representative problems), 16 hex digits: part of the key, so that a cached decision
+/// goes stale when a kernel, a shared module or a family's composition changes. Kernels
+/// that fail to compose are left out. Computed once per process.
+pub fn shader_hash() -> String {
+    static HASH: OnceLock<String> = OnceLock::new();
+    HASH.get_or_init(|| {
+        let mut h = Sha256::new();
+        for family in crate::families::FAMILIES {
+            for kernel in family.sweep() {
+                let Ok(sources) = kernel.config().representative_sources() else {
+                    continue;
+                };
+                h.update(kernel.to_string().as_bytes());
+                h.update([0]);
+                for source in sources {
+                    h.update(source.as_bytes());
+                    h.update([0]);
+                }
+            }
+        }
+        h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
+    })
+    .clone()
 }
 
 /// The shape part of the key: the seed's autotune key (N, C_in, H, W, C_out, OH, OW) with
 /// the attributes that determine OH and OW spelled out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ShapeKey {
+    /// Batch.
     pub n: u32,
+    /// Input channels.
     pub c_in: u32,
+    /// Input height.
     pub h: u32,
+    /// Input width.
     pub w: u32,
+    /// Output channels.
     pub c_out: u32,
+    /// Kernel height.
     pub kh: u32,
+    /// Kernel width.
     pub kw: u32,
+    /// Stride (height, width).
     pub stride: [u32; 2],
     /// top, left, bottom, right
     pub padding: [u32; 4],
+    /// Dilation (height, width).
     pub dilation: [u32; 2],
+    /// Groups.
     pub groups: u32,
 }
 
 impl ShapeKey {
+    /// The shape key of a problem.
     pub fn of(problem: &ConvProblem) -> Self {
         let s = &problem.spec;
         ShapeKey {
@@ -132,24 +186,19 @@ impl ShapeKey {
 /// The full key of one cached decision.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct CacheKey {
+    /// The device and software.
     pub device: DeviceKey,
+    /// The convolution and input shape.
     pub shape: ShapeKey,
-    /// The kernel family the decision was measured on ([`KernelKind::family`]: `tiled`,
+    /// The kernel family the decision was measured on ([`Kernel::family`]: `tiled`,
     /// `tiled-f16`, `coop-f16`, `coop-f16x3`). Not the precision alone: f16 runs `coop-f16`
     /// or `tiled-f16` on one device, depending on whether cooperative matrices were enabled.
-    /// Schema 1 files hold `tiled` decisions only.
-    #[serde(default = "tiled_family")]
     pub kernel: String,
-}
-
-/// The kernel family of keys and reports written before families were recorded.
-pub(crate) fn tiled_family() -> String {
-    "tiled".into()
 }
 
 impl CacheKey {
     /// The key of `problem` tuned on `kernel` (its family; the config plays no part).
-    pub fn new(device: DeviceKey, problem: &ConvProblem, kernel: &KernelKind) -> Self {
+    pub fn new(device: DeviceKey, problem: &ConvProblem, kernel: &Kernel) -> Self {
         CacheKey { device, shape: ShapeKey::of(problem), kernel: kernel.family().to_string() }
     }
 }
@@ -205,6 +254,7 @@ impl TuningCache {
     pub fn at(path: impl Into<PathBuf>) -> Self {
         TuningCache { path: path.into() }
     }
+    /// The cache file's path.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -339,9 +389,14 @@ fn parse_entry(raw: &Value) -> Option<(CacheKey, CachedDecision)> {
     };
     // Each config must form the tiles of the kernel it was measured on (a register tile for
     // the SIMT kernels, a fragment layout for the cooperative ones).
-    let check = |c: &TileConfig| match KernelKind::from_family(&key.kernel, *c) {
-        Some(kind) => kind.check_shape(),
-        None => Err(Error::Unsupported(format!("unknown kernel family {:?}", key.kernel))),
+    let check = |c: &TileConfig| -> Result<()> {
+        let family = crate::families::family(&key.kernel)
+            .ok_or_else(|| Error::Parse(format!("unknown kernel family {:?}", key.kernel)))?;
+        let kernel = family
+            .reference()
+            .with_tile(*c)
+            .ok_or_else(|| Error::Unsupported(format!("kernel family {} has no tile config", key.kernel)))?;
+        kernel.check_shape()
     };
     for cfg in [&decision.config, &decision.original] {
         if let Err(e) = check(cfg) {
@@ -350,4 +405,121 @@ fn parse_entry(raw: &Value) -> Option<(CacheKey, CachedDecision)> {
         }
     }
     Some((key, decision))
+}
+
+/// The tuner's decision for `problem` on this device, measured on `default`'s family (the
+/// precision's default kernel here: its family is what the decision is keyed on): `default`
+/// with the decided tile, if the device accepts it (a config refused by the device is
+/// ignored with a warning). Reads the cache at its default location ([`default_dir`]); a
+/// missing or unreadable cache, or a family without tiles, is a miss. What `Conv2d`
+/// consults while it selects its kernel.
+pub(crate) fn cached_decision(gpu: &Gpu, problem: &ConvProblem, default: &Kernel) -> Option<Kernel> {
+    default.tile()?;
+    let cache = TuningCache::open_default()?;
+    let key = CacheKey::new(DeviceKey::new(&gpu.info, gpu.runtime_checks()), problem, default);
+    let d = cache.lookup(&key)?;
+    let kernel = default.with_tile(d.config)?;
+    match kernel.check_limits(&gpu.kernel_limits()) {
+        Ok(()) => Some(kernel),
+        Err(e) => {
+            log::warn!(
+                "tuning cache {}: cached config refused by the device, ignoring it: {e}",
+                cache.path().display()
+            );
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{Conv2dSpec, Shape4};
+
+    fn device(adapter: &str) -> DeviceKey {
+        DeviceKey {
+            adapter: adapter.into(),
+            vendor: 1,
+            device: 2,
+            driver: "d".into(),
+            driver_info: "1.0".into(),
+            backend: "Vulkan".into(),
+            runtime_checks: false,
+            wgconv_version: env!("CARGO_PKG_VERSION").into(),
+            shader_hash: shader_hash(),
+        }
+    }
+
+    fn problem() -> ConvProblem {
+        Conv2dSpec::new(3, 8, 3).problem(Shape4::new(1, 3, 16, 16)).unwrap()
+    }
+
+    fn decision(tile: TileConfig) -> CachedDecision {
+        CachedDecision {
+            config: tile.with_stages(3),
+            original: tile,
+            threshold_pct: 2.0,
+            gain_pct: 5.0,
+            tuned_at: "now".into(),
+            report: None,
+        }
+    }
+
+    #[test]
+    fn shader_hash_is_stable_hex() {
+        let h = shader_hash();
+        assert_eq!(h.len(), 16);
+        assert!(h.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(h, shader_hash());
+    }
+
+    #[test]
+    fn keys_name_the_family_only() {
+        let a = CacheKey::new(device("A"), &problem(), &Kernel::parse("coop-f16:m64n96k16-t4x12-w4-s1").unwrap());
+        let b = CacheKey::new(device("A"), &problem(), &Kernel::parse("coop-f16").unwrap());
+        assert_eq!(a.kernel, "coop-f16");
+        assert_eq!(a, b);
+        let c = CacheKey::new(device("A"), &problem(), &Kernel::parse("tiled-f16").unwrap());
+        assert_ne!(a, c);
+    }
+
+    #[test]
+    fn store_and_lookup_round_trip_and_skip_malformed_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = TuningCache::in_dir(dir.path());
+        let tiled = Kernel::parse("tiled").unwrap();
+        let key = CacheKey::new(device("A"), &problem(), &tiled);
+        assert!(cache.lookup(&key).is_none());
+        let d = decision(tiled.tile().unwrap());
+        cache.store(&key, &d).unwrap();
+        assert_eq!(cache.lookup(&key), Some(d.clone()));
+        let text: Value = serde_json::from_slice(&fs::read(cache.path()).unwrap()).unwrap();
+        assert_eq!(text["schema"], SCHEMA_VERSION);
+
+        // A family without tiles, an unknown family, and a tile that is no register tile.
+        let mut v = text.clone();
+        let entries = v["entries"].as_array_mut().unwrap();
+        for family in ["direct", "nope"] {
+            let mut e = entries[0].clone();
+            e["key"]["kernel"] = family.into();
+            entries.push(e);
+        }
+        let mut bad = entries[0].clone();
+        bad["key"]["device"]["adapter"] = "B".into();
+        bad["decision"]["config"]["thread_m"] = 3.into();
+        entries.push(bad);
+        fs::write(cache.path(), serde_json::to_vec(&v).unwrap()).unwrap();
+        assert_eq!(cache.entries().len(), 1);
+        let mut key_b = key.clone();
+        key_b.device.adapter = "B".into();
+        assert!(cache.lookup(&key_b).is_none());
+
+        // Older schemas are ignored, and the next store rewrites the file.
+        v["schema"] = 2.into();
+        fs::write(cache.path(), serde_json::to_vec(&v).unwrap()).unwrap();
+        assert!(cache.lookup(&key).is_none());
+        cache.store(&key, &d).unwrap();
+        assert_eq!(cache.entries().len(), 1);
+        assert_eq!(cache.lookup(&key), Some(d));
+    }
 }

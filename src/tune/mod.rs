@@ -4,17 +4,18 @@
 //! the tuner measures a handful of nearby configs of the same kernel, at the same precision,
 //! and replaces the original only when a candidate is both clearly and stably faster. It
 //! tunes the tiled kernels of every precision ([`check_tunable`]): f32 (`tiled`), f16
-//! (`coop-f16` on cooperative matrices, else `tiled-f16`) and f16x3 (`coop-f16x3`). Decisions persist in the tuning cache ([`crate::cache`])
-//! and a `Conv2d` built with `Conv2dOptions::tuning_key_input` picks them up
-//! ([`cached_decision`]).
+//! (`coop-f16` on cooperative matrices, else `tiled-f16`) and f16x3 (`coop-f16x3`): the
+//! families whose kernels have a [`TileConfig`] ([`crate::Kernel::tile`]). Decisions
+//! persist in the tuning cache ([`cache`]) and a `Conv2d` built with
+//! `Conv2dOptions::tuning_key_input` picks them up ([`cached_decision`]).
 //!
 //! # Candidates ([`candidates`])
 //! BLOCK_M/N/K (and so the grid) never change. Around the original (warps `w`, stages `s`):
 //! 1. the original itself, always first;
 //! 2. stages `s − 1` and `s + 1`, where they lie in {2, 3, 4};
-//! 3. warps `w / 2` and `2w` (within {2, 4, 8, 16}; [`KernelKind::with_warps`]: register
-//!    tile re-derived for the SIMT kernels, fragments re-split over the warps for the
-//!    cooperative ones) **only where the occupancy estimate suggests it** (below), at
+//! 3. warps `w / 2` and `2w` (within {2, 4, 8, 16}: the register tile re-derived for the
+//!    SIMT kernels ([`TileConfig::with_warps`]), the fragments re-split over the warps for
+//!    the cooperative ones ([`TileConfig::with_fragment_warps`])) **only where the occupancy estimate suggests it** (below), at
 //!    stages `s`, then the same with stages `s ± 1`;
 //!
 //! in that order, at most [`MAX_CANDIDATES`] (6). Neighbours that are not candidates (a warp
@@ -22,7 +23,7 @@
 //! that way — no register tile of multiples of 4, or no fragment layout — or one past the
 //! cap) are listed in the report as `skipped` with the reason. An original at 1 stage (the
 //! cooperative kernels' default) has one stage neighbour, 2: the stage's range is the
-//! seed's {2, 3, 4}. Candidates the device refuses ([`KernelKind::validate`]) or
+//! seed's {2, 3, 4}. Candidates the device refuses ([`crate::Kernel::check_limits`]) or
 //! that fail to build or to run are `excluded`, with the error.
 //!
 //! # Occupancy estimate ([`estimate_occupancy`])
@@ -38,7 +39,7 @@
 //!   40 is calibrated on the SASS, see [`COOP_REGISTER_OVERHEAD`]), capped at the
 //!   profile's per-invocation maximum, past which the compiler would spill;
 //! - workgroup storage: `smem_per_sm / (workgroup_bytes + reserved_per_workgroup)`, with
-//!   each kernel's own workgroup memory ([`KernelKind::workgroup_bytes`]);
+//!   each kernel's own workgroup memory ([`crate::Kernel::workgroup_bytes`]);
 //! - invocations: `max_invocations_per_sm / invocations`;
 //! - workgroups: `max_workgroups_per_sm`.
 //!
@@ -46,9 +47,9 @@
 //! occupancy", resident warps over the maximum). Profiles: NVIDIA (vendor 0x10DE): 65 536
 //! registers, allocated 8 per invocation (256 per warp), at most 255 per invocation,
 //! 52 KiB of workgroup memory per SM with 1 KiB reserved per block (the SM has 228 KiB, but
-//! NVIDIA's Vulkan driver left about 52 KiB to resident workgroups in run 54 of
-//! BENCHMARKS.md; a Vulkan workgroup may use 48 KiB: the device limit, checked by
-//! `validate`), 2048 invocations, 32 blocks per SM. Generic (every other adapter, CPU
+//! NVIDIA's Vulkan driver 580 left about 52 KiB of it to resident workgroups on an H100; a
+//! Vulkan workgroup may use 48 KiB: the device limit, checked by
+//! [`crate::Kernel::check_limits`]), 2048 invocations, 32 blocks per SM. Generic (every other adapter, CPU
 //! adapters such as lavapipe included): 65 536 registers in units of 4, at most 255 per
 //! invocation, 64 KiB of workgroup storage, 2048 invocations and 16 workgroups per compute
 //! unit — a conservative common denominator of desktop GPUs; on a CPU it is only a
@@ -62,19 +63,21 @@
 //!   already ample and stays so while each invocation gets a larger register tile (more
 //!   instruction-level parallelism).
 //!
-//! Example (NVIDIA profile): the seed m32n64k32-t4x4-w4-s2 needs ≈72 registers → 7 resident
-//! workgroups (register-limited) → 43.8 %; w2 (t4x8) ≈116 → 120 registers → 8 resident
-//! → 25.0 %: not suggested; w8 has no register tile (8 outputs per invocation). So the seed's
-//! stage has two candidates (s2, s3) and reports the two warp neighbours as skipped, while
-//! the anchor's m64n64k16-t4x8-w4-s3 (31 % → w8 50 %) has six.
+//! Example (NVIDIA profile): the seed m32n64k32-t4x4-w4-s2 needs ≈72 registers (room for 7
+//! workgroups), but its 25.5 KiB of workgroup memory (+1 KiB reserved) leave room for one
+//! resident workgroup in 52 KiB → 6.2 %; w2 (t4x8, ≈116 registers) is one
+//! workgroup of half the invocations → 3.1 %: not suggested; w8 has no register tile (8
+//! outputs per invocation). So the seed's stage has two candidates (s2, s3) and reports the
+//! two warp neighbours as skipped, while the anchor's m64n64k16-t4x8-w4-s3 (6.2 % → w8
+//! 12.5 %: one workgroup either way, of twice the invocations) has six.
 //!
 //! For f16x3's `m64n96k16-t4x12-w4-s1` (156 registers, 3 workgroups per SM) this suggests
 //! 8 warps (116 registers, 2 workgroups of 256 invocations); for f16's (122, 4 workgroups)
 //! it does not (88 registers, still 2 workgroups of 256 by the estimate).
 //!
 //! # Cache
-//! [`tune`] stores one decision per device, shape and kernel family (see [`crate::cache`]
-//! for the key);
+//! [`tune`] stores one decision per device, shape and kernel family (see [`cache`] for the
+//! key);
 //! a later tune of the same shape from the same original answers from it (unless forced),
 //! a tune from another original measures and replaces it. [`cached_decision`] is what
 //! `Conv2d` consults; it returns a kernel only if the device accepts it.
@@ -114,14 +117,18 @@
 //! one tune, 24 % against 26 % in the next). Every row of the report says median, IQR,
 //! gain, verdict and why.
 
-use crate::cache::{CacheKey, CachedDecision, DeviceKey, TuningCache};
-use crate::config::{KernelLimits, TileConfig};
-use crate::conv2d::{Conv2d, Conv2dOptions, ConvPlan};
+pub mod cache;
+pub mod timing;
+
+use self::cache::{CacheKey, CachedDecision, DeviceKey, TuningCache};
+use self::timing::{Clock, Summary};
+use crate::caps::KernelLimits;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::kernel::{KernelKind, Precision};
+use crate::kernel::{Kernel, Precision};
+use crate::scope::ErrorScope;
 use crate::spec::ConvProblem;
-use crate::timing::{self, Clock, Summary};
+use crate::{Conv2d, Conv2dOptions, ConvPlan, TileConfig};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -139,9 +146,9 @@ pub const OCCUPANCY_TARGET: f64 = 0.5;
 /// Registers per invocation assumed for addresses, indices and loop counters.
 pub const REGISTER_OVERHEAD: u32 = 24;
 /// The same for the cooperative-matrix kernels, whose gather, range check and epilogue
-/// indices sit beside the fragments: calibrated on the SASS of `m64n96k16-t4x12-w4-s1`
-/// (BENCHMARKS.md runs 43 and 63: 119 registers for f16, 161 for f16x3; the estimate
-/// gives 122 and 156, the same resident workgroups).
+/// indices sit beside the fragments: calibrated on NVIDIA's compiled code (SASS) of
+/// `m64n96k16-t4x12-w4-s1` on an H100, 119 registers for f16 and 161 for f16x3, where the
+/// estimate gives 122 and 156: the same resident workgroups.
 pub const COOP_REGISTER_OVERHEAD: u32 = 40;
 /// The default decision threshold, percent.
 pub const DEFAULT_THRESHOLD_PCT: f64 = 2.0;
@@ -163,7 +170,9 @@ of the candidates with gain >= threshold the nearest is meant, displaced by a fa
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ProfileName {
+    /// [`OccupancyProfile::NVIDIA`].
     Nvidia,
+    /// [`OccupancyProfile::GENERIC`].
     Generic,
 }
 
@@ -179,6 +188,7 @@ impl std::fmt::Display for ProfileName {
 /// What one multiprocessor (SM, CU) holds, for the occupancy estimate.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct OccupancyProfile {
+    /// Which profile this is.
     pub name: ProfileName,
     /// 32-bit registers per multiprocessor.
     pub regs_per_sm: u32,
@@ -190,7 +200,9 @@ pub struct OccupancyProfile {
     pub smem_per_sm: u32,
     /// Workgroup memory the system reserves per resident workgroup, bytes.
     pub smem_reserved_per_workgroup: u32,
+    /// Most resident invocations per multiprocessor (occupancy's denominator).
     pub max_invocations_per_sm: u32,
+    /// Most resident workgroups per multiprocessor.
     pub max_workgroups_per_sm: u32,
 }
 
@@ -198,8 +210,8 @@ impl OccupancyProfile {
     /// NVIDIA Ampere/Ada/Hopper-class SM as NVIDIA's Vulkan driver runs compute on it. The
     /// SM has up to 228 KiB of shared memory, but with driver 580 on the H100 only about
     /// 52 KiB of it held resident workgroups: an unused workgroup array of 1-16 KiB added to
-    /// the kernels cut their resident workgroups exactly as a 50-53 KiB budget predicts
-    /// (BENCHMARKS.md run 54), so that is the budget here.
+    /// the kernels cut their resident workgroups exactly as a 50-53 KiB budget predicts, so
+    /// that is the budget here.
     pub const NVIDIA: OccupancyProfile = OccupancyProfile {
         name: ProfileName::Nvidia,
         regs_per_sm: 65536,
@@ -242,11 +254,17 @@ impl OccupancyProfile {
 pub struct Occupancy {
     /// Estimated registers per invocation (before allocation rounding and the cap).
     pub registers: u32,
+    /// The kernel's workgroup memory, bytes.
     pub workgroup_bytes: u64,
+    /// Invocations per workgroup.
     pub invocations: u32,
+    /// Resident workgroups the register file allows.
     pub by_registers: u32,
+    /// Resident workgroups the workgroup memory allows.
     pub by_storage: u32,
+    /// Resident workgroups the invocation limit allows.
     pub by_invocations: u32,
+    /// Resident workgroups the workgroup limit allows.
     pub by_workgroups: u32,
     /// Resident workgroups per multiprocessor: the minimum of the four.
     pub resident: u32,
@@ -274,32 +292,32 @@ impl Occupancy {
 /// fragment, 4 per operand fragment and f16 half, the prefetch (A in f32, B as `vec4<f16>`,
 /// 2 registers per half), 8 for the f16x3 kernel's per-step partial, and
 /// [`COOP_REGISTER_OVERHEAD`].
-pub fn estimate_registers(kind: &KernelKind) -> u32 {
-    let Some(cfg) = kind.config() else {
+pub fn estimate_registers(kernel: &Kernel) -> u32 {
+    let Some(cfg) = kernel.tile() else {
         return REGISTER_OVERHEAD;
     };
     let inv = cfg.invocations().max(1);
     let a_loads = (cfg.block_m * cfg.block_k).div_ceil(inv);
     let b_loads = (cfg.block_k * cfg.block_n / 4).div_ceil(inv);
-    let halves = match kind {
-        KernelKind::Coop(_) | KernelKind::CoopBand(_) => 1,
-        KernelKind::CoopSplit(_) => 2,
-        _ => return cfg.accumulators() + cfg.thread_m + cfg.thread_n + a_loads + 4 * b_loads + REGISTER_OVERHEAD,
+    let Some(halves) = kernel.operand_halves() else {
+        return cfg.accumulators() + cfg.thread_m + cfg.thread_n + a_loads + 4 * b_loads + REGISTER_OVERHEAD;
     };
+    // 1 (f16) or 2 (f16x3); clamped so that a family's mistake cannot underflow below.
+    let halves = halves.clamp(1, 2);
     // A layout the device refuses anyway: count it as one fragment per warp.
     let (_, _, fm, fn_) = cfg.coop_layout().unwrap_or((1, 1, 1, 1));
     8 * fm * fn_ + 4 * (fm + fn_) * halves + a_loads + 2 * halves * b_loads + 8 * (halves - 1) + COOP_REGISTER_OVERHEAD
 }
 
-/// Resident workgroups and occupancy of `kind` on a multiprocessor described by `profile`.
-pub fn estimate_occupancy(kind: &KernelKind, profile: &OccupancyProfile) -> Occupancy {
-    let registers = estimate_registers(kind);
+/// Resident workgroups and occupancy of `kernel` on a multiprocessor described by `profile`.
+pub fn estimate_occupancy(kernel: &Kernel, profile: &OccupancyProfile) -> Occupancy {
+    let registers = estimate_registers(kernel);
     let spills = registers > profile.max_regs_per_invocation;
     let unit = profile.reg_alloc_unit.max(1);
     let allocated = registers.min(profile.max_regs_per_invocation).div_ceil(unit) * unit;
-    let inv = kind.config().map_or(crate::kernel::DIRECT_WORKGROUP, |c| c.invocations()).max(1);
+    let inv = kernel.invocations().max(1);
     let by_registers = (profile.regs_per_sm as u64 / (allocated as u64 * inv as u64)) as u32;
-    let bytes = kind.workgroup_bytes().unwrap_or(0);
+    let bytes = kernel.workgroup_bytes().unwrap_or(0);
     let by_storage = (profile.smem_per_sm as u64 / (bytes + profile.smem_reserved_per_workgroup as u64).max(1))
         .min(u32::MAX as u64) as u32;
     let by_invocations = profile.max_invocations_per_sm / inv;
@@ -333,20 +351,28 @@ pub fn estimate_occupancy(kind: &KernelKind, profile: &OccupancyProfile) -> Occu
 /// One config the stage measures.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {
+    /// The tile to measure (in the original's family).
     pub config: TileConfig,
     /// What differs from the original, e.g. "original", "stages 2→3", "warps 4→8".
     pub change: String,
+    /// Its occupancy estimate.
     pub occupancy: Occupancy,
 }
 
 /// A neighbour that is not measured, and why.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Skipped {
+    /// The neighbour's tile, where the block splits over its warps at all.
     pub config: Option<TileConfig>,
+    /// Its name (blocks, warps and stages where it has no tile).
     pub label: String,
+    /// Its warps.
     pub warps: u32,
+    /// Its stages.
     pub stages: u32,
+    /// Its occupancy estimate, where it has a tile.
     pub occupancy: Option<Occupancy>,
+    /// Why it is not measured, starting with the change (`warps 4→8: …`).
     pub reason: String,
 }
 
@@ -354,9 +380,12 @@ pub struct Skipped {
 #[derive(Debug, Clone, PartialEq)]
 pub struct CandidateSet {
     /// The original: the kernel (and so the precision) every candidate runs in.
-    pub original: KernelKind,
+    pub original: Kernel,
+    /// The occupancy profile the warp neighbours were judged by.
     pub profile: OccupancyProfile,
+    /// What the stage measures, the original first.
     pub candidates: Vec<Candidate>,
+    /// The neighbours left out, with the reasons.
     pub skipped: Vec<Skipped>,
     /// Why each warp neighbour was included (the occupancy numbers).
     pub notes: Vec<String>,
@@ -370,30 +399,51 @@ fn stage_neighbours(s: u32) -> Vec<u32> {
 /// precision. The row-band and stem kernels' workgroup memory depends on the problem (and
 /// the stem kernel's warps on its roles: multiplying warps and helpers); the direct kernel
 /// has no config.
-pub fn check_tunable(kind: &KernelKind) -> Result<()> {
-    match kind {
-        KernelKind::Tiled(_) | KernelKind::TiledF16(_) | KernelKind::Coop(_) | KernelKind::CoopSplit(_) => Ok(()),
-        KernelKind::CoopBand(_) | KernelKind::CoopStem(_) | KernelKind::Direct => {
-            Err(Error::Unsupported(format!("the tuner tunes the tiled kernels, not {}", kind.family())))
-        }
+pub fn check_tunable(kernel: &Kernel) -> Result<()> {
+    match kernel.tile() {
+        Some(_) => Ok(()),
+        None => Err(Error::Unsupported(format!("the tuner tunes the tiled kernels, not {}", kernel.family()))),
     }
+}
+
+/// `kernel` with another tile. Every tunable kernel ([`check_tunable`]) takes one; for the
+/// others this is the kernel unchanged, which the checks then refuse.
+fn retile(kernel: &Kernel, tile: TileConfig) -> Kernel {
+    kernel.with_tile(tile).unwrap_or_else(|| kernel.clone())
+}
+
+/// `kernel` with `warps` warps, BLOCK sizes (and so the grid) kept: the SIMT kernels'
+/// register tile is re-derived ([`TileConfig::with_warps`]); the cooperative kernels'
+/// warps own 16×16 fragments, which are re-split over the warps
+/// ([`TileConfig::with_fragment_warps`]). Refused where the kernel cannot split the block
+/// that way.
+fn with_warps(kernel: &Kernel, warps: u32) -> Result<Kernel> {
+    let Some(tile) = kernel.tile() else {
+        return Err(Error::Unsupported(format!("{kernel} has no warp count to change")));
+    };
+    let tile =
+        if kernel.operand_halves().is_some() { tile.with_fragment_warps(warps)? } else { tile.with_warps(warps)? };
+    let retiled =
+        kernel.with_tile(tile).ok_or_else(|| Error::Unsupported(format!("{kernel} has no warp count to change")))?;
+    retiled.check_shape()?;
+    Ok(retiled)
 }
 
 /// The nearby configs of `original` (see the module docs), original first. A kernel the
 /// tuner cannot tune ([`check_tunable`]) gets no candidates.
-pub fn candidates(original: &KernelKind, profile: &OccupancyProfile) -> CandidateSet {
-    let kind = *original;
-    let (Ok(()), Some(original)) = (check_tunable(&kind), kind.config()) else {
+pub fn candidates(original: &Kernel, profile: &OccupancyProfile) -> CandidateSet {
+    let kernel = original.clone();
+    let (Ok(()), Some(original)) = (check_tunable(&kernel), kernel.tile()) else {
         return CandidateSet {
-            original: kind,
+            original: kernel.clone(),
             profile: *profile,
             candidates: Vec::new(),
             skipped: Vec::new(),
-            notes: vec![format!("{} is not tunable", kind.family())],
+            notes: vec![format!("{} is not tunable", kernel.family())],
         };
     };
     let original = &original;
-    let estimate = |c: &TileConfig| estimate_occupancy(&kind.with_config(*c), profile);
+    let estimate = |c: &TileConfig| estimate_occupancy(&retile(&kernel, *c), profile);
     let occ0 = estimate(original);
     let mut list = vec![Candidate { config: *original, change: "original".into(), occupancy: occ0.clone() }];
     let mut skipped = Vec::new();
@@ -414,14 +464,14 @@ pub fn candidates(original: &KernelKind, profile: &OccupancyProfile) -> Candidat
     let neighbours = [w / 2, w.saturating_mul(2)];
     for w2 in neighbours.into_iter().filter(|v| TUNE_WARPS.contains(v) && *v != w) {
         let label = format!("warps {w}→{w2}");
-        match kind.with_warps(w2).and_then(|k| k.config().ok_or_else(|| Error::Unsupported("no config".into()))) {
+        match with_warps(&kernel, w2).and_then(|k| k.tile().ok_or_else(|| Error::Unsupported("no config".into()))) {
             Err(e) => skipped.push(Skipped {
                 config: None,
                 label: format!("m{}n{}k{}-w{w2}-s{s}", original.block_m, original.block_n, original.block_k),
                 warps: w2,
                 stages: s,
                 occupancy: None,
-                reason: format!("{label}: {} ({})", tile_word(&kind), refusal_reason(&e)),
+                reason: format!("{label}: {} ({})", tile_word(&kernel), refusal_reason(&e)),
             }),
             Ok(c) => {
                 let occ = estimate(&c);
@@ -480,12 +530,12 @@ pub fn candidates(original: &KernelKind, profile: &OccupancyProfile) -> Candidat
             });
         }
     }
-    CandidateSet { original: kind, profile: *profile, candidates: list, skipped, notes }
+    CandidateSet { original: kernel, profile: *profile, candidates: list, skipped, notes }
 }
 
 /// What a warp count must split the block into, for the skipped-neighbour reasons.
-fn tile_word(kind: &KernelKind) -> &'static str {
-    if kind.is_cooperative() {
+fn tile_word(kernel: &Kernel) -> &'static str {
+    if kernel.operand_halves().is_some() {
         "no fragment layout"
     } else {
         "no register tile"
@@ -554,6 +604,8 @@ impl Default for TuneOptions {
 }
 
 impl TuneOptions {
+    /// Refuses a threshold outside [`THRESHOLD_RANGE_PCT`] and fewer than [`MIN_ROUNDS`]
+    /// rounds.
     pub fn check(&self) -> Result<()> {
         if !THRESHOLD_RANGE_PCT.contains(&self.threshold_pct) {
             return Err(Error::Unsupported(format!(
@@ -607,21 +659,33 @@ impl std::fmt::Display for Verdict {
 pub struct CandidateReport {
     /// The config (absent for a warp count with no register tile).
     pub config: Option<TileConfig>,
+    /// The config's name.
     pub label: String,
+    /// What differs from the original (`original`, `stages 2→3`, `warps 4→8`, …).
     pub change: String,
+    /// Its warps.
     pub warps: u32,
+    /// Its stages.
     pub stages: u32,
+    /// Its occupancy estimate.
     pub occupancy: Option<Occupancy>,
+    /// Median of the samples, ms (none when excluded or skipped).
     pub median_ms: Option<f64>,
+    /// First quartile of the samples, ms.
     pub q1_ms: Option<f64>,
+    /// Third quartile of the samples, ms.
     pub q3_ms: Option<f64>,
+    /// Fastest sample, ms.
     pub min_ms: Option<f64>,
+    /// Slowest sample, ms.
     pub max_ms: Option<f64>,
     /// Median gain over the original, percent (positive: faster).
     pub gain_pct: Option<f64>,
     /// The per-round samples, in round order.
     pub samples_ms: Vec<f64>,
+    /// What the rule made of it.
     pub verdict: Verdict,
+    /// Why, with the numbers.
     pub reason: String,
 }
 
@@ -629,6 +693,7 @@ impl CandidateReport {
     fn summary(&self) -> Option<Summary> {
         Summary::of(&self.samples_ms)
     }
+    /// The inter-quartile range of the samples, ms.
     pub fn iqr_ms(&self) -> Option<f64> {
         Some(self.q3_ms? - self.q1_ms?)
     }
@@ -637,31 +702,43 @@ impl CandidateReport {
 /// The outcome of one stage.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TuneReport {
+    /// The convolution and input shape tuned.
     pub problem: ConvProblem,
-    /// The precision tuned (reports written before precisions were tuned: f32).
-    #[serde(default)]
+    /// The precision tuned.
     pub precision: Precision,
-    /// The kernel family every candidate ran in, e.g. `coop-f16x3` (older reports: `tiled`).
-    #[serde(default = "crate::cache::tiled_family")]
+    /// The kernel family every candidate ran in, e.g. `coop-f16x3`.
     pub kernel: String,
+    /// The adapter's name.
     pub adapter: String,
+    /// The wgpu backend.
     pub backend: String,
+    /// The occupancy profile the warp neighbours were judged by.
     pub profile: OccupancyProfile,
+    /// The tile the stage started from.
     pub original: TileConfig,
+    /// The tile to run: the winner, or the original.
     pub chosen: TileConfig,
     /// The chosen config's median gain over the original, percent (0 when kept).
     pub gain_pct: f64,
+    /// The decision threshold, percent.
     pub threshold_pct: f64,
+    /// Interleaved rounds (0 for a cached decision without its report).
     pub rounds: u32,
+    /// Runs per sample.
     pub reps: u32,
+    /// Untimed runs per candidate before the rounds.
     pub warmup: u32,
+    /// Where the times came from (GPU timestamps, or the host clock).
     pub clock: String,
+    /// The decision rule, in words ([`STABILITY_RULE`]).
     pub rule: String,
     /// Candidates in measurement order (original first), then the skipped neighbours.
     pub rows: Vec<CandidateReport>,
+    /// How the candidates were chosen and anything unusual about the stage.
     pub notes: Vec<String>,
     /// Wall time of the stage (building, warm-up and rounds), milliseconds.
     pub elapsed_ms: f64,
+    /// When the decision was made (RFC 3339, local time).
     pub tuned_at: String,
 }
 
@@ -820,9 +897,13 @@ fn blank_row(c: &Candidate) -> CandidateReport {
 /// The result of [`run_stage`], before it is wrapped in a [`TuneReport`].
 #[derive(Debug, Clone)]
 pub struct StageResult {
+    /// The tile to run: the winner, or the original.
     pub chosen: TileConfig,
+    /// Its median gain over the original, percent (0 when kept).
     pub gain_pct: f64,
+    /// The report's rows: candidates in measurement order, then the skipped neighbours.
     pub rows: Vec<CandidateReport>,
+    /// The candidate set's notes and the stage's own.
     pub notes: Vec<String>,
 }
 
@@ -848,11 +929,13 @@ pub fn run_stage(
     let mut live: Vec<usize> = Vec::new();
     for (i, c) in set.candidates.iter().enumerate() {
         progress(done, total, &format!("building {}", c.config));
-        let kind = set.original.with_config(c.config);
-        let check = match limits {
-            Some(l) => kind.validate(l),
-            None => kind.check_shape(),
-        };
+        let kernel = set.original.with_tile(c.config).ok_or_else(|| {
+            Error::Unsupported(format!("the tuner tunes the tiled kernels, not {}", set.original.family()))
+        });
+        let check = kernel.and_then(|k| match limits {
+            Some(l) => k.check_limits(l),
+            None => k.check_shape(),
+        });
         let result = check
             .map_err(|e| format!("refused by the device: {}", refusal_reason(&e)))
             .and_then(|_| measure.prepare(&c.config).map_err(|e| format!("failed to build: {e}")));
@@ -965,7 +1048,7 @@ pub const SAMPLE_MS_CPU: f64 = 15.0;
 pub struct GpuMeasure {
     gpu: Arc<Gpu>,
     problem: ConvProblem,
-    family: KernelKind,
+    family: Kernel,
     weight: Vec<f32>,
     bias: Option<Vec<f32>>,
     input: wgpu::Buffer,
@@ -987,7 +1070,7 @@ impl GpuMeasure {
     /// Allocates the input (standard normal; a block of 2^20 + 7 values repeated, so that
     /// large batches need not draw 10^8 numbers), the output and the weights. `family`:
     /// the kernel every config runs in (its own config is not used).
-    pub fn new(gpu: &Arc<Gpu>, problem: &ConvProblem, family: KernelKind, warmup: u32, reps: u32) -> Result<Self> {
+    pub fn new(gpu: &Arc<Gpu>, problem: &ConvProblem, family: &Kernel, warmup: u32, reps: u32) -> Result<Self> {
         use wgpu::util::DeviceExt;
         let spec = &problem.spec;
         let weight = randn(spec.weight_len(), 0x5eed_0001);
@@ -999,7 +1082,7 @@ impl GpuMeasure {
             let take = (len - x.len()).min(block.len());
             x.extend_from_slice(&block[..take]);
         }
-        let scope = crate::gpu::ErrorScope::push(&gpu.device);
+        let scope = ErrorScope::push(&gpu.device);
         let input = gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some("wgconv tune input"),
             contents: bytemuck::cast_slice(&x),
@@ -1016,7 +1099,7 @@ impl GpuMeasure {
         Ok(GpuMeasure {
             gpu: gpu.clone(),
             problem: *problem,
-            family,
+            family: family.clone(),
             weight,
             bias,
             input,
@@ -1038,11 +1121,15 @@ impl GpuMeasure {
 
 impl Measure for GpuMeasure {
     fn prepare(&mut self, cfg: &TileConfig) -> Result<()> {
-        let kind = self.family.with_config(*cfg);
-        let opts = Conv2dOptions { kernel: Some(kind), precision: kind.precision(), ..Default::default() };
+        let kernel = self
+            .family
+            .with_tile(*cfg)
+            .ok_or_else(|| Error::Unsupported(format!("{} has no tile config", self.family)))?;
+        let precision = kernel.precision();
+        let opts = Conv2dOptions { kernel: Some(kernel), precision, ..Default::default() };
         let conv = Conv2d::new(&self.gpu, self.problem.spec, &self.weight, self.bias.as_deref(), opts)?;
         let plan = conv.plan(self.problem.input, &self.input, &self.output)?;
-        let scope = crate::gpu::ErrorScope::push(&self.gpu.device);
+        let scope = ErrorScope::push(&self.gpu.device);
         for _ in 0..self.warmup.max(1) {
             let mut enc = self.gpu.device.create_command_encoder(&Default::default());
             plan.encode(&mut enc, None);
@@ -1083,30 +1170,30 @@ impl Measure for GpuMeasure {
 /// A tune's outcome: the report, and whether it came from the cache.
 #[derive(Debug, Clone)]
 pub struct TuneOutcome {
+    /// The decision and how it was reached.
     pub report: TuneReport,
+    /// Whether it came from the cache (nothing was measured).
     pub from_cache: bool,
     /// Why the decision was not stored, if it was not (no cache location, I/O error).
     pub store_error: Option<String>,
 }
 
-/// The cache key of a problem tuned on `kernel`'s family on a device.
-pub fn cache_key(
-    info: &wgpu::AdapterInfo,
-    runtime_checks: bool,
-    problem: &ConvProblem,
-    kernel: &KernelKind,
-) -> CacheKey {
+/// The cache key of a problem tuned on `kernel`'s family on a device (`info`: the
+/// adapter; `runtime_checks`: whether wgpu's bounds checks are on, [`Gpu::runtime_checks`]).
+/// Needs no device, so a cached decision can be shown without opening one.
+pub fn cache_key(info: &wgpu::AdapterInfo, runtime_checks: bool, problem: &ConvProblem, kernel: &Kernel) -> CacheKey {
     CacheKey::new(DeviceKey::new(info, runtime_checks), problem, kernel)
 }
 
 /// The cache key of a problem tuned on `kernel`'s family on this device (adapter, driver,
 /// backend, runtime checks).
-pub fn cache_key_for(gpu: &Gpu, problem: &ConvProblem, kernel: &KernelKind) -> CacheKey {
-    cache_key(&gpu.info, gpu.runtime_checks, problem, kernel)
+pub fn cache_key_for(gpu: &Gpu, problem: &ConvProblem, kernel: &Kernel) -> CacheKey {
+    cache_key(&gpu.info, gpu.runtime_checks(), problem, kernel)
 }
 
-/// A cached decision for this adapter, problem and original (its kernel, hence its
-/// precision, and its config), if there is one whose config the adapter accepts (`limits`).
+/// A cached decision for this adapter, problem and original (its family, hence its
+/// precision, and its tile), if there is one whose config the adapter accepts (`limits`),
+/// with the report of the tune that made it where the cache kept one that agrees with it.
 /// Needs no device: `wgconv tune` answers from here without opening one.
 pub fn lookup(
     cache: &TuningCache,
@@ -1114,55 +1201,59 @@ pub fn lookup(
     limits: &KernelLimits,
     runtime_checks: bool,
     problem: &ConvProblem,
-    original: &KernelKind,
+    original: &Kernel,
 ) -> Option<(CachedDecision, Option<TuneReport>)> {
     let key = cache_key(info, runtime_checks, problem, original);
     let d = cache.lookup(&key)?;
-    if Some(d.original) != original.config() {
+    if Some(d.original) != original.tile() {
         log::info!("tuning cache: the decision for this shape started from {}, not {original}", d.original);
         return None;
     }
-    if let Err(e) = original.with_config(d.config).validate(limits) {
+    let chosen = original.with_tile(d.config)?;
+    if let Err(e) = chosen.check_limits(limits) {
         log::warn!("tuning cache {}: cached config refused by the device, ignoring it: {e}", cache.path().display());
         return None;
     }
     let report = d.report.clone().and_then(|v| serde_json::from_value::<TuneReport>(v).ok());
     // A report that contradicts its decision is not shown.
-    let report = report.filter(|r| r.chosen == d.config && r.original == d.original);
+    let report = report.filter(|r| r.chosen == d.config && r.original == d.original && r.kernel == original.family());
     Some((d, report))
 }
 
 /// Runs the stage for `problem` around `original` on `gpu` — or returns the cached
 /// decision (unless `opts.force`) — and stores a new decision in `opts.cache`.
 ///
-/// `original`: the kernel and config to start from; every candidate runs in the same
-/// kernel family at the same precision ([`crate::conv2d::kind_for`] gives the one a
-/// precision runs in on this device), and the decision is stored under that family.
+/// `original`: the kernel to start from, one with a tile ([`check_tunable`]); every
+/// candidate runs in its family at its precision, and the decision is stored under that
+/// family. The precision's default kernel on a device
+/// (`wgconv::advanced::default_kernel(gpu.caps(), precision)`, with
+/// [`crate::Kernel::with_tile`] for another start) is the family a `Conv2d` later looks
+/// the decision up under.
 pub fn tune(
     gpu: &Arc<Gpu>,
     problem: &ConvProblem,
-    original: KernelKind,
+    original: &Kernel,
     opts: &TuneOptions,
     progress: &mut ProgressFn<'_>,
 ) -> Result<TuneOutcome> {
     opts.check()?;
-    check_tunable(&original)?;
+    check_tunable(original)?;
     original.check_shape()?;
-    let Some(original_cfg) = original.config() else {
+    let Some(original_cfg) = original.tile() else {
         return Err(Error::Unsupported(format!("{original} has no tile config")));
     };
     let limits = gpu.kernel_limits();
     if !opts.force {
         if let Some(cache) = &opts.cache {
-            if let Some((d, report)) = lookup(cache, &gpu.info, &limits, gpu.runtime_checks, problem, &original) {
-                let report = report.unwrap_or_else(|| minimal_report(gpu, problem, &original, &d));
+            if let Some((d, report)) = lookup(cache, &gpu.info, &limits, gpu.runtime_checks(), problem, original) {
+                let report = report.unwrap_or_else(|| minimal_report(gpu, problem, original, &d));
                 return Ok(TuneOutcome { report, from_cache: true, store_error: None });
             }
         }
     }
     let t0 = Instant::now();
     let profile = OccupancyProfile::for_adapter(&gpu.info);
-    let set = candidates(&original, &profile);
+    let set = candidates(original, &profile);
     let mut measure = GpuMeasure::new(gpu, problem, original, opts.warmup, opts.reps)?;
     let stage = run_stage(&set, Some(&limits), &mut measure, opts, progress)?;
     let report = TuneReport {
@@ -1187,9 +1278,9 @@ pub fn tune(
         tuned_at: chrono::Local::now().to_rfc3339(),
     };
     let store_error = match &opts.cache {
-        None => Some("no cache location (set WGCONV_CACHE_DIR)".to_string()),
+        None => Some(format!("no cache location (set {})", cache::DIR_ENV)),
         Some(cache) => {
-            let key = cache_key_for(gpu, problem, &original);
+            let key = cache_key_for(gpu, problem, original);
             let decision = CachedDecision {
                 config: report.chosen,
                 original: original_cfg,
@@ -1207,7 +1298,7 @@ pub fn tune(
     Ok(TuneOutcome { report, from_cache: false, store_error })
 }
 
-fn minimal_report(gpu: &Gpu, problem: &ConvProblem, original: &KernelKind, d: &CachedDecision) -> TuneReport {
+fn minimal_report(gpu: &Gpu, problem: &ConvProblem, original: &Kernel, d: &CachedDecision) -> TuneReport {
     TuneReport {
         problem: *problem,
         precision: original.precision(),
@@ -1232,25 +1323,15 @@ fn minimal_report(gpu: &Gpu, problem: &ConvProblem, original: &KernelKind, d: &C
 }
 
 /// The tuner's cached decision for this device, problem and precision, if any: the one
-/// measured on the kernel family that precision runs here ([`crate::conv2d::kind_for`]: f16
-/// is `coop-f16` or `tiled-f16` depending on whether cooperative matrices are enabled), and
-/// only if the device accepts it ([`KernelKind::validate`]). Reads the cache at its default
-/// location ([`crate::cache::default_dir`]); a missing or unreadable cache is a miss.
-pub fn cached_decision(gpu: &Gpu, problem: &ConvProblem, precision: Precision) -> Option<KernelKind> {
-    let cache = TuningCache::open_default()?;
-    let family = crate::conv2d::kind_for(gpu, precision, crate::config::default_config()).ok()?;
-    let d = cache.lookup(&cache_key_for(gpu, problem, &family))?;
-    let kind = family.with_config(d.config);
-    match kind.validate(&gpu.kernel_limits()) {
-        Ok(()) => Some(kind),
-        Err(e) => {
-            log::warn!(
-                "tuning cache {}: cached config refused by the device, ignoring it: {e}",
-                cache.path().display()
-            );
-            None
-        }
-    }
+/// measured on the family of the precision's default kernel here
+/// (`wgconv::advanced::default_kernel`: f16 is `coop-f16` or `tiled-f16` depending on
+/// whether cooperative matrices are enabled), and only if the device accepts it
+/// ([`crate::Kernel::check_limits`]). What a `Conv2d` with `Conv2dOptions::tuning_key_input`
+/// consults (unless the stem rule picks its kernel first). Reads the cache at its default
+/// location ([`cache::default_dir`]); a missing or unreadable cache is a miss.
+pub fn cached_decision(gpu: &Gpu, problem: &ConvProblem, precision: Precision) -> Option<Kernel> {
+    let (default, _) = crate::select::default_kernel(gpu.caps(), precision).ok()?;
+    cache::cached_decision(gpu, problem, &default)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1320,7 +1401,7 @@ impl TuneReport {
     pub fn header(&self) -> String {
         let p = &self.profile;
         let mut s = format!(
-            "problem   {}\nadapter   {} ({})\noriginal  {} {} (precision {})\nrule      {}\nthreshold {}%   rounds {} (interleaved, rotating start)   \
+            "problem   {}\nadapter   {} ({})\noriginal  {}:{} (precision {})\nrule      {}\nthreshold {}%   rounds {} (interleaved, rotating start)   \
              runs/sample {}   warm-up {}   clock {}\noccupancy profile {}: {} regs/SM (unit {}, max {}/invocation), \
              {} B workgroup memory/SM ({} B reserved per workgroup), {} invocations/SM, {} workgroups/SM\n",
             self.problem,
@@ -1357,5 +1438,105 @@ impl TuneReport {
         } else {
             format!("decision: {} replaces {} ({:.2}% faster)", self.chosen, self.original, self.gain_pct)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kernel(name: &str) -> Kernel {
+        Kernel::parse(name).unwrap()
+    }
+
+    #[test]
+    fn tunable_iff_the_kernel_has_a_tile() {
+        for name in ["tiled", "tiled-f16", "coop-f16", "coop-f16x3"] {
+            assert!(check_tunable(&kernel(name)).is_ok(), "{name}");
+        }
+        for name in ["coop-band-f16", "coop-stem-f16", "direct"] {
+            let e = check_tunable(&kernel(name)).unwrap_err().to_string();
+            assert_eq!(e, format!("the tuner tunes the tiled kernels, not {name}"));
+            let set = candidates(&kernel(name), &OccupancyProfile::NVIDIA);
+            assert!(set.candidates.is_empty(), "{name}");
+        }
+    }
+
+    #[test]
+    fn seed_has_two_candidates_on_nvidia() {
+        let seed = kernel("tiled:m32n64k32-t4x4-w4-s2");
+        assert_eq!(estimate_registers(&seed), 72);
+        let occ = estimate_occupancy(&seed, &OccupancyProfile::NVIDIA);
+        // 25.5 KiB of workgroup memory (+1 KiB reserved) in 52 KiB: one workgroup.
+        assert_eq!((occ.by_registers, occ.resident, occ.limiter.as_str()), (7, 1, "storage"));
+        let set = candidates(&seed, &OccupancyProfile::NVIDIA);
+        let changes: Vec<&str> = set.candidates.iter().map(|c| c.change.as_str()).collect();
+        assert_eq!(changes, ["original", "stages 2→3"]);
+        assert_eq!(set.skipped.len(), 2, "{:?}", set.skipped);
+        assert!(set
+            .skipped
+            .iter()
+            .any(|s| s.warps == 8 && s.config.is_none() && s.reason.contains("no register tile")));
+        assert!(set.skipped.iter().any(|s| s.warps == 2 && s.reason.contains("does not suggest")));
+        assert_eq!(set.original, seed);
+    }
+
+    #[test]
+    fn anchor_has_six_candidates() {
+        let set = candidates(&kernel("tiled:m64n64k16-t4x8-w4-s3"), &OccupancyProfile::NVIDIA);
+        assert_eq!(set.candidates.len(), MAX_CANDIDATES);
+        assert_eq!(set.candidates[0].config.name(), "m64n64k16-t4x8-w4-s3");
+        assert!(set.candidates.iter().any(|c| c.config.warps == 8));
+    }
+
+    #[test]
+    fn cooperative_estimates_use_operand_halves() {
+        let f16 = kernel("coop-f16:m64n96k16-t4x12-w4-s1");
+        let f16x3 = kernel("coop-f16x3:m64n96k16-t4x12-w4-s1");
+        assert_eq!(estimate_registers(&f16), 122);
+        assert_eq!(estimate_registers(&f16x3), 156);
+        // Fragments re-split over 8 warps: a thread tile the SIMT kernels would refuse.
+        let w8 = with_warps(&f16x3, 8).unwrap();
+        assert_eq!(w8.to_string(), "coop-f16x3:m64n96k16-t4x6-w8-s1");
+        assert_eq!(estimate_registers(&w8), 116);
+        assert!(with_warps(&kernel("tiled:m64n96k16-t4x12-w4-s1"), 8).is_err());
+        let warps = |k: &Kernel| -> Vec<u32> {
+            candidates(k, &OccupancyProfile::NVIDIA).candidates.iter().map(|c| c.config.warps).collect()
+        };
+        assert!(warps(&f16x3).contains(&8));
+        assert!(!warps(&f16).contains(&8));
+    }
+
+    /// Times from a table: the rule, without a device.
+    struct Table(HashMap<TileConfig, f64>, u64);
+
+    impl Measure for Table {
+        fn measure(&mut self, cfg: &TileConfig) -> Result<f64> {
+            self.1 += 1;
+            let jitter = (self.1 % 3) as f64 * 1e-4;
+            self.0.get(cfg).map(|t| t + jitter).ok_or_else(|| Error::Unsupported(format!("{cfg}")))
+        }
+    }
+
+    #[test]
+    fn stage_adopts_a_clearly_faster_candidate_and_keeps_otherwise() {
+        let set = candidates(&kernel("tiled:m64n64k16-t4x8-w4-s3"), &OccupancyProfile::NVIDIA);
+        let opts = TuneOptions { cache: None, ..Default::default() };
+        let times = |fast: Option<usize>| {
+            let map = set
+                .candidates
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (c.config, if Some(i) == fast { 0.5 } else { 1.0 }))
+                .collect();
+            Table(map, 0)
+        };
+        let limits = KernelLimits::with_workgroup_bytes(48 * 1024);
+        let r = run_stage(&set, Some(&limits), &mut times(Some(2)), &opts, &mut |_, _, _| {}).unwrap();
+        assert_eq!(r.chosen, set.candidates[2].config);
+        assert!(r.gain_pct > 40.0);
+        let r = run_stage(&set, Some(&limits), &mut times(None), &opts, &mut |_, _, _| {}).unwrap();
+        assert_eq!(r.chosen, set.candidates[0].config);
+        assert_eq!(r.rows[0].verdict, Verdict::Keep);
     }
 }

@@ -1,9 +1,10 @@
 //! GPU time of a [`ConvPlan`] from timestamp queries (host wall-clock, marked as such,
 //! where a device has none), and the statistics every report quotes.
 
-use crate::conv2d::ConvPlan;
 use crate::error::{Error, Result};
-use crate::gpu::{ErrorScope, Gpu};
+use crate::gpu::Gpu;
+use crate::scope::ErrorScope;
+use crate::ConvPlan;
 
 /// Where a time came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -24,7 +25,11 @@ fn submit(gpu: &Gpu, plan: &ConvPlan) {
     gpu.queue.submit([enc.finish()]);
 }
 
-/// Times `runs` executions of `plan` after `warmup` untimed ones; milliseconds per run.
+/// Times `runs` executions of `plan` (1 to [`MAX_TIMED_RUNS`]) after `warmup` untimed
+/// ones; milliseconds per run, and where they came from. All timed runs go in one
+/// submission, each its own compute pass between two timestamps, so that the host's
+/// submission overhead is not timed; a device without timestamp queries is timed by the
+/// host clock around each submission and wait ([`Clock::HostWallClock`]).
 pub fn time_plan(gpu: &Gpu, plan: &ConvPlan, warmup: u32, runs: u32) -> Result<(Vec<f64>, Clock)> {
     if runs == 0 || runs > MAX_TIMED_RUNS {
         return Err(Error::Unsupported(format!("time_plan times 1 to {MAX_TIMED_RUNS} runs, not {runs}")));
@@ -81,10 +86,10 @@ pub fn time_plan(gpu: &Gpu, plan: &ConvPlan, warmup: u32, runs: u32) -> Result<(
 
 /// Runs `plan` back to back for at least `min` of wall time (at least once), so that an idle
 /// GPU's clocks are up before anything is timed: warm-up by time, not only by count. A
-/// precaution, not a proven cure: on the H100 the first config timed in a process could
-/// measure up to 4× slow, flat over all its runs (BENCHMARKS.md runs 37 and 39). With this
-/// spin-up the next fresh machine's first process was normal, but so was a process without
-/// it after 60 s of idling (run 40); the cause is not known.
+/// precaution, not a proven cure: on an H100 the first config timed in a process could
+/// measure up to 4× slow, flat over all its runs. With this spin-up the next fresh
+/// machine's first process was normal, but so was a process without it after 60 s of
+/// idling; the cause is not known.
 pub fn spin_up(gpu: &Gpu, plan: &ConvPlan, min: std::time::Duration) -> Result<()> {
     let start = std::time::Instant::now();
     loop {
@@ -96,18 +101,27 @@ pub fn spin_up(gpu: &Gpu, plan: &ConvPlan, min: std::time::Duration) -> Result<(
     }
 }
 
-/// Median, min, max, quartiles of a sample.
+/// Median, min, max, quartiles of a sample: every report quotes the median (robust to the
+/// occasional disturbed run) and the quartiles (the tuner's stability rule compares them).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Summary {
+    /// The median (linear interpolation, [`quantile`] 0.5).
     pub median: f64,
+    /// The smallest value.
     pub min: f64,
+    /// The largest value.
     pub max: f64,
+    /// The first quartile ([`quantile`] 0.25).
     pub q1: f64,
+    /// The third quartile ([`quantile`] 0.75).
     pub q3: f64,
+    /// How many values.
     pub n: usize,
 }
 
 impl Summary {
+    /// The summary of a sample; `None` for an empty sample or one with a NaN, which has no
+    /// order to summarise.
     pub fn of(sample: &[f64]) -> Option<Summary> {
         if sample.is_empty() || sample.iter().any(|v| v.is_nan()) {
             return None;
@@ -123,6 +137,7 @@ impl Summary {
             n: v.len(),
         })
     }
+    /// The inter-quartile range, `q3 − q1`.
     pub fn iqr(&self) -> f64 {
         self.q3 - self.q1
     }
@@ -136,4 +151,20 @@ pub fn quantile(sorted: &[f64], q: f64) -> f64 {
     let pos = q * (sorted.len() - 1) as f64;
     let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
     sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quartiles_interpolate() {
+        let s = Summary::of(&[4.0, 1.0, 3.0, 2.0, 5.0]).unwrap();
+        assert_eq!((s.min, s.q1, s.median, s.q3, s.max, s.n), (1.0, 2.0, 3.0, 4.0, 5.0, 5));
+        assert_eq!(s.iqr(), 2.0);
+        assert_eq!(quantile(&[1.0, 2.0], 0.5), 1.5);
+        assert!(quantile(&[], 0.5).is_nan());
+        assert!(Summary::of(&[]).is_none());
+        assert!(Summary::of(&[1.0, f64::NAN]).is_none());
+    }
 }

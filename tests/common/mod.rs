@@ -6,11 +6,33 @@ use rand::{Rng, SeedableRng};
 use rand_distr::StandardNormal;
 use std::sync::{Arc, OnceLock};
 use wgconv::{
-    reference, Conv2d, Conv2dOptions, Conv2dSpec, ConvProblem, Gpu, GpuOptions, KernelKind, Padding, Precision, Shape4,
+    reference, Conv2d, Conv2dOptions, Conv2dSpec, ConvProblem, Gpu, GpuOptions, Kernel, Padding, Precision, Shape4,
 };
 
-/// The tolerance of the fp32 path against the f64 reference.
-pub const TOL_F32: f64 = wgconv::bench::F32_TOLERANCE;
+/// The tolerance of the fp32 path against the f64 reference (the benchmark's
+/// `F32_TOLERANCE`, which lives in the CLI crate now).
+pub const TOL_F32: f64 = 1e-5;
+/// The tolerance of f16 operands with f32 accumulation (the benchmark's `F16_TOLERANCE`).
+pub const TOL_F16: f64 = 1e-3;
+/// The tolerance of the f16x3 kernels: the f32 class (the benchmark's `F16X3_TOLERANCE`).
+pub const TOL_F16X3: f64 = 1e-6;
+
+/// A kernel by its name (`family:config`, or a family alone for its reference kernel).
+#[track_caller]
+pub fn kernel(name: &str) -> Kernel {
+    Kernel::parse(name).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// A kernel of `family` with a tile config (`tiled`, `tiled-f16`, `coop-f16`, `coop-f16x3`).
+#[track_caller]
+pub fn tiled_kernel(family: &str, tile: wgconv::TileConfig) -> Kernel {
+    kernel(&format!("{family}:{tile}"))
+}
+
+/// The direct kernel.
+pub fn direct_kernel() -> Kernel {
+    kernel("direct")
+}
 
 /// The test binary's one device (one device per process: creating several at once hangs
 /// NVIDIA's Linux driver). Cooperative matrices are enabled where the adapter has them, so
@@ -31,8 +53,17 @@ pub fn has_f16(gpu: &Gpu) -> bool {
 
 /// The tolerance of a kernel's precision: 1e-5 for f32, 1e-3 for f16 operands, 1e-6 for
 /// f16x3.
-pub fn tolerance(kind: &KernelKind) -> f64 {
-    wgconv::bench::tolerance(kind.precision())
+pub fn tolerance(kernel: &Kernel) -> f64 {
+    precision_tolerance(kernel.precision())
+}
+
+/// The tolerance of a precision.
+pub fn precision_tolerance(precision: Precision) -> f64 {
+    match precision {
+        Precision::F32 => TOL_F32,
+        Precision::F16Accum32 => TOL_F16,
+        Precision::F16x3 => TOL_F16X3,
+    }
 }
 
 /// Standard-normal values from a seed: never zeros, different per call site.
@@ -145,35 +176,36 @@ impl Case {
         format!("{} [{what}] {} (replay: WGCONV_TEST_SEED={})", self.name, self.problem, self.seed)
     }
 
-    /// Builds the op on `gpu` (`kind: None`: the library's default choice).
-    pub fn conv(&self, gpu: &Arc<Gpu>, kind: Option<KernelKind>) -> Conv2d {
-        self.conv_at(gpu, kind, Precision::F32)
+    /// Builds the op on `gpu` (`kernel: None`: the library's default choice).
+    pub fn conv(&self, gpu: &Arc<Gpu>, kernel: Option<Kernel>) -> Conv2d {
+        self.conv_at(gpu, kernel, Precision::F32)
     }
 
-    /// Builds the op at a precision (`kind: None`: the library's default for it).
-    pub fn conv_at(&self, gpu: &Arc<Gpu>, kind: Option<KernelKind>, precision: Precision) -> Conv2d {
-        let opts = Conv2dOptions { kernel: kind, precision, ..Default::default() };
+    /// Builds the op at a precision (`kernel: None`: the library's default for it).
+    pub fn conv_at(&self, gpu: &Arc<Gpu>, kernel: Option<Kernel>, precision: Precision) -> Conv2d {
+        let what = format!("{kernel:?}");
+        let opts = Conv2dOptions { kernel, precision, ..Default::default() };
         Conv2d::new(gpu, self.spec, &self.w, self.b.as_deref(), opts)
-            .unwrap_or_else(|e| panic!("{}: {e}", self.label(&format!("{kind:?}"))))
+            .unwrap_or_else(|e| panic!("{}: {e}", self.label(&what)))
     }
 
     /// Runs through `encode` on NaN-poisoned output and checks against the reference.
     pub fn check_encode(&self, gpu: &Gpu, conv: &Conv2d) {
-        let (kind, _) = conv.kernel();
+        let kernel = &conv.kernel().kernel;
         let got = run_poisoned(gpu, conv, &self.x, self.shape);
-        assert_close(&self.label(&format!("encode, {kind}")), &got, &self.want, tolerance(&kind));
+        assert_close(&self.label(&format!("encode, {kernel}")), &got, &self.want, tolerance(kernel));
     }
 
     /// Runs through `forward` (host slices) and checks against the reference.
     pub fn check_forward(&self, conv: &Conv2d) {
-        let (kind, _) = conv.kernel();
+        let kernel = &conv.kernel().kernel;
         let got = conv.forward(&self.x, self.shape).unwrap_or_else(|e| panic!("{}: {e}", self.label("forward")));
-        assert_close(&self.label(&format!("forward, {kind}")), &got, &self.want, tolerance(&kind));
+        assert_close(&self.label(&format!("forward, {kernel}")), &got, &self.want, tolerance(kernel));
     }
 }
 
 /// Options for an op at a precision: a kernel (`None`: the library's choice), ReLU or none.
-pub fn options_at(precision: Precision, kernel: Option<KernelKind>, relu: bool) -> Conv2dOptions {
+pub fn options_at(precision: Precision, kernel: Option<Kernel>, relu: bool) -> Conv2dOptions {
     let activation = if relu { wgconv::Activation::Relu } else { wgconv::Activation::None };
     Conv2dOptions { kernel, activation, precision, ..Default::default() }
 }
@@ -182,7 +214,7 @@ pub fn options_at(precision: Precision, kernel: Option<KernelKind>, relu: bool) 
 /// `forward`, both within `tol` of `want`, and no range flag raised on normal data. Returns
 /// the larger of the two errors.
 pub fn check_encode_and_forward(gpu: &Gpu, case: &Case, conv: &Conv2d, want: &[f32], tol: f64) -> f64 {
-    let (kind, _) = conv.kernel();
+    let kind = &conv.kernel().kernel;
     let got = run_poisoned(gpu, conv, &case.x, case.shape);
     assert_close(&case.label(&format!("encode, {kind}")), &got, want, tol);
     let err = reference::relative_l2(&got, want);

@@ -258,6 +258,7 @@ impl BandGeometry {
 /// 56×56, stride 1), a 1×1 (256 → 64, 28×28: several channel bands), a 7×7 stride-2 stem
 /// with row dilation 2; those the config cannot run are left out. What the naga check
 /// validates.
+#[cfg_attr(not(any(feature = "naga-check", feature = "tune")), allow(dead_code))]
 pub fn representative_shapes(cfg: &BandConfig) -> Vec<BandShape> {
     use crate::spec::{Padding, Shape4};
     let limits = KernelLimits::with_workgroup_bytes(48 * 1024);
@@ -400,6 +401,7 @@ pub fn pack_band_weights(spec: &Conv2dSpec, weight: &[f32], cfg: &BandConfig) ->
 /// of the fragments, and the weights' trip through vec4 loads and `b_tile`. `packed` is [`pack_band_weights`]' output; the result is
 /// `[N, C_out, OH, OW]` with untouched outputs left NaN, so a store rule that misses an
 /// output shows.
+#[cfg(test)]
 pub fn conv_band(
     problem: &crate::spec::ConvProblem,
     cfg: &BandConfig,

@@ -17,7 +17,7 @@ pub(crate) fn fragment_layout(
     let mut best: Option<(u32, u32, u32, u32)> = None;
     for wn in (1..=warps).filter(|d| warps.is_multiple_of(*d)) {
         let wm = warps / wn;
-        if frags_n % wn != 0 || frags_m % wm != 0 {
+        if !frags_n.is_multiple_of(wn) || !frags_m.is_multiple_of(wm) {
             continue;
         }
         let (fm, fn_) = (frags_m / wm, frags_n / wn);

@@ -38,12 +38,16 @@ pub(crate) static COOP_F16X3: Coop = Coop { split: true };
 
 /// Why a device cannot run a cooperative-matrix kernel.
 pub(crate) fn coop_missing(caps: &DeviceCaps) -> Option<String> {
-    (!caps.coop_f16).then(|| {
-        format!(
-            "needs cooperative matrices {COOP_NEEDS}, which the device on {} does not have enabled \
+    if caps.coop_f16 {
+        return None;
+    }
+    Some(match caps.coop_f16_offered {
+        Some(false) => format!("needs cooperative matrices {COOP_NEEDS}, which {} does not offer", caps.name),
+        _ => format!(
+            "needs cooperative matrices {COOP_NEEDS}, which the device on {} was not created with \
              (GpuOptions::cooperative_matrix or WGCONV_COOP=1 opts in where the adapter offers them)",
             caps.name
-        )
+        ),
     })
 }
 

@@ -1,11 +1,9 @@
 //! The tiled implicit GEMM on the SIMT units (`tiled`: f32 operands; `tiled-f16`: operands
 //! rounded to f16, f32 accumulation), and what the cooperative-matrix `coop` families share
-//! with it: the tile vocabulary ([`TileConfig`]), the operand gather (`gather.wgsl`), the
-//! weight packing and the gather table.
+//! with it: the operand gather (`gather.wgsl`), the weight packing and the gather table.
+//! Both speak the tile vocabulary of `crate::tile` ([`TileConfig`]).
 
-mod tile;
-
-pub use tile::TileConfig;
+pub use crate::tile::{default_sweep, TileConfig};
 
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
@@ -56,7 +54,7 @@ impl Family for Tiled {
         Kernel::new(TiledKernel { family: self, tile: TileConfig::seed() })
     }
     fn sweep(&'static self) -> Vec<Kernel> {
-        tile::default_sweep().into_iter().map(|tile| Kernel::new(TiledKernel { family: self, tile })).collect()
+        default_sweep().into_iter().map(|tile| Kernel::new(TiledKernel { family: self, tile })).collect()
     }
     fn targets(&self) -> &'static [Target] {
         // naga's GLSL backend has no f16.
@@ -263,9 +261,4 @@ pub(crate) fn gather_rows(spec: &Conv2dSpec, h: u32, w: u32, block_k: u32) -> Re
             [off as i32, dy as i32, dx as i32, 0]
         })
         .collect())
-}
-
-/// The declared benchmark sweep of the SIMT kernels.
-pub fn default_sweep() -> Vec<TileConfig> {
-    tile::default_sweep()
 }

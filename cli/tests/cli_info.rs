@@ -37,10 +37,15 @@ fn info_lists_lavapipe_and_the_choice() {
         "cooperative matrix",
         "default sweep:",
         "driver:",
-        "precisions: f32 -> tiled;",
+        "precisions (",
     ] {
         assert!(text.contains(needle), "info lacks {needle:?}:\n{text}");
     }
+    // Each precision's default kernel: f32 on the tiled family.
+    assert!(
+        text.lines().any(|l| l.trim_start().starts_with("f32") && l.contains("-> tiled:")),
+        "info does not name f32's default kernel (tiled):\n{text}"
+    );
 }
 
 #[test]
@@ -83,7 +88,7 @@ fn info_json_has_the_same_facts() {
     assert_eq!(paths["f16"], "tiled-f16", "{paths}");
     assert_eq!(paths["f16x3"], "refused", "{paths}");
     let sweep = lavapipe["sweep_size"].as_u64().unwrap() as usize;
-    assert_eq!(sweep, wgconv::config::default_sweep().len());
+    assert_eq!(sweep, wgconv::advanced::default_sweep().len());
     for r in lavapipe["refused_configs"].as_array().unwrap() {
         let name = r["config"].as_str().unwrap();
         assert!(wgconv::TileConfig::parse(name).is_ok(), "{name}");
@@ -99,13 +104,13 @@ fn info_json_refusals_match_the_library() {
     let chosen = &v["adapters"][v["chosen"].as_u64().unwrap() as usize];
     assert!(chosen["name"].as_str().unwrap().contains("llvmpipe"));
     let l = &chosen["limits"];
-    let limits = wgconv::config::KernelLimits {
+    let limits = wgconv::KernelLimits {
         workgroup_storage_bytes: l["max_compute_workgroup_storage_size"].as_u64().unwrap() as u32,
         invocations_per_workgroup: l["max_compute_invocations_per_workgroup"].as_u64().unwrap() as u32,
         workgroup_size_x: l["max_compute_workgroup_size_x"].as_u64().unwrap() as u32,
     };
     let want: Vec<String> =
-        wgconv::config::default_sweep().iter().filter(|c| c.validate(&limits).is_err()).map(|c| c.name()).collect();
+        wgconv::advanced::default_sweep().iter().filter(|c| c.validate(&limits).is_err()).map(|c| c.name()).collect();
     let got: Vec<String> =
         chosen["refused_configs"].as_array().unwrap().iter().map(|r| r["config"].as_str().unwrap().into()).collect();
     assert_eq!(got, want);

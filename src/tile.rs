@@ -1,4 +1,6 @@
-//! `TileConfig`: the one home of the tile vocabulary, and the declared sweeps.
+//! `TileConfig`: the tile vocabulary of the gathering implicit-GEMM families (`tiled`,
+//! `tiled-f16`, `coop-f16`, `coop-f16x3`) and of the tuner that varies it, and the SIMT
+//! kernels' declared sweep.
 //!
 //! The tiled kernel computes a `block_m × block_n` block of the implicit GEMM
 //! (rows: output positions n·OH·OW, columns: output channels of one group) per workgroup,
@@ -27,14 +29,19 @@ pub const STAGE_RANGE: std::ops::RangeInclusive<u32> = 1..=4;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "tune", derive(serde::Serialize, serde::Deserialize))]
 pub struct TileConfig {
+    /// Output positions (GEMM rows) per workgroup.
     pub block_m: u32,
+    /// Output channels (GEMM columns) per workgroup.
     pub block_n: u32,
+    /// K per step.
     pub block_k: u32,
     /// Register tile rows (output positions) per invocation; a multiple of 4 (vec4 reads).
     pub thread_m: u32,
     /// Register tile columns (output channels) per invocation; a multiple of 4.
     pub thread_n: u32,
+    /// Warps (32 invocations each; Triton's `num_warps`).
     pub warps: u32,
+    /// K-step buffers in workgroup memory (Triton's `num_stages`).
     pub stages: u32,
 }
 
@@ -102,6 +109,7 @@ impl TileConfig {
             .map(|(thread_m, thread_n)| TileConfig { thread_m, thread_n, ..cfg })
             .ok_or_else(|| cfg.refuse(format!("{per} outputs per invocation do not tile the block")))
     }
+    /// The same config with another stage count.
     pub fn with_stages(&self, stages: u32) -> Self {
         TileConfig { stages, ..*self }
     }
@@ -141,6 +149,7 @@ impl TileConfig {
         }
     }
 
+    /// Invocations per workgroup: warps × 32.
     pub fn invocations(&self) -> u32 {
         self.warps.saturating_mul(WARP)
     }
@@ -302,7 +311,7 @@ impl TileConfig {
     /// [`TileConfig::check_shape`] / [`TileConfig::validate`] say whether it can run, so a
     /// benchmark can list an impossible config as refused, with the reason.
     pub fn parse(s: &str) -> Result<Self> {
-        let bad = || Error::Unsupported(format!("cannot parse tile config {s:?}: expected e.g. m32n64k32-t4x4-w4-s2"));
+        let bad = || Error::Parse(format!("cannot parse tile config {s:?}: expected e.g. m32n64k32-t4x4-w4-s2"));
         let parts: Vec<&str> = s.split('-').collect();
         if parts.len() != 4 {
             return Err(bad());
@@ -357,7 +366,7 @@ pub fn default_sweep() -> Vec<TileConfig> {
         T::with_thread_tile(128, 64, 8, 8, 8, 1),
         T::with_thread_tile(64, 64, 16, 8, 8, 2),
         // A whole C_out = 96 in one block column (AlexNet conv1): no padded columns.
-        // On the H100 the 4×12 tiles with one stage won (BENCHMARKS.md, runs 4–5): a small
+        // On the H100 the 4×12 tiles with one stage won: a small
         // workgroup footprint leaves L1 to the input gather, and 8 warps hide its latency.
         T::with_thread_tile(128, 96, 8, 4, 12, 1),
         T::with_thread_tile(128, 96, 8, 4, 12, 2),
@@ -368,11 +377,6 @@ pub fn default_sweep() -> Vec<TileConfig> {
         T::with_thread_tile(128, 96, 16, 8, 12, 2),
         T::with_thread_tile(64, 96, 8, 8, 12, 1),
     ]
-}
-
-/// The config a fresh `Conv2d` uses when the tuning cache has nothing for its key.
-pub fn default_config() -> TileConfig {
-    TileConfig::seed()
 }
 
 #[cfg(test)]
