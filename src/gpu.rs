@@ -82,6 +82,17 @@ fn type_rank(t: wgpu::DeviceType) -> u8 {
     }
 }
 
+/// Backend preference among adapters of one type: the native compute APIs first (they
+/// offer f16, subgroups and cooperative matrices), GL last (no f16 in naga's GLSL).
+fn backend_rank(b: wgpu::Backend) -> u8 {
+    match b {
+        wgpu::Backend::Vulkan | wgpu::Backend::Metal | wgpu::Backend::Dx12 => 0,
+        wgpu::Backend::BrowserWebGpu => 1,
+        wgpu::Backend::Gl => 2,
+        _ => 3,
+    }
+}
+
 /// Every adapter wgpu finds for the given backends (default: `WGPU_BACKEND`, else all).
 pub async fn enumerate_adapters_async(backends: Option<wgpu::Backends>) -> Vec<wgpu::Adapter> {
     let backends = backends.or_else(wgpu::Backends::from_env).unwrap_or(wgpu::Backends::all());
@@ -114,9 +125,16 @@ pub fn choose_adapter(infos: &[wgpu::AdapterInfo], substring: Option<&str>) -> R
     infos
         .iter()
         .enumerate()
-        .min_by_key(|(_, i)| type_rank(i.device_type))
+        .min_by_key(|(_, i)| (type_rank(i.device_type), backend_rank(i.backend)))
         .map(|(idx, i)| {
-            (idx, format!("first {:?} adapter (discrete > integrated > virtual > other > CPU)", i.device_type))
+            (
+                idx,
+                format!(
+                    "first {:?} {:?} adapter (discrete > integrated > virtual > other > CPU; then Vulkan, Metal, \
+                     DX12 > WebGPU > GL)",
+                    i.device_type, i.backend
+                ),
+            )
         })
         .ok_or_else(|| Error::NoAdapter(" (is a Vulkan, Metal, DX12 or GL driver installed?)".into()))
 }

@@ -83,6 +83,19 @@ pub(crate) enum Target {
     Glsl,
 }
 
+impl Target {
+    /// The language's name.
+    #[cfg_attr(not(feature = "naga-check"), allow(dead_code))]
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Target::SpirV => "SPIR-V",
+            Target::Msl => "MSL",
+            Target::Hlsl => "HLSL",
+            Target::Glsl => "GLSL",
+        }
+    }
+}
+
 /// All four: what an f32 kernel must translate to.
 #[cfg_attr(not(feature = "naga-check"), allow(dead_code))]
 pub(crate) const ALL_TARGETS: &[Target] = &[Target::SpirV, Target::Msl, Target::Hlsl, Target::Glsl];
@@ -153,7 +166,6 @@ pub(crate) trait KernelConfig: Send + Sync + std::fmt::Debug + 'static {
     /// The kernel composed for a problem (the batch does not matter).
     fn shape(&self, problem: &ConvProblem, limits: &KernelLimits) -> Result<Box<dyn Shaped>>;
     /// Sources composed for representative problems: what the naga check validates.
-    #[cfg_attr(not(any(feature = "naga-check", feature = "tune")), allow(dead_code))]
     fn representative_sources(&self) -> Result<Vec<String>>;
     /// Invocations per workgroup.
     fn invocations(&self) -> u32;

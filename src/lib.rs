@@ -95,6 +95,20 @@ pub mod advanced {
         crate::select::default_kernel(caps, precision).map(|(k, _)| k)
     }
 
+    /// The WGSL of a kernel, composed for the representative problems of its family (one
+    /// source for the families whose code does not depend on the problem).
+    pub fn wgsl(kernel: &Kernel) -> Result<Vec<String>> {
+        kernel.check_shape()?;
+        kernel.config().representative_sources()
+    }
+
+    /// The shading languages the naga check translates a kernel to: `SPIR-V`, `MSL`,
+    /// `HLSL`, `GLSL` (cooperative matrices: SPIR-V only; f16: not GLSL).
+    #[cfg(feature = "naga-check")]
+    pub fn portable_targets(kernel: &Kernel) -> Vec<&'static str> {
+        kernel.family_impl().targets().iter().map(|t| t.name()).collect()
+    }
+
     /// Whether f16 on this convolution runs the stem kernel by default on this device.
     pub fn stem_is_default(caps: &DeviceCaps, spec: &Conv2dSpec) -> bool {
         crate::select::stem_rule(caps, spec, Precision::F16Accum32).is_some()

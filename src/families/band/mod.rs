@@ -258,7 +258,6 @@ impl BandGeometry {
 /// 56×56, stride 1), a 1×1 (256 → 64, 28×28: several channel bands), a 7×7 stride-2 stem
 /// with row dilation 2; those the config cannot run are left out. What the naga check
 /// validates.
-#[cfg_attr(not(any(feature = "naga-check", feature = "tune")), allow(dead_code))]
 pub fn representative_shapes(cfg: &BandConfig) -> Vec<BandShape> {
     use crate::spec::{Padding, Shape4};
     let limits = KernelLimits::with_workgroup_bytes(48 * 1024);

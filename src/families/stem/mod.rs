@@ -362,7 +362,6 @@ pub fn stem_geometry(spec: &Conv2dSpec, ow: u32, cfg: &StemConfig, limits: &Kern
 /// (3 channels, 224×224), a 3×3 stride-1 conv on 4 channels with a 13-column output; those
 /// the config cannot run are left out. What `kernel::source` composes with and what
 /// `kernel::check_portable` validates.
-#[cfg_attr(not(any(feature = "naga-check", feature = "tune")), allow(dead_code))]
 pub fn representative_shapes(cfg: &StemConfig) -> Vec<StemShape> {
     use crate::spec::{Padding, Shape4};
     let limits = KernelLimits::with_workgroup_bytes(48 * 1024);
