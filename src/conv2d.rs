@@ -6,7 +6,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::kernel::{bindings, ConvParams, Pipeline, Precision, Shaped, FLAG_RELU};
+use crate::kernel::{bindings, ConvParams, Pipeline, Precision, Shaped, FLAG_RELU, GRID_BINDING};
 use crate::options::{Activation, Conv2dOptions, Selection};
 use crate::scope::ErrorScope;
 use crate::spec::{Conv2dSpec, ConvProblem, Shape4};
@@ -265,7 +265,7 @@ impl Conv2d {
             };
             let (in_at, in_size, in_offset) = window(problem.input.per_image());
             let (out_at, out_size, out_offset) = window(problem.output.per_image());
-            let mut params = ConvParams {
+            let params = ConvParams {
                 c_in: problem.input.c,
                 h: problem.input.h,
                 w: problem.input.w,
@@ -290,9 +290,9 @@ impl Conv2d {
                 out_offset,
                 flags: if self.activation == Activation::Relu { FLAG_RELU } else { 0 },
                 out_scale: self.out_scale,
-                ..Default::default()
             };
-            let workgroups = crate::kernel::workgroups_u32(prepared.shaped.grid(&mut params)?)?;
+            let (grid_bytes, workgroups) = prepared.shaped.grid(&params)?;
+            let workgroups = crate::kernel::workgroups_u32(workgroups)?;
             let grid = fold_grid(workgroups, limits.max_compute_workgroups_per_dimension)?;
             let uniform = self.gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some("wgconv params"),
@@ -311,6 +311,16 @@ impl Conv2d {
             ];
             for (binding, buf) in self.extra.iter().chain(&prepared.tables) {
                 entries.push(wgpu::BindGroupEntry { binding: *binding, resource: buf.as_entire_binding() });
+            }
+            let grid_uniform = (!grid_bytes.is_empty()).then(|| {
+                self.gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                    label: Some("wgconv grid"),
+                    contents: &grid_bytes,
+                    usage: wgpu::BufferUsages::UNIFORM,
+                })
+            });
+            if let Some(g) = &grid_uniform {
+                entries.push(wgpu::BindGroupEntry { binding: GRID_BINDING, resource: g.as_entire_binding() });
             }
             if self.selection.kernel.precision() != Precision::F32 {
                 entries.push(wgpu::BindGroupEntry { binding: 6, resource: self.range_flag.as_entire_binding() });

@@ -138,9 +138,9 @@ pub(crate) trait Shaped: Send + Sync {
     fn source(&self) -> Result<String>;
     /// Read-only buffers that depend on the input size (binding, label, contents).
     fn tables(&self) -> Result<Vec<(u32, &'static str, Vec<u8>)>>;
-    /// Fills the grid fields of one chunk's parameters (the convolution's fields and the
-    /// chunk's `batch` and `m_total` are set); returns the workgroup count.
-    fn grid(&self, params: &mut ConvParams) -> Result<u64>;
+    /// The family's `Grid` uniform for one chunk (empty where the family has none) and the
+    /// chunk's workgroup count, from the chunk's parameters.
+    fn grid(&self, params: &ConvParams) -> Result<(Vec<u8>, u64)>;
 }
 
 /// One family's config: what makes a [`Kernel`] run.
@@ -306,6 +306,7 @@ impl serde::Serialize for Kernel {
 /// The shared WGSL modules every family may `#import`.
 const PARAMS_WGSL: &str = include_str!("wgsl/params.wgsl");
 const PRECISION_WGSL: &str = include_str!("wgsl/precision.wgsl");
+const ROW_GRID_WGSL: &str = include_str!("wgsl/row_grid.wgsl");
 
 /// A family's WGSL: its own modules, the shared ones, a generated `config` module of
 /// `const`s (WGSL `override`s cannot size the function-scope arrays the kernels need), and
@@ -320,6 +321,7 @@ pub(crate) fn compose(
     let mut modules = Modules::new(own);
     modules.insert("params", PARAMS_WGSL);
     modules.insert("precision", PRECISION_WGSL);
+    modules.insert("row_grid", ROW_GRID_WGSL);
     for (name, text) in generated {
         modules.insert(name, text);
     }
@@ -347,7 +349,8 @@ pub(crate) fn compose(
     Ok(format!("{enables}{body}"))
 }
 
-/// The per-dispatch parameters, in the field order of `src/wgsl/params.wgsl`.
+/// The per-dispatch parameters every kernel reads: the convolution and the chunk one
+/// dispatch covers, in the field order of `src/wgsl/params.wgsl`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 pub(crate) struct ConvParams {
@@ -371,28 +374,30 @@ pub(crate) struct ConvParams {
     pub c_out_per_group: u32,
     pub groups: u32,
     pub k_total: u32,
-    pub k_tiles: u32,
-    pub n_pad: u32,
-    pub m_tiles: u32,
-    pub n_tiles: u32,
-    pub total_tiles: u32,
     pub in_offset: u32,
     pub out_offset: u32,
     pub flags: u32,
-    pub row_tiles: u32,
-    pub x_tiles: u32,
-    pub x_clamp: u32,
     /// Multiplies the sums before the bias: 1, or the inverse of the f16x3 kernel's weight
     /// scale (a power of two).
     pub out_scale: f32,
 }
 
-/// Zeros, with the sums' scale 1: a forgotten `out_scale` must not zero every output.
-impl Default for ConvParams {
-    fn default() -> Self {
-        ConvParams { out_scale: 1.0, ..Zeroable::zeroed() }
-    }
+/// The grid of the kernels that walk output rows (row-band, stem), in the field order of
+/// `src/wgsl/row_grid.wgsl`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable, Default)]
+pub(crate) struct RowGrid {
+    pub n_pad: u32,
+    pub n_tiles: u32,
+    pub total_tiles: u32,
+    pub row_tiles: u32,
+    pub x_tiles: u32,
+    pub x_clamp: u32,
+    pub _pad: [u32; 2],
 }
+
+/// The binding of a family's `Grid` uniform.
+pub(crate) const GRID_BINDING: u32 = 7;
 
 /// `Params.flags` bit: apply ReLU after the bias.
 pub(crate) const FLAG_RELU: u32 = 1;
@@ -420,7 +425,8 @@ pub(crate) struct PipelineCache {
 }
 
 /// The bindings of a kernel: params 0 (uniform), input 1, weight 2, bias 3, the kernel's
-/// extra read-only ones, output 5, and the range flag 6 of the f16 precisions.
+/// extra ones (read-only storage, or its `Grid` uniform at 7), output 5, and the range
+/// flag 6 of the f16 precisions.
 pub(crate) fn bindings(kernel: &Kernel) -> Vec<u32> {
     let mut b = vec![0, 1, 2, 3, 5];
     b.extend_from_slice(kernel.config().extra_bindings());
@@ -458,7 +464,7 @@ fn build(device: &wgpu::Device, src: &str, bindings: &[u32], runtime_checks: boo
             visibility: wgpu::ShaderStages::COMPUTE,
             ty: wgpu::BindingType::Buffer {
                 ty: match binding {
-                    0 => wgpu::BufferBindingType::Uniform,
+                    0 | GRID_BINDING => wgpu::BufferBindingType::Uniform,
                     5 | 6 => wgpu::BufferBindingType::Storage { read_only: false },
                     _ => wgpu::BufferBindingType::Storage { read_only: true },
                 },
@@ -514,10 +520,13 @@ mod tests {
 
     #[test]
     fn params_match_wgsl_struct() {
-        // 31 u32 fields and the f32 `out_scale` last, in the order of params.wgsl.
-        assert_eq!(std::mem::size_of::<ConvParams>(), 32 * 4);
+        // 23 u32 fields and the f32 `out_scale` last, in the order of params.wgsl: 96 bytes, a
+        // whole number of 16-byte rows as uniform buffers want.
+        assert_eq!(std::mem::size_of::<ConvParams>(), 24 * 4);
         let fields = PARAMS_WGSL.split("struct Params {").nth(1).unwrap().split('}').next().unwrap();
-        assert_eq!(fields.matches(": u32").count(), 31);
+        assert_eq!(fields.matches(": u32").count(), 23);
         assert!(fields.trim_end().ends_with("out_scale: f32,"));
+        let grid = ROW_GRID_WGSL.split("struct Grid {").nth(1).unwrap().split('}').next().unwrap();
+        assert_eq!(grid.matches(": u32").count() * 4, std::mem::size_of::<RowGrid>());
     }
 }

@@ -4,7 +4,7 @@
 //! (`wgconv::advanced::check_portable`).
 #![cfg(feature = "naga-check")]
 
-use wgconv::advanced::{check_portable, default_sweep, sweep};
+use wgconv::advanced::{check_portable, default_sweep, portable_targets, sweep, wgsl};
 use wgconv::{Kernel, TileConfig};
 
 fn tiled(cfg: TileConfig) -> Kernel {
@@ -49,10 +49,27 @@ fn direct_kernel_is_portable() {
     check_portable(&direct).unwrap();
 }
 
-// `f32_kernels_target_every_backend` (the f32 kernels are checked against all four
-// targets, none skipped) and `sources_carry_their_config` (a tiled kernel's WGSL holds its
-// config's constants; the direct kernel's none) are gone: `kernel::portable_targets` and
-// `kernel::source` have no public counterpart in the new API.
+/// The f32 kernels are checked against all four targets, none skipped.
+#[test]
+fn f32_kernels_target_every_backend() {
+    let all = ["SPIR-V", "MSL", "HLSL", "GLSL"];
+    assert_eq!(portable_targets(&Kernel::parse("direct").unwrap()), all);
+    for cfg in default_sweep() {
+        assert_eq!(portable_targets(&tiled(cfg)), all, "{cfg}");
+    }
+}
+
+/// A tiled kernel's WGSL holds its config's constants; the direct kernel's none.
+#[test]
+fn sources_carry_their_config() {
+    for cfg in default_sweep() {
+        let src = wgsl(&tiled(cfg)).unwrap().concat();
+        assert!(src.contains(&format!("const BM: u32 = {}u;", cfg.block_m)), "{cfg}");
+        assert!(src.contains(&format!("const TN: u32 = {}u;", cfg.thread_n)), "{cfg}");
+        assert!(src.contains(&format!("const STAGES: u32 = {}u;", cfg.stages)), "{cfg}");
+    }
+    assert!(!wgsl(&Kernel::parse("direct").unwrap()).unwrap().concat().contains("const BM"));
+}
 
 /// A malformed kernel is reported as an error, not a panic (the checker itself works).
 #[test]

@@ -4,7 +4,7 @@
 //! (naga's GLSL backend has no f16). No device needed.
 #![cfg(feature = "naga-check")]
 
-use wgconv::advanced::{band_sweep, check_portable, coop_sweep, default_sweep, stem_sweep};
+use wgconv::advanced::{band_sweep, check_portable, coop_sweep, default_sweep, portable_targets, stem_sweep};
 use wgconv::Kernel;
 
 fn kernel(name: &str) -> Kernel {
@@ -29,7 +29,7 @@ fn coop_sweeps_translate_to_spirv() {
         }
     }
     for kind in &kinds {
-        // (`portable_targets(&kind) == ["SPIR-V"]` was asserted here: no public counterpart now.)
+        assert_eq!(portable_targets(kind), ["SPIR-V"], "{kind}");
         check_portable(kind).unwrap_or_else(|e| panic!("{e}"));
     }
 }
@@ -37,6 +37,8 @@ fn coop_sweeps_translate_to_spirv() {
 #[test]
 fn f16_simt_sweep_translates() {
     for c in default_sweep() {
-        check_portable(&kernel(&format!("tiled-f16:{c}"))).unwrap_or_else(|e| panic!("{e}"));
+        let k = kernel(&format!("tiled-f16:{c}"));
+        assert_eq!(portable_targets(&k), ["SPIR-V", "MSL", "HLSL"], "{k}");
+        check_portable(&k).unwrap_or_else(|e| panic!("{e}"));
     }
 }

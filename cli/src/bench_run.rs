@@ -59,6 +59,18 @@ pub struct BenchOptions {
     /// [`known_peak`] per kernel, where the adapter is in its table.
     pub peak_tflops: Option<f64>,
     pub seed: u64,
+    /// Which images the CPU reference checks (it is the slow part on large layers).
+    pub check: CheckImages,
+}
+
+/// The images of the batch whose output is checked against the CPU reference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckImages {
+    /// The first and the last (`wgconv bench` on one problem: a kernel that mishandles the
+    /// batch offset shows on the last).
+    FirstAndLast,
+    /// The first only (`wgconv bench --model`: one reference per layer).
+    First,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -213,7 +225,7 @@ pub fn run(
 
     // The reference on the first and last image.
     let last = problem.input.n - 1;
-    let sampled: Vec<u32> = if last == 0 { vec![0] } else { vec![0, last] };
+    let sampled: Vec<u32> = if last == 0 || opts.check == CheckImages::First { vec![0] } else { vec![0, last] };
     let per_in = problem.input.per_image() as usize;
     let per_out = problem.output.per_image() as usize;
     let want: Vec<Vec<f32>> = sampled
@@ -420,15 +432,128 @@ pub fn table(report: &BenchReport) -> String {
         }
     }
     if let Some(a) = &report.auto {
-        let source = match a.source {
-            ConfigSource::Explicit => "explicit",
-            ConfigSource::TuningCache => "tuning cache",
-            ConfigSource::Default => "default",
-            ConfigSource::Fallback => "fallback",
-        };
-        let _ = writeln!(s, "auto = {} ({source}: {})", a.kernel, a.reason);
+        let _ = writeln!(s, "auto = {} ({}: {})", a.kernel, source_name(a.source), a.reason);
     }
     s
+}
+
+/// Where a selection came from, in the words the tables use.
+pub fn source_name(source: ConfigSource) -> &'static str {
+    match source {
+        ConfigSource::Explicit => "explicit",
+        ConfigSource::TuningCache => "tuning cache",
+        ConfigSource::Default => "default",
+        ConfigSource::Fallback => "fallback",
+    }
+}
+
+/// The device's memory bandwidth as a large buffer-to-buffer copy measures it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Bandwidth {
+    /// Bytes per copy (each is read once and written once).
+    pub bytes: u64,
+    /// Time per copy over the timed copies.
+    pub time_ms: Summary,
+    /// `2 × bytes / median time`, GB/s (10⁹ B/s).
+    pub gb_per_s: f64,
+    pub clock: Clock,
+}
+
+/// Measures the memory bandwidth with `copies` timed `copy_buffer_to_buffer` of `bytes`
+/// (clamped to the device's largest buffer) after as many untimed ones, all in one
+/// submission. A timestamp is taken by an empty compute pass on each side of each copy
+/// (without TIMESTAMP_QUERY_INSIDE_ENCODERS that is where timestamps can go; Vulkan writes
+/// them at the bottom of the pipe, after all earlier work); the copies alternate direction
+/// (A→B, B→A) so that each waits for the one before. Bandwidth = 2 × bytes / median.
+pub fn measure_bandwidth(gpu: &Gpu, bytes: u64, copies: u32) -> Result<Bandwidth> {
+    let copies = copies.clamp(1, wgconv::tune::timing::MAX_TIMED_RUNS);
+    let bytes = bytes.min(gpu.limits().max_buffer_size) / wgpu::COPY_BUFFER_ALIGNMENT * wgpu::COPY_BUFFER_ALIGNMENT;
+    if bytes == 0 {
+        return Err(Error::Unsupported("no buffer to measure the bandwidth with".into()));
+    }
+    let dev = &gpu.device;
+    let (a, b) = scoped(dev, "bandwidth buffers", || {
+        let make = |label| {
+            dev.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: bytes,
+                usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
+        };
+        (make("bandwidth a"), make("bandwidth b"))
+    })?;
+    let copy = |enc: &mut wgpu::CommandEncoder, i: u32| {
+        let (src, dst) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        enc.copy_buffer_to_buffer(src, 0, dst, 0, bytes);
+    };
+    let result = (|| -> Result<Bandwidth> {
+        // Untimed copies first (they also clear the buffers, which wgpu does lazily).
+        let mut enc = dev.create_command_encoder(&Default::default());
+        for i in 0..copies {
+            copy(&mut enc, i);
+        }
+        scoped(dev, "bandwidth warm-up", || gpu.queue.submit([enc.finish()]))?;
+        gpu.wait()?;
+        let (times, clock) = if gpu.has_timestamps() {
+            let count = 2 * copies;
+            let (queries, resolve) = scoped(dev, "bandwidth timestamps", || {
+                let queries = dev.create_query_set(&wgpu::QuerySetDescriptor {
+                    label: Some("bandwidth timestamps"),
+                    ty: wgpu::QueryType::Timestamp,
+                    count,
+                });
+                let resolve = dev.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("bandwidth timestamps resolve"),
+                    size: count as u64 * 8,
+                    usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                    mapped_at_creation: false,
+                });
+                (queries, resolve)
+            })?;
+            let mut enc = dev.create_command_encoder(&Default::default());
+            let stamp = |enc: &mut wgpu::CommandEncoder, begin: Option<u32>, end: Option<u32>| {
+                enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some("bandwidth timestamp"),
+                    timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+                        query_set: &queries,
+                        beginning_of_pass_write_index: begin,
+                        end_of_pass_write_index: end,
+                    }),
+                });
+            };
+            for i in 0..copies {
+                stamp(&mut enc, None, Some(2 * i));
+                copy(&mut enc, i);
+                stamp(&mut enc, Some(2 * i + 1), None);
+            }
+            enc.resolve_query_set(&queries, 0..count, &resolve, 0);
+            scoped(dev, "bandwidth copies", || gpu.queue.submit([enc.finish()]))?;
+            let stamps = gpu.read_buffer::<u64>(&resolve, 0, count as usize)?;
+            let period = gpu.queue.get_timestamp_period() as f64;
+            let times: Vec<f64> = stamps.chunks(2).map(|p| p[1].wrapping_sub(p[0]) as f64 * period / 1e6).collect();
+            if times.iter().any(|t| !t.is_finite() || *t <= 0.0 || *t > 1e6) {
+                return Err(Error::Wgpu { stage: "bandwidth timestamps", message: format!("implausible times {times:?}") });
+            }
+            (times, Clock::GpuTimestamps)
+        } else {
+            let mut times = Vec::new();
+            for i in 0..copies {
+                let mut enc = dev.create_command_encoder(&Default::default());
+                copy(&mut enc, i);
+                let t0 = std::time::Instant::now();
+                gpu.queue.submit([enc.finish()]);
+                gpu.wait()?;
+                times.push(t0.elapsed().as_secs_f64() * 1e3);
+            }
+            (times, Clock::HostWallClock)
+        };
+        let time_ms = Summary::of(&times).ok_or_else(|| Error::Unsupported("no bandwidth timings".into()))?;
+        Ok(Bandwidth { bytes, time_ms, gb_per_s: 2.0 * bytes as f64 / (time_ms.median * 1e-3) / 1e9, clock })
+    })();
+    a.destroy();
+    b.destroy();
+    result
 }
 
 #[cfg(test)]

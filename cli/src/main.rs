@@ -5,6 +5,7 @@ mod bench;
 mod bench_run;
 mod cli;
 mod info;
+mod model;
 mod npy;
 mod run;
 mod shape;

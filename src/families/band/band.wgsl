@@ -38,6 +38,7 @@
 #import config
 #import params
 #import precision
+#import row_grid
 
 const FRAG: u32 = 16u;
 const CP: u32 = BK;
@@ -81,7 +82,7 @@ struct Tile {
 fn locate_tile(wid: vec3<u32>, nwg: vec3<u32>) -> Tile {
     let c = grid_tile(wid.x + wid.y * nwg.x);
     let ox0 = c.xt * FRAG * FX;
-    return Tile(c.g, c.img, c.rt * WG_ROWS, ox0, min(ox0, p.x_clamp), c.nt * BN);
+    return Tile(c.g, c.img, c.rt * WG_ROWS, ox0, min(ox0, grid.x_clamp), c.nt * BN);
 }
 
 // Fragment q (0 ≤ q < BM/16) of the workgroup: its output row (relative), and its first
@@ -93,7 +94,7 @@ fn frag_nominal_x(t: Tile, q: u32) -> u32 {
     return t.ox0 + (q % FX) * FRAG;
 }
 fn frag_x(t: Tile, q: u32) -> u32 {
-    return min(frag_nominal_x(t, q), p.x_clamp);
+    return min(frag_nominal_x(t, q), grid.x_clamp);
 }
 // Where fragment q's A operand starts in the band, for kernel row 0 and k = 0.
 fn frag_band_offset(t: Tile, q: u32) -> u32 {
@@ -155,7 +156,7 @@ fn fetch_weights(t: Tile, chunk: u32, ky: u32, inv: u32) {
     for (var j = 0u; j < B_LOADS; j++) {
         let e = inv + j * WG;
         if (e < B_ROWS * B_VEC_PER_ROW) {
-            b_next[j] = weight[((row0 + e / B_VEC_PER_ROW) * p.n_pad + t.n0) / 8u + e % B_VEC_PER_ROW];
+            b_next[j] = weight[((row0 + e / B_VEC_PER_ROW) * grid.n_pad + t.n0) / 8u + e % B_VEC_PER_ROW];
         }
     }
 }
@@ -207,7 +208,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     // Tested here, not through locate_tile: naga's uniformity analysis takes a function's
     // result as non-uniform, and the cooperative-matrix operations below need this return
     // to be uniform.
-    if (wid.x + wid.y * nwg.x >= p.total_tiles) {
+    if (wid.x + wid.y * nwg.x >= grid.total_tiles) {
         return;
     }
     let t = locate_tile(wid, nwg);

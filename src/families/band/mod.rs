@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::families::coop::coop_missing;
 use crate::families::coop::fragments::{fragment_layout, fragment_modules, FragmentCode};
 use crate::families::coop::f16_bytes;
-use crate::kernel::{compose, workgroups_u32, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Target};
+use crate::kernel::{compose, workgroups_u32, ConvParams, RowGrid, GRID_BINDING, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Target};
 use crate::spec::{Conv2dSpec, ConvProblem};
 
 const BAND_WGSL: &str = include_str!("band.wgsl");
@@ -570,7 +570,7 @@ impl KernelConfig for BandKernel {
         Ok(Packed { weight: f16_bytes(pack_band_weights(spec, weight, &self.0))?, extra: Vec::new(), out_scale: 1.0 })
     }
     fn extra_bindings(&self) -> &'static [u32] {
-        &[]
+        &[GRID_BINDING]
     }
     fn shape(&self, problem: &ConvProblem, limits: &KernelLimits) -> Result<Box<dyn Shaped>> {
         let g = band_geometry(&problem.spec, problem.output.h, problem.output.w, &self.0, limits)?;
@@ -605,16 +605,20 @@ impl Shaped for BandShaped {
     fn tables(&self) -> Result<Vec<(u32, &'static str, Vec<u8>)>> {
         Ok(Vec::new())
     }
-    fn grid(&self, p: &mut ConvParams) -> Result<u64> {
+    fn grid(&self, p: &ConvParams) -> Result<(Vec<u8>, u64)> {
         let b = &self.geometry;
-        p.n_pad = self.spec.out_channels_per_group().next_multiple_of(self.cfg.block_n);
-        p.n_tiles = p.n_pad / self.cfg.block_n;
-        p.row_tiles = b.row_tiles;
-        p.x_tiles = b.x_tiles;
-        p.x_clamp = b.x_clamp;
-        let total = p.n_tiles as u64 * b.x_tiles as u64 * b.row_tiles as u64 * p.batch as u64 * self.spec.groups as u64;
-        p.total_tiles = workgroups_u32(total)?;
-        Ok(total)
+        let n_pad = self.spec.out_channels_per_group().next_multiple_of(self.cfg.block_n);
+        let mut g = RowGrid {
+            n_pad,
+            n_tiles: n_pad / self.cfg.block_n,
+            row_tiles: b.row_tiles,
+            x_tiles: b.x_tiles,
+            x_clamp: b.x_clamp,
+            ..Default::default()
+        };
+        let total = g.n_tiles as u64 * b.x_tiles as u64 * b.row_tiles as u64 * p.batch as u64 * self.spec.groups as u64;
+        g.total_tiles = workgroups_u32(total)?;
+        Ok((bytemuck::bytes_of(&g).to_vec(), total))
     }
 }
 

@@ -12,7 +12,7 @@ use crate::families::tiled::{
     pack_weights, packed_weight_len, round_to_f16, tile_header, Gathered, TileConfig, GATHER_TABLE_BINDING,
     GATHER_WGSL,
 };
-use crate::kernel::{compose, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Target};
+use crate::kernel::{compose, Family, GRID_BINDING, Kernel, KernelConfig, Packed, Precision, Shaped, Target};
 use crate::spec::{Conv2dSpec, ConvProblem};
 use fragments::{fragment_layout, fragment_modules, FragmentCode};
 
@@ -215,7 +215,7 @@ impl KernelConfig for CoopKernel {
         }
     }
     fn extra_bindings(&self) -> &'static [u32] {
-        &[GATHER_TABLE_BINDING]
+        &[GATHER_TABLE_BINDING, GRID_BINDING]
     }
     fn shape(&self, problem: &ConvProblem, _limits: &KernelLimits) -> Result<Box<dyn Shaped>> {
         Ok(Box::new(Gathered::new(problem, self.tile, self.source())))

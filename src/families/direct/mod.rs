@@ -101,7 +101,7 @@ impl Shaped for DirectShaped {
     fn tables(&self) -> Result<Vec<(u32, &'static str, Vec<u8>)>> {
         Ok(Vec::new())
     }
-    fn grid(&self, p: &mut ConvParams) -> Result<u64> {
-        Ok((p.batch as u64 * p.c_out as u64 * p.oh as u64 * p.ow as u64).div_ceil(WORKGROUP as u64))
+    fn grid(&self, p: &ConvParams) -> Result<(Vec<u8>, u64)> {
+        Ok((Vec::new(), (p.batch as u64 * p.c_out as u64 * p.oh as u64 * p.ow as u64).div_ceil(WORKGROUP as u64)))
     }
 }

@@ -21,7 +21,7 @@
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
 use crate::families::coop::{coop_missing, f16_bytes};
-use crate::kernel::{compose, workgroups_u32, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Target};
+use crate::kernel::{compose, workgroups_u32, ConvParams, RowGrid, GRID_BINDING, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Target};
 use crate::spec::{Conv2dSpec, ConvProblem};
 
 const STEM_WGSL: &str = include_str!("stem.wgsl");
@@ -631,7 +631,7 @@ impl KernelConfig for StemKernel {
         })
     }
     fn extra_bindings(&self) -> &'static [u32] {
-        &[BIAS_TILES_BINDING]
+        &[BIAS_TILES_BINDING, GRID_BINDING]
     }
     fn shape(&self, problem: &ConvProblem, limits: &KernelLimits) -> Result<Box<dyn Shaped>> {
         let g = stem_geometry(&problem.spec, problem.output.w, &self.0, limits)?;
@@ -666,17 +666,20 @@ impl Shaped for StemShaped {
     fn tables(&self) -> Result<Vec<(u32, &'static str, Vec<u8>)>> {
         Ok(Vec::new())
     }
-    fn grid(&self, p: &mut ConvParams) -> Result<u64> {
-        let g = &self.geometry;
-        p.n_pad = g.k.n_pad;
-        p.n_tiles = g.k.n_pad / self.cfg.block_n;
-        p.x_tiles = g.x_tiles;
-        p.x_clamp = g.x_clamp;
-        let others = p.n_tiles as u64 * g.x_tiles as u64 * p.batch as u64 * self.groups as u64;
-        p.row_tiles = g.row_tiles(p.oh, others);
-        let total = others * p.row_tiles as u64;
-        p.total_tiles = workgroups_u32(total)?;
-        Ok(total)
+    fn grid(&self, p: &ConvParams) -> Result<(Vec<u8>, u64)> {
+        let geo = &self.geometry;
+        let mut g = RowGrid {
+            n_pad: geo.k.n_pad,
+            n_tiles: geo.k.n_pad / self.cfg.block_n,
+            x_tiles: geo.x_tiles,
+            x_clamp: geo.x_clamp,
+            ..Default::default()
+        };
+        let others = g.n_tiles as u64 * geo.x_tiles as u64 * p.batch as u64 * self.groups as u64;
+        g.row_tiles = geo.row_tiles(p.oh, others);
+        let total = others * g.row_tiles as u64;
+        g.total_tiles = workgroups_u32(total)?;
+        Ok((bytemuck::bytes_of(&g).to_vec(), total))
     }
 }
 
@@ -726,7 +729,7 @@ fn stem_modules(fm: u32, shape: &StemShape) -> Vec<(&'static str, String)> {
         .flat_map(|i| (0..chains).map(move |c| format!("var<private> acc_{i}_{c}: coop_mat16x16<f32, C>;\n")))
         .collect();
     let weights: String = (0..shape.k_frags())
-        .map(|k| format!("let b_{k} = coopLoadT<coop_mat16x16<f16, B>>(&weight[w_base + {}u * p.n_pad], p.n_pad);\n", k * 16))
+        .map(|k| format!("let b_{k} = coopLoadT<coop_mat16x16<f16, B>>(&weight[w_base + {}u * grid.n_pad], grid.n_pad);\n", k * 16))
         .collect();
     let reset = |i: u32| -> String {
         (0..chains).map(|c| format!("acc_{i}_{c} = {};\n", if c == 0 { BIAS_TILE } else { ZERO })).collect()

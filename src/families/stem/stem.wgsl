@@ -56,6 +56,7 @@ diagnostic(off, derivative_uniformity);
 #import config
 #import params
 #import precision
+#import row_grid
 
 const FRAG: u32 = 16u;
 const RING: u32 = TY + 1u;                        // space-to-depth rows in workgroup memory
@@ -139,7 +140,7 @@ fn stash_row(slot: u32, h: u32) {
 // fragments are moved left to end at OW: they recompute columns and do not store them),
 // and its band column.
 fn frag_x(t: Tile, f: u32) -> u32 {
-    return min(t.ox0 + f * FRAG, p.x_clamp);
+    return min(t.ox0 + f * FRAG, grid.x_clamp);
 }
 fn frag_band_col(t: Tile, f: u32) -> u32 {
     return min(frag_x(t, f) - t.xb, BAND_COLS + 1u - FRAG - TX);
@@ -196,13 +197,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     // Tested here, not through grid_tile: naga's uniformity analysis takes a function's
     // result as non-uniform, and the barriers below need this return to be uniform.
     let tile = wid.x + wid.y * nwg.x;
-    if (tile >= p.total_tiles) {
+    if (tile >= grid.total_tiles) {
         return;
     }
     let c = grid_tile(tile);
-    let run = (p.oh + p.row_tiles - 1u) / p.row_tiles;   // rows per run (the host makes none empty)
+    let run = (p.oh + grid.row_tiles - 1u) / grid.row_tiles;   // rows per run (the host makes none empty)
     let ox0 = c.xt * BM;
-    let t = Tile(c.g, c.img, c.rt * run, min(c.rt * run + run, p.oh), ox0, min(ox0, p.x_clamp), c.nt * BN);
+    let t = Tile(c.g, c.img, c.rt * run, min(c.rt * run + run, p.oh), ox0, min(ox0, grid.x_clamp), c.nt * BN);
     let warp = inv / 32u;
     let wm = warp % WARPS_M;                       // a multiplying warp's fragments wm·FM ..
     let wn = min(warp / WARPS_M, WARPS_N - 1u);    // and its N fragment
@@ -220,8 +221,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     if (warp < MMA_WARPS) {
         // The warp's weights, K fragment k at rows k·16.. of the group's packed weights,
         // loaded while the helpers stage the run's first rows.
-        let w_base = t.g * K_FRAGS * FRAG * p.n_pad + t.n0 + wn * FRAG;
-        let bias_at = ((t.g * p.n_pad + t.n0) / FRAG + wn) * 256u;
+        let w_base = t.g * K_FRAGS * FRAG * grid.n_pad + t.n0 + wn * FRAG;
+        let bias_at = ((t.g * grid.n_pad + t.n0) / FRAG + wn) * 256u;
         let scratch_at = wn * FRAG * SCR + wm * FM * FRAG;
         #import stem_weights
         #import stem_init

@@ -22,6 +22,20 @@
 @group(0) @binding(4) var<storage, read> ktab: array<vec4<i32>>;
 @group(0) @binding(5) var<storage, read_write> output: array<f32>;
 
+// The grid, written by the host (`GatherGrid`, same field order): `block_m × block_n` tiles
+// per group, n-tile fastest.
+struct Grid {
+    k_tiles: u32,      // K steps: ceil(K / BK)
+    n_pad: u32,        // the group's output channels padded to whole BN blocks
+    m_tiles: u32,      // ceil(m_total / BM)
+    n_tiles: u32,      // n_pad / BN
+    total_tiles: u32,  // m_tiles · n_tiles · groups
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+@group(0) @binding(7) var<uniform> grid: Grid;
+
 const BN4: u32 = BN / 4u;
 const A_LOADS: u32 = BM * BK / WG;                  // A elements each invocation gathers per K step
 const A_ROW_STEP: u32 = WG / BK;                    // rows between one invocation's A elements
@@ -45,10 +59,10 @@ struct Block {
 
 fn locate_block(wid: vec3<u32>, nwg: vec3<u32>) -> Block {
     let tile = wid.x + wid.y * nwg.x;
-    let nt = tile % p.n_tiles;
-    let mt = (tile / p.n_tiles) % p.m_tiles;
-    let g = tile / (p.n_tiles * p.m_tiles);
-    return Block(tile < p.total_tiles, g, mt * BM, nt * BN);
+    let nt = tile % grid.n_tiles;
+    let mt = (tile / grid.n_tiles) % grid.m_tiles;
+    let g = tile / (grid.n_tiles * grid.m_tiles);
+    return Block(tile < grid.total_tiles, g, mt * BM, nt * BN);
 }
 
 // Where each of the block's output rows reads its input window from. Ends with a barrier.
@@ -91,11 +105,11 @@ fn fetch(kt: u32, t: u32, b: Block) {
         }
         a_next[j] = v;
     }
-    let w_row0 = (b.g * p.k_tiles * BK + kt * BK) * (p.n_pad / 4u) + b.n0 / 4u;
+    let w_row0 = (b.g * grid.k_tiles * BK + kt * BK) * (grid.n_pad / 4u) + b.n0 / 4u;
     for (var j = 0u; j < B_LOADS; j++) {
         let e = t + j * WG;
         if (e < BK * BN4) {
-            b_next[j] = weight[w_row0 + (e / BN4) * (p.n_pad / 4u) + e % BN4];
+            b_next[j] = weight[w_row0 + (e / BN4) * (grid.n_pad / 4u) + e % BN4];
         }
     }
 }
@@ -121,8 +135,8 @@ fn main_loop(t: u32, blk: Block, who: vec2<u32>) {
     fetch(0u, t, blk);
     stash(0u, t);
     workgroupBarrier();
-    for (var kt = 0u; kt < p.k_tiles; kt++) {
-        let has_next = kt + 1u < p.k_tiles;
+    for (var kt = 0u; kt < grid.k_tiles; kt++) {
+        let has_next = kt + 1u < grid.k_tiles;
         if (has_next) {
             fetch(kt + 1u, t, blk);       // in flight while we multiply
         }

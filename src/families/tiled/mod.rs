@@ -8,7 +8,7 @@ pub use crate::tile::{default_sweep, TileConfig};
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
 use crate::kernel::{
-    compose, workgroups_u32, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Target, ALL_TARGETS,
+    compose, workgroups_u32, ConvParams, GRID_BINDING, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Target, ALL_TARGETS,
 };
 use crate::spec::{Conv2dSpec, ConvProblem};
 
@@ -109,7 +109,7 @@ impl KernelConfig for TiledKernel {
         Ok(Packed { weight: bytemuck::cast_slice(&packed).to_vec(), extra: Vec::new(), out_scale: 1.0 })
     }
     fn extra_bindings(&self) -> &'static [u32] {
-        &[GATHER_TABLE_BINDING]
+        &[GATHER_TABLE_BINDING, GRID_BINDING]
     }
     fn shape(&self, problem: &ConvProblem, _limits: &KernelLimits) -> Result<Box<dyn Shaped>> {
         Ok(Box::new(Gathered::new(problem, self.tile, self.source())))
@@ -146,6 +146,18 @@ impl TiledKernel {
 
 /// The binding of the gather table.
 pub(crate) const GATHER_TABLE_BINDING: u32 = 4;
+
+/// The gathering kernels' grid, in the field order of `gather.wgsl`'s `Grid`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable, Default)]
+struct GatherGrid {
+    k_tiles: u32,
+    n_pad: u32,
+    m_tiles: u32,
+    n_tiles: u32,
+    total_tiles: u32,
+    _pad: [u32; 3],
+}
 
 /// The tile constants of a [`TileConfig`], as WGSL.
 pub(crate) fn tile_header(c: &TileConfig) -> String {
@@ -189,15 +201,19 @@ impl Shaped for Gathered {
         let rows = gather_rows(&self.spec, self.hw.0, self.hw.1, self.tile.block_k)?;
         Ok(vec![(GATHER_TABLE_BINDING, "wgconv gather table", bytemuck::cast_slice(&rows).to_vec())])
     }
-    fn grid(&self, p: &mut ConvParams) -> Result<u64> {
+    fn grid(&self, p: &ConvParams) -> Result<(Vec<u8>, u64)> {
         let c = &self.tile;
-        p.k_tiles = self.spec.k_total().div_ceil(c.block_k);
-        p.n_pad = self.spec.out_channels_per_group().next_multiple_of(c.block_n);
-        p.m_tiles = p.m_total.div_ceil(c.block_m);
-        p.n_tiles = p.n_pad / c.block_n;
-        let total = p.m_tiles as u64 * p.n_tiles as u64 * self.spec.groups as u64;
-        p.total_tiles = workgroups_u32(total)?;
-        Ok(total)
+        let n_pad = self.spec.out_channels_per_group().next_multiple_of(c.block_n);
+        let mut g = GatherGrid {
+            k_tiles: self.spec.k_total().div_ceil(c.block_k),
+            n_pad,
+            m_tiles: p.m_total.div_ceil(c.block_m),
+            n_tiles: n_pad / c.block_n,
+            ..Default::default()
+        };
+        let total = g.m_tiles as u64 * g.n_tiles as u64 * self.spec.groups as u64;
+        g.total_tiles = workgroups_u32(total)?;
+        Ok((bytemuck::bytes_of(&g).to_vec(), total))
     }
 }
 
