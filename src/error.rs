@@ -50,8 +50,9 @@ pub enum Error {
         kernel: u64,
     },
 
-    /// A kernel config that cannot run (its tiles, or the device's limits), with the reason.
-    #[error("tile config {config} is refused: {reason}")]
+    /// A kernel config that cannot run (its tiles, the device's limits, or the convolution),
+    /// with the reason.
+    #[error("kernel {config} is refused: {reason}")]
     ConfigRefused {
         /// The config's name.
         config: String,

@@ -239,7 +239,7 @@ impl Kernel {
     }
     /// Checks the config against a device's limits.
     pub fn check_limits(&self, limits: &KernelLimits) -> Result<()> {
-        self.config.check_limits(limits)
+        self.config.check_limits(limits).map_err(|e| self.named(e))
     }
     /// Why this kernel cannot run on a device (features, limits) or a convolution, if it
     /// cannot: every refusal names the family and the limit.
@@ -248,8 +248,15 @@ impl Kernel {
             return Err(Error::Unsupported(format!("{self}: {why}")));
         }
         let limits = caps.kernel_limits();
-        self.config.check_limits(&limits)?;
-        self.config.check_spec(spec, &limits)
+        self.config.check_limits(&limits).and_then(|()| self.config.check_spec(spec, &limits)).map_err(|e| self.named(e))
+    }
+    /// A config refusal named by the whole kernel (`family:config`), so that it says which
+    /// family refused.
+    fn named(&self, e: Error) -> Error {
+        match e {
+            Error::ConfigRefused { reason, .. } => Error::ConfigRefused { config: self.to_string(), reason },
+            e => e,
+        }
     }
     /// Invocations per workgroup.
     pub fn invocations(&self) -> u32 {

@@ -26,7 +26,7 @@
 //!
 //! Features: `tune` (default: the micro-tuner, its on-disk cache and GPU timing),
 //! `naga-check` (translation of every kernel to SPIR-V, MSL, HLSL and GLSL with naga).
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 mod caps;
 mod conv2d;

@@ -1,5 +1,5 @@
 //! The CPU reference every GPU result is compared with: a direct convolution with
-//! f64 accumulation and exactly the semantics of [`crate::spec`].
+//! f64 accumulation and exactly the semantics of [`crate::Conv2dSpec`].
 
 use crate::error::{Error, Result};
 use crate::spec::{ConvProblem, Shape4};

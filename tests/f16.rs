@@ -266,8 +266,7 @@ fn coop_kernel_on_ragged_shapes() {
         let conv = f16_conv(&gpu, &case, None, relu);
         let kind = &conv.kernel().kernel;
         // On NVIDIA the stem kernel for image inputs (no groups, at most 4 channels, no
-        // dilation), else the gathering kernel (faster than the row-band one on the H100:
-        // BENCHMARKS.md).
+        // dilation), else the gathering kernel (faster than the row-band one on the H100).
         let stem = stem_is_default(gpu.caps(), &spec);
         let want = if stem { "coop-stem-f16" } else { "coop-f16" };
         assert_eq!(kind.family(), want, "{name}: default f16 kernel on a coop device is {kind}");

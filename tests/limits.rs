@@ -153,7 +153,8 @@ fn config_over_device_limits_is_refused() {
     let e = Conv2d::new(&gpu, spec, &w, None, opts).err().expect("an over-limit config must be refused");
     match &e {
         Error::ConfigRefused { config, reason } => {
-            assert_eq!(config, &seed.name());
+            // Named by the whole kernel, so that the refusal says which family refused.
+            assert_eq!(config, &format!("tiled:{seed}"));
             assert!(
                 reason.contains(&seed.workgroup_bytes().to_string()) && reason.contains(&limit.to_string()),
                 "{reason}"
@@ -161,7 +162,7 @@ fn config_over_device_limits_is_refused() {
         }
         other => panic!("expected ConfigRefused, got {other:?}"),
     }
-    assert_eq!(seed.validate(&gpu.kernel_limits()).unwrap_err(), e);
+    assert_eq!(tiled_kernel("tiled", seed).check_limits(&gpu.kernel_limits()).unwrap_err(), e);
 }
 
 /// A workgroup-memory limit just under `bytes` (a multiple of 16).

@@ -441,7 +441,7 @@ fn occupancy_estimate_of_the_seed_on_nvidia() {
     assert_eq!(o.by_registers, 65536 / (72 * 128));
     let bytes = TileConfig::seed().workgroup_bytes();
     assert_eq!(o.workgroup_bytes, bytes);
-    // 52 KiB of workgroup memory per SM under NVIDIA's Vulkan driver (BENCHMARKS.md run 54):
+    // 52 KiB of workgroup memory per SM under NVIDIA's Vulkan driver (measured on the H100):
     // the seed's 25.5 KiB (+1 KiB reserved) leave room for one workgroup.
     assert_eq!(o.by_storage as u64, (52 * 1024) / (bytes + 1024));
     assert_eq!(o.by_invocations, 16);
@@ -582,7 +582,7 @@ fn a_farther_candidate_must_beat_the_nearer_choice_stably() {
 /// tile (m64n96 over 8 warps is 4×2 warps of 1×3 fragments, named `t4x6`), registers and
 /// workgroup memory of their operand halves. The estimates match the SASS of
 /// `m64n96k16-t4x12-w4-s1` in resident workgroups (f16: 119 registers, 4 per SM; f16x3:
-/// 161, 3 per SM; BENCHMARKS.md runs 43 and 63).
+/// 161, 3 per SM, read from NVIDIA's compiled code on the H100).
 #[test]
 fn cooperative_candidates_follow_the_rules() {
     let orig = coop_reference();

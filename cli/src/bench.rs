@@ -73,7 +73,7 @@ pub struct Args {
     /// Also run the direct (one output per invocation) kernel
     #[arg(long)]
     pub(crate) direct: bool,
-    /// Timed runs per config (at least 20)
+    /// Timed runs per config (at least 20; with --model at least 1)
     #[arg(long, default_value_t = 30)]
     pub(crate) runs: u32,
     /// Untimed warm-up runs per config

@@ -23,7 +23,7 @@ pub const F16X3_TOLERANCE: f64 = 1e-6;
 
 /// The larger of two relative errors, NaN if either is: `f64::max` drops a NaN, and a NaN
 /// error is an output the kernel never wrote (it stays NaN-poisoned) or a NaN it made up.
-/// (Found when a kernel with its stores removed passed the check: BENCHMARKS.md run 57.)
+/// (A kernel with its stores removed once passed a check that used `f64::max`.)
 fn worst_error(a: f64, b: f64) -> f64 {
     if a.is_nan() || b.is_nan() {
         f64::NAN
@@ -263,7 +263,7 @@ pub fn run(
     let mut clock = None;
     // Two passes: every kernel is built, run once and checked before any is timed, so that
     // the driver's compilation of one pipeline (possibly finishing in the background) cannot
-    // fall into another's timed runs (BENCHMARKS.md: the in-sweep shift of run 21).
+    // fall into another's timed runs (it shifted the timings of the kernels after it).
     let n = opts.kernels.len();
     let checked: Vec<std::result::Result<(Conv2d, ConvPlan, f64), Outcome>> = opts
         .kernels
@@ -307,7 +307,7 @@ pub fn run(
     // The GPU idled through most of the checks: bring its clocks up before the first timing,
     // then time that plan once and drop the result. On the H100 the first config timed in a
     // process has measured up to 2.6× slow, flat over all its runs, even after the spin-up
-    // (BENCHMARKS.md, runs 37, 39, 72 and 92; the cause is not known); the configs timed
+    // (seen in four runs; the cause is not known); the configs timed
     // after it never did.
     if let Some(Ok((_, plan, _))) = checked.iter().find(|c| c.is_ok()).filter(|_| !gpu.is_cpu()) {
         spin_up(gpu, plan, SPIN_UP)?;
@@ -484,7 +484,7 @@ pub fn measure_bandwidth(gpu: &Gpu, bytes: u64, copies: u32) -> Result<Bandwidth
         (make("bandwidth a"), make("bandwidth b"))
     })?;
     let copy = |enc: &mut wgpu::CommandEncoder, i: u32| {
-        let (src, dst) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        let (src, dst) = if i.is_multiple_of(2) { (&a, &b) } else { (&b, &a) };
         enc.copy_buffer_to_buffer(src, 0, dst, 0, bytes);
     };
     let result = (|| -> Result<Bandwidth> {
@@ -533,7 +533,10 @@ pub fn measure_bandwidth(gpu: &Gpu, bytes: u64, copies: u32) -> Result<Bandwidth
             let period = gpu.queue.get_timestamp_period() as f64;
             let times: Vec<f64> = stamps.chunks(2).map(|p| p[1].wrapping_sub(p[0]) as f64 * period / 1e6).collect();
             if times.iter().any(|t| !t.is_finite() || *t <= 0.0 || *t > 1e6) {
-                return Err(Error::Wgpu { stage: "bandwidth timestamps", message: format!("implausible times {times:?}") });
+                return Err(Error::Wgpu {
+                    stage: "bandwidth timestamps",
+                    message: format!("implausible times {times:?}"),
+                });
             }
             (times, Clock::GpuTimestamps)
         } else {

@@ -75,7 +75,10 @@ impl Layer {
     /// `64->256 56x56 k1 s1 p0` (`g32` added for grouped ones).
     pub fn shape_text(&self) -> String {
         let groups = if self.groups > 1 { format!(" g{}", self.groups) } else { String::new() };
-        format!("{}->{} {}x{} k{} s{} p{}{groups}", self.c_in, self.c_out, self.h, self.w, self.k, self.stride, self.pad)
+        format!(
+            "{}->{} {}x{} k{} s{} p{}{groups}",
+            self.c_in, self.c_out, self.h, self.w, self.k, self.stride, self.pad
+        )
     }
 }
 
@@ -230,6 +233,8 @@ pub struct LayerReport {
     pub ratios: Option<Ratios>,
     /// Why the layer could not be benchmarked at all.
     pub error: Option<String>,
+    /// Where the layer's times came from.
+    pub clock: Option<Clock>,
     /// Every kernel run on the layer, the default first.
     pub results: Vec<KernelResult>,
 }
@@ -428,12 +433,14 @@ pub fn main(args: Args) -> CliResult {
             ..report
         };
         let ratios = report.cudnn.as_ref().map(|c| {
-            Ratios::of(c, report.default.as_ref().map(|p| p.time_ms.median), report.best.as_ref().map(|p| p.time_ms.median))
+            Ratios::of(
+                c,
+                report.default.as_ref().map(|p| p.time_ms.median),
+                report.best.as_ref().map(|p| p.time_ms.median),
+            )
         });
         let report = LayerReport { ratios, ..report };
-        if report.results.iter().any(|r| matches!(r.outcome, Outcome::Ok { .. } | Outcome::Wrong { .. })) {
-            clock = clock.or(Some(if gpu.has_timestamps() { Clock::GpuTimestamps } else { Clock::HostWallClock }));
-        }
+        clock = clock.or(report.clock);
         say(format!(
             "[{}/{}] {}: default {} {}, best {} {}",
             i + 1,
@@ -537,6 +544,7 @@ fn bench_layer(
         cudnn: None,
         ratios: None,
         error: None,
+        clock: None,
         results: Vec::new(),
     };
     let problem = match layer.problem(batch) {
@@ -618,15 +626,15 @@ fn bench_layer(
     });
     report.default_over_best =
         report.default.as_ref().zip(report.best.as_ref()).map(|(d, b)| d.time_ms.median / b.time_ms.median);
+    report.clock = run.clock;
     report.results = run.results;
     report
 }
 
 /// A table whose columns are sized to their widest cell (`true`: right-aligned).
 fn render(header: &[(&str, bool)], rows: &[Vec<String>]) -> String {
-    let width = |j: usize| {
-        rows.iter().map(|r| r[j].chars().count()).chain([header[j].0.chars().count()]).max().unwrap_or(0)
-    };
+    let width =
+        |j: usize| rows.iter().map(|r| r[j].chars().count()).chain([header[j].0.chars().count()]).max().unwrap_or(0);
     let widths: Vec<usize> = (0..header.len()).map(width).collect();
     let line = |cells: Vec<&str>| {
         let mut s = String::new();
@@ -655,12 +663,23 @@ fn render(header: &[(&str, bool)], rows: &[Vec<String>]) -> String {
     s
 }
 
+/// Three significant digits or so, whatever the magnitude (lavapipe's TFLOP/s are 1e-4).
+fn sig(v: f64) -> String {
+    match v.abs() {
+        a if a >= 100.0 => format!("{v:.0}"),
+        a if a >= 10.0 => format!("{v:.1}"),
+        a if a >= 1.0 => format!("{v:.2}"),
+        a if a >= 0.01 || a == 0.0 => format!("{v:.3}"),
+        _ => format!("{v:.2e}"),
+    }
+}
+
 fn ms(t: Option<f64>) -> String {
     t.map_or("-".into(), |t| format!("{t:.4}"))
 }
 
 fn ratio(r: Option<f64>) -> String {
-    r.map_or("-".into(), |r| format!("{r:.2}x"))
+    r.map_or("-".into(), |r| format!("{}x", sig(r)))
 }
 
 /// The per-layer table, the network totals, the geomeans, the default selections and the
@@ -701,15 +720,17 @@ pub fn table(report: &ModelReport) -> String {
             );
         }
         None => {
-            let _ = writeln!(s, "memory bandwidth: not measured ({})", report.bandwidth_error.as_deref().unwrap_or("?"));
+            let _ =
+                writeln!(s, "memory bandwidth: not measured ({})", report.bandwidth_error.as_deref().unwrap_or("?"));
         }
     }
     let _ = writeln!(
         s,
         "peak: {}; floor = max(FLOPs / peak, (input + weights + output) x 4 B / bandwidth)",
         match (report.peak_tflops_arg, report.default_family_peak_tflops) {
-            (Some(p), _) => format!("{p:.1} TFLOP/s (--peak-tflops)"),
-            (None, Some(p)) => format!("{p:.1} TFLOP/s for {} (datasheet table, per kernel family)", report.default_family),
+            (Some(p), _) => format!("{} TFLOP/s (--peak-tflops)", sig(p)),
+            (None, Some(p)) =>
+                format!("{} TFLOP/s for {} (datasheet table, per kernel family)", sig(p), report.default_family),
             (None, None) => "unknown for this adapter (% floor: pass --peak-tflops)".into(),
         }
     );
@@ -741,13 +762,7 @@ pub fn table(report: &ModelReport) -> String {
     ];
     let compare = report.compare.is_some();
     if compare {
-        header.extend([
-            ("cuDNN fp32", true),
-            ("tf32", true),
-            ("fp16", true),
-            ("fp32/def", true),
-            ("fp32/best", true),
-        ]);
+        header.extend([("cuDNN fp32", true), ("tf32", true), ("fp16", true), ("fp32/def", true), ("fp32/best", true)]);
     }
     let pct = |p: Option<&Perf>| p.and_then(|p| p.pct_of_floor).map_or("-".into(), |v| format!("{v:.1}"));
     let rows: Vec<Vec<String>> = report
@@ -771,8 +786,8 @@ pub fn table(report: &ModelReport) -> String {
                 l.best.as_ref().map_or("-".into(), |b| b.kernel.clone()),
                 ms(l.best.as_ref().map(|b| b.time_ms.median)),
                 ratio(l.default_over_best),
-                l.best.as_ref().map_or("-".into(), |b| format!("{:.3}", b.tflops)),
-                l.best.as_ref().map_or("-".into(), |b| format!("{:.1}", b.gb_per_s)),
+                l.best.as_ref().map_or("-".into(), |b| sig(b.tflops)),
+                l.best.as_ref().map_or("-".into(), |b| sig(b.gb_per_s)),
                 pct(l.default.as_ref()),
                 pct(l.best.as_ref()),
             ];
@@ -811,17 +826,18 @@ pub fn table(report: &ModelReport) -> String {
     );
     if let (Some(f32t), Some(tf32t), Some(f16t)) = (&t.cudnn_fp32, &t.cudnn_tf32, &t.cudnn_fp16) {
         let _ = writeln!(s, "  cuDNN: fp32 {}, tf32 {}, fp16 {}", total(f32t), total(tf32t), total(f16t));
-        let _ = writeln!(
-            s,
-            "  cuDNN fp32 / wgconv: default {}, best {}",
-            ratio((t.default.ms > 0.0).then(|| f32t.ms / t.default.ms)),
-            ratio((t.best.ms > 0.0).then(|| f32t.ms / t.best.ms)),
-        );
+        // A ratio of totals only where both sum over every layer.
+        let over = |w: &Total| {
+            if f32t.missing.is_empty() && w.missing.is_empty() && w.ms > 0.0 {
+                ratio(Some(f32t.ms / w.ms))
+            } else {
+                "- (not every layer has both times)".into()
+            }
+        };
+        let _ = writeln!(s, "  cuDNN fp32 total / wgconv total: default {}, best {}", over(&t.default), over(&t.best));
     }
     if let Some(g) = &report.geomeans {
-        let show = |k: &str| {
-            g.get(k).map_or("-".into(), |g| format!("{} ({} layers)", ratio(g.value), g.layers))
-        };
+        let show = |k: &str| g.get(k).map_or("-".into(), |g| format!("{} ({} layers)", ratio(g.value), g.layers));
         let _ = writeln!(s, "geomean over the distinct layers of cuDNN time / wgconv time (above 1: wgconv faster):");
         for c in ["fp32", "tf32", "fp16"] {
             let _ = writeln!(
@@ -839,7 +855,8 @@ pub fn table(report: &ModelReport) -> String {
                 let _ = writeln!(s, "  {}: {} ({}: {})", l.name, d.kernel, bench_run::source_name(d.source), d.reason);
             }
             None => {
-                let _ = writeln!(s, "  {}: {}", l.name, l.default_problem.as_deref().or(l.error.as_deref()).unwrap_or("-"));
+                let _ =
+                    writeln!(s, "  {}: {}", l.name, l.default_problem.as_deref().or(l.error.as_deref()).unwrap_or("-"));
             }
         }
     }
@@ -877,7 +894,8 @@ pub fn table(report: &ModelReport) -> String {
 fn chart(report: &ModelReport, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
     use plotters::prelude::*;
     type Series = (&'static str, RGBColor);
-    let mut series: Vec<Series> = vec![("wgconv default", RGBColor(66, 110, 180)), ("wgconv best", RGBColor(46, 125, 50))];
+    let mut series: Vec<Series> =
+        vec![("wgconv default", RGBColor(66, 110, 180)), ("wgconv best", RGBColor(46, 125, 50))];
     if report.compare.is_some() {
         series.extend([
             ("cuDNN strict fp32", RGBColor(183, 28, 28)),
@@ -889,8 +907,10 @@ fn chart(report: &ModelReport, path: &Path) -> Result<(), Box<dyn std::error::Er
     type Bar = Option<(f64, Option<(f64, f64)>)>;
     let mut groups: Vec<(String, Vec<Bar>)> = Vec::new();
     let t = &report.totals;
-    let mut total_bars: Vec<Bar> =
-        vec![(t.default.missing.is_empty()).then_some((t.default.ms, None)), t.best.missing.is_empty().then_some((t.best.ms, None))];
+    let mut total_bars: Vec<Bar> = vec![
+        (t.default.missing.is_empty()).then_some((t.default.ms, None)),
+        t.best.missing.is_empty().then_some((t.best.ms, None)),
+    ];
     if report.compare.is_some() {
         for c in [&t.cudnn_fp32, &t.cudnn_tf32, &t.cudnn_fp16] {
             total_bars.push(c.as_ref().filter(|c| c.missing.is_empty()).map(|c| (c.ms, None)));
@@ -917,8 +937,10 @@ fn chart(report: &ModelReport, path: &Path) -> Result<(), Box<dyn std::error::Er
     let hi = values.iter().copied().fold(0.0, f64::max) * 1.5;
     let k = series.len() as i32;
     let slots = k + 1; // one empty slot between groups
-    let n = groups.len() as i32 * slots;
-    let height = 140 + 9 * n as u32;
+                       // Empty rows on top for the legend (about 22 px an entry; a row is 9 px).
+    let legend = (k * 22 + 12) / 9 + 1;
+    let n = legend + groups.len() as i32 * slots;
+    let height = 100 + 9 * n as u32; // rows of about 9 px below the caption
     let root = SVGBackend::new(path, (1000, height)).into_drawing_area();
     root.fill(&WHITE)?;
     let title = format!(
@@ -940,13 +962,16 @@ fn chart(report: &ModelReport, path: &Path) -> Result<(), Box<dyn std::error::Er
     chart
         .configure_mesh()
         .disable_y_mesh()
+        .x_labels(8)
+        .x_label_formatter(&|v| sig(*v))
         .x_desc("GPU time per layer run, ms (log scale; bar: median, line: min–max)")
         .y_labels(n as usize)
         .y_label_formatter(&|v| match v {
             SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => {
-                // Row i (from the bottom): group (n - 1 - i) / slots, slot (n - 1 - i) % slots.
-                let from_top = n - 1 - *i;
-                if from_top % slots == middle {
+                // Row i (from the bottom): below the legend's rows, group (n - 1 - i - legend) /
+                // slots, slot (n - 1 - i - legend) % slots.
+                let from_top = n - 1 - *i - legend;
+                if from_top >= 0 && from_top % slots == middle {
                     labels.get((from_top / slots) as usize).cloned().unwrap_or_default()
                 } else {
                     String::new()
@@ -961,7 +986,7 @@ fn chart(report: &ModelReport, path: &Path) -> Result<(), Box<dyn std::error::Er
         let mut whiskers = Vec::new();
         for (g, (_, bars)) in groups.iter().enumerate() {
             let Some((median, range)) = bars[j] else { continue };
-            let y = n - 1 - (g as i32 * slots + j as i32);
+            let y = n - 1 - (legend + g as i32 * slots + j as i32);
             rects.push(Rectangle::new(
                 [(lo, SegmentValue::Exact(y)), (median, SegmentValue::Exact(y + 1))],
                 color.mix(0.8).filled(),
@@ -1025,6 +1050,7 @@ mod tests {
             cudnn: Some(CudnnLayer { fp32: t, tf32: None, fp16: None }),
             ratios: None,
             error: None,
+            clock: None,
             results: Vec::new(),
         };
         let layers = [layer("a", 3, Some(1.5)), layer("b", 1, None), layer("c", 2, Some(0.25))];
