@@ -103,7 +103,10 @@ impl DeviceCaps {
             features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
         }
         let offered = coop_f16_supported(adapter);
-        DeviceCaps { coop_f16_offered: Some(offered), ..DeviceCaps::from_parts(&adapter.get_info(), features, adapter.limits(), coop) }
+        DeviceCaps {
+            coop_f16_offered: Some(offered),
+            ..DeviceCaps::from_parts(&adapter.get_info(), features, adapter.limits(), coop)
+        }
     }
 
     /// Narrows [`DeviceCaps::coop_f16`] by the adapter's cooperative-matrix configurations.

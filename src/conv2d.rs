@@ -222,8 +222,12 @@ impl Conv2d {
         for (_, label, bytes) in &tables {
             self.gpu.check_buffer(label, bytes.len() as u64, true)?;
         }
-        let pipeline =
-            self.gpu.pipelines.get_or_build(&self.gpu.device, shaped.source()?, bindings(kernel), self.gpu.runtime_checks)?;
+        let pipeline = self.gpu.pipelines.get_or_build(
+            &self.gpu.device,
+            shaped.source()?,
+            bindings(kernel),
+            self.gpu.runtime_checks,
+        )?;
         let scope = ErrorScope::push(&self.gpu.device);
         let tables = tables.iter().map(|(b, label, bytes)| (*b, storage_buffer(&self.gpu, label, bytes))).collect();
         scope.finish("table upload")?;

@@ -325,8 +325,7 @@ impl Gpu {
         mapped.await.map_err(|e| Error::Wgpu { stage: "map", message: e.to_string() })?;
         let view = slice.get_mapped_range().map_err(|e| Error::Wgpu { stage: "map", message: e.to_string() })?;
         let mut out: Vec<T> = Vec::new();
-        out.try_reserve_exact(len)
-            .map_err(|_| Error::TooLarge(format!("{bytes} B of read-back on the host")))?;
+        out.try_reserve_exact(len).map_err(|_| Error::TooLarge(format!("{bytes} B of read-back on the host")))?;
         out.extend_from_slice(bytemuck::cast_slice::<u8, T>(&view));
         drop(view);
         staging.unmap();

@@ -248,7 +248,10 @@ impl Kernel {
             return Err(Error::Unsupported(format!("{self}: {why}")));
         }
         let limits = caps.kernel_limits();
-        self.config.check_limits(&limits).and_then(|()| self.config.check_spec(spec, &limits)).map_err(|e| self.named(e))
+        self.config
+            .check_limits(&limits)
+            .and_then(|()| self.config.check_spec(spec, &limits))
+            .map_err(|e| self.named(e))
     }
     /// A config refusal named by the whole kernel (`family:config`), so that it says which
     /// family refused.

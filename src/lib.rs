@@ -41,20 +41,20 @@ mod shader;
 mod spec;
 mod tile;
 
-pub mod reference;
 #[cfg(feature = "naga-check")]
 mod portable;
+pub mod reference;
 #[cfg(feature = "tune")]
 pub mod tune;
 
 pub use caps::{DeviceCaps, KernelLimits};
 pub use conv2d::{Conv2d, ConvPlan};
 pub use error::{Error, Result};
-pub use tile::TileConfig;
 pub use gpu::{Gpu, GpuOptions};
 pub use kernel::{Kernel, Precision};
 pub use options::{Activation, ConfigSource, Conv2dOptions, Selection};
 pub use spec::{Conv2dSpec, ConvProblem, Padding, Shape4};
+pub use tile::TileConfig;
 
 /// What the command line, the benchmarks and the tests use beyond the main API: every
 /// family's vocabulary and sweep, adapter enumeration, and the selection's rules.
@@ -63,12 +63,14 @@ pub mod advanced {
     pub use crate::families::coop::coop_sweep;
     pub use crate::families::stem::{stem_sweep, StemConfig, StemLayout, MAX_STEM_K_FRAGS};
     pub use crate::families::tiled::default_sweep;
-    pub use crate::gpu::{adapter_substring, choose_adapter, enumerate_adapters_async, runtime_checks_from_env, AdapterSummary};
     #[cfg(not(target_arch = "wasm32"))]
     pub use crate::gpu::enumerate_adapters;
-    pub use crate::select::STEM_DEFAULT_MAX_CHANNELS;
+    pub use crate::gpu::{
+        adapter_substring, choose_adapter, enumerate_adapters_async, runtime_checks_from_env, AdapterSummary,
+    };
     #[cfg(feature = "naga-check")]
     pub use crate::portable::check_portable;
+    pub use crate::select::STEM_DEFAULT_MAX_CHANNELS;
 
     use crate::{Conv2dOptions, Conv2dSpec, DeviceCaps, Kernel, Precision, Result, Selection};
 

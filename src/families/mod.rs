@@ -11,15 +11,8 @@ use crate::error::{Error, Result};
 use crate::kernel::{Family, Kernel};
 
 /// Every family, in the order selection and listings consider them.
-pub(crate) static FAMILIES: &[&dyn Family] = &[
-    &stem::STEM,
-    &coop::COOP_F16,
-    &coop::COOP_F16X3,
-    &band::BAND,
-    &tiled::TILED,
-    &tiled::TILED_F16,
-    &direct::DIRECT,
-];
+pub(crate) static FAMILIES: &[&dyn Family] =
+    &[&stem::STEM, &coop::COOP_F16, &coop::COOP_F16X3, &band::BAND, &tiled::TILED, &tiled::TILED_F16, &direct::DIRECT];
 
 /// The family of a name.
 pub(crate) fn family(name: &str) -> Option<&'static dyn Family> {

@@ -13,9 +13,12 @@
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
 use crate::families::coop::coop_missing;
-use crate::families::coop::fragments::{fragment_layout, fragment_modules, FragmentCode};
 use crate::families::coop::f16_bytes;
-use crate::kernel::{compose, workgroups_u32, ConvParams, RowGrid, GRID_BINDING, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Target};
+use crate::families::coop::fragments::{fragment_layout, fragment_modules, FragmentCode};
+use crate::kernel::{
+    compose, workgroups_u32, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, RowGrid, Shaped, Target,
+    GRID_BINDING,
+};
 use crate::spec::{Conv2dSpec, ConvProblem};
 
 const BAND_WGSL: &str = include_str!("band.wgsl");
@@ -137,14 +140,14 @@ impl std::fmt::Display for BandConfig {
 pub fn band_sweep() -> Vec<BandConfig> {
     use BandConfig as B;
     vec![
-        B::REFERENCE,               // 8 warps of 2×3 fragments
-        B::new(128, 96, 16, 4, 1),  // 4 warps of 4×3
-        B::new(64, 96, 16, 4, 1),   // 4 warps of 2×3
+        B::REFERENCE,              // 8 warps of 2×3 fragments
+        B::new(128, 96, 16, 4, 1), // 4 warps of 4×3
+        B::new(64, 96, 16, 4, 1),  // 4 warps of 2×3
         B::new(64, 96, 16, 4, 2),
-        B::new(64, 96, 16, 2, 1),   // 2 warps of 4×3
+        B::new(64, 96, 16, 2, 1), // 2 warps of 4×3
         B::new(64, 96, 16, 2, 2),
-        B::new(128, 48, 16, 2, 1),  // 2 warps of 4×3, half the channels
-        B::new(64, 48, 16, 2, 2),   // 2 warps of 2×3
+        B::new(128, 48, 16, 2, 1), // 2 warps of 4×3, half the channels
+        B::new(64, 48, 16, 2, 2),  // 2 warps of 2×3
         B::new(128, 96, 32, 4, 1),
         B::new(64, 64, 16, 4, 1),
     ]

@@ -30,7 +30,9 @@ pub(crate) fn fragment_layout(
     }
     best.ok_or_else(|| Error::ConfigRefused {
         config: config.to_string(),
-        reason: format!("{warps} warps cannot split {frags_m}x{frags_n} 16x16 fragments into at most {max_fragments} per warp"),
+        reason: format!(
+            "{warps} warps cannot split {frags_m}x{frags_n} 16x16 fragments into at most {max_fragments} per warp"
+        ),
     })
 }
 

@@ -9,10 +9,9 @@ pub(crate) mod fragments;
 use crate::caps::{DeviceCaps, KernelLimits, COOP_NEEDS};
 use crate::error::Result;
 use crate::families::tiled::{
-    pack_weights, packed_weight_len, round_to_f16, tile_header, Gathered, TileConfig, GATHER_TABLE_BINDING,
-    GATHER_WGSL,
+    pack_weights, packed_weight_len, round_to_f16, tile_header, Gathered, TileConfig, GATHER_TABLE_BINDING, GATHER_WGSL,
 };
-use crate::kernel::{compose, Family, GRID_BINDING, Kernel, KernelConfig, Packed, Precision, Shaped, Target};
+use crate::kernel::{compose, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Target, GRID_BINDING};
 use crate::spec::{Conv2dSpec, ConvProblem};
 use fragments::{fragment_layout, fragment_modules, FragmentCode};
 

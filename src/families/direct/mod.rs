@@ -3,7 +3,9 @@
 
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
-use crate::kernel::{compose, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Target, ALL_TARGETS};
+use crate::kernel::{
+    compose, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Target, ALL_TARGETS,
+};
 use crate::spec::{Conv2dSpec, ConvProblem};
 
 /// Invocations per workgroup (`DIRECT_WG` in the shader).

@@ -21,7 +21,10 @@
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
 use crate::families::coop::{coop_missing, f16_bytes};
-use crate::kernel::{compose, workgroups_u32, ConvParams, RowGrid, GRID_BINDING, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Target};
+use crate::kernel::{
+    compose, workgroups_u32, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, RowGrid, Shaped, Target,
+    GRID_BINDING,
+};
 use crate::spec::{Conv2dSpec, ConvProblem};
 
 const STEM_WGSL: &str = include_str!("stem.wgsl");
@@ -729,7 +732,12 @@ fn stem_modules(fm: u32, shape: &StemShape) -> Vec<(&'static str, String)> {
         .flat_map(|i| (0..chains).map(move |c| format!("var<private> acc_{i}_{c}: coop_mat16x16<f32, C>;\n")))
         .collect();
     let weights: String = (0..shape.k_frags())
-        .map(|k| format!("let b_{k} = coopLoadT<coop_mat16x16<f16, B>>(&weight[w_base + {}u * grid.n_pad], grid.n_pad);\n", k * 16))
+        .map(|k| {
+            format!(
+                "let b_{k} = coopLoadT<coop_mat16x16<f16, B>>(&weight[w_base + {}u * grid.n_pad], grid.n_pad);\n",
+                k * 16
+            )
+        })
         .collect();
     let reset = |i: u32| -> String {
         (0..chains).map(|c| format!("acc_{i}_{c} = {};\n", if c == 0 { BIAS_TILE } else { ZERO })).collect()

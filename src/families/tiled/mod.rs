@@ -8,7 +8,8 @@ pub use crate::tile::{default_sweep, TileConfig};
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
 use crate::kernel::{
-    compose, workgroups_u32, ConvParams, GRID_BINDING, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Target, ALL_TARGETS,
+    compose, workgroups_u32, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Target, ALL_TARGETS,
+    GRID_BINDING,
 };
 use crate::spec::{Conv2dSpec, ConvProblem};
 
