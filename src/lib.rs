@@ -92,9 +92,11 @@ pub mod advanced {
         crate::select::select(caps, spec, options, |_| None)
     }
 
-    /// The precision's default kernel on a device, before any convolution is known.
+    /// The precision's default kernel on a device, before any convolution is known (the
+    /// family and the config its rule picks for the kind of device; the stem and depthwise
+    /// rules, which depend on the convolution, are `select`'s).
     pub fn default_kernel(caps: &DeviceCaps, precision: Precision) -> Result<Kernel> {
-        crate::select::default_kernel(caps, precision).map(|(k, _)| k)
+        crate::select::rule_kernel(caps, precision).map(|(k, _)| k)
     }
 
     /// The WGSL of a kernel, composed for the representative problems of its family (one
