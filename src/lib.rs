@@ -41,6 +41,8 @@ mod shader;
 mod spec;
 mod tile;
 
+#[cfg(feature = "tune")]
+mod cache;
 #[cfg(feature = "naga-check")]
 mod portable;
 pub mod reference;

@@ -28,7 +28,7 @@ pub(crate) fn select_on(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -
 #[cfg(feature = "tune")]
 fn cached(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions, default: &Kernel) -> Option<Kernel> {
     let problem = spec.problem(options.tuning_key_input?).ok()?;
-    crate::tune::cache::cached_decision(gpu, &problem, default)
+    crate::cache::cached_decision(gpu, &problem, default)
 }
 
 /// Without the `tune` feature there is no tuning cache.
@@ -149,8 +149,8 @@ pub(crate) fn depthwise_rule(spec: &Conv2dSpec, precision: Precision) -> Option<
 /// config (geometric mean; 45 % at worst) where the seed's config was 1.9× slower; on CPU
 /// adapters `m64n64k16-t8x8-w2-s2`, the fastest of the sweep on lavapipe's three measured
 /// shapes (1.07–1.44× the seed's). Returns the config and why.
-fn f32_tile(caps: &DeviceCaps) -> (crate::TileConfig, &'static str) {
-    use crate::TileConfig as T;
+fn f32_tile(caps: &DeviceCaps) -> (crate::tile::TileConfig, &'static str) {
+    use crate::tile::TileConfig as T;
     if caps.is_cpu() {
         (
             T::with_thread_tile(64, 64, 16, 8, 8, 2),

@@ -5,7 +5,7 @@
 //! (max(FLOPs / peak, bytes / bandwidth), the bandwidth measured at start) and, with
 //! `--compare`, against cuDNN's times from scripts/cudnn_layers.py.
 
-use crate::bench::{auto_selection, parse_entry, Args};
+use crate::bench_args::{auto_selection, parse_entry, Args};
 use crate::bench_run::{self, AutoSelection, Bandwidth, BenchOptions, CheckImages, KernelResult, Outcome};
 use crate::cli::{CliError, CliResult};
 use indicatif::{ProgressBar, ProgressStyle};

@@ -117,18 +117,24 @@
 //! one tune, 24 % against 26 % in the next). Every row of the report says median, IQR,
 //! gain, verdict and why.
 
-pub mod cache;
+/// The tuning cache: where decisions are kept and how they are keyed (selection reads it
+/// too).
+pub mod cache {
+    pub use crate::cache::*;
+}
 pub mod timing;
 
-use self::cache::{CacheKey, CachedDecision, DeviceKey, TuningCache};
 use self::timing::{Clock, Summary};
+use crate::cache::{CacheKey, CachedDecision, DeviceKey, TuningCache};
 use crate::caps::KernelLimits;
+use crate::conv2d::{Conv2d, ConvPlan};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::kernel::{Kernel, Precision};
+use crate::options::Conv2dOptions;
 use crate::scope::ErrorScope;
 use crate::spec::ConvProblem;
-use crate::{Conv2d, Conv2dOptions, ConvPlan, TileConfig};
+use crate::tile::TileConfig;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fmt::Write as _;

@@ -1,10 +1,10 @@
 //! GPU time of a [`ConvPlan`] from timestamp queries (host wall-clock, marked as such,
 //! where a device has none), and the statistics every report quotes.
 
+use crate::conv2d::ConvPlan;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::scope::ErrorScope;
-use crate::ConvPlan;
 
 /// Where a time came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

@@ -46,7 +46,7 @@ use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::kernel::Kernel;
 use crate::spec::ConvProblem;
-use crate::TileConfig;
+use crate::tile::TileConfig;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};

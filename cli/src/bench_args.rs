@@ -1,0 +1,152 @@
+//! The arguments of `wgconv bench` and how its `--configs` entries name kernels: shared by
+//! the shape benchmark (`bench.rs`) and the network benchmark (`model.rs`).
+
+use crate::cli::{CliError, CliResult, PrecisionArg};
+use crate::shape::ShapeArgs;
+use std::sync::Arc;
+use wgconv::advanced::{default_kernel, family_names};
+use wgconv::{Activation, Conv2d, Conv2dOptions, Conv2dSpec, Gpu, Kernel, Precision, Selection, TileConfig};
+
+#[derive(clap::Args, Debug)]
+#[command(
+    about = "Benchmark kernels (tile configs, kernel families) on one convolution (default: AlexNet conv1, N=256)",
+    long_about = "Runs every kernel of the declared sweep (or --configs) on one problem: checks each against \
+the CPU reference on the first and last image (output poisoned with NaN first; a wrong kernel is marked, never \
+ranked), then times it with GPU timestamp queries (median, min, max over --runs after --warmup). The first \
+kernel (without --configs: the seed's config) is the baseline row. On a CPU adapter (lavapipe) the batch \
+defaults to a small one.\n\n\
+--configs takes comma-separated kernels, each one of:\n  \
+family:config  a kernel by its full name, e.g. tiled:m32n64k32-t4x4-w4-s2, coop-f16:m64n96k16-t4x12-w4-s1, \
+coop-band-f16:m128n96d16-w8-s1, coop-stem-f16:m32n96-f2-h6\n  \
+family         that family's reference kernel, e.g. direct, coop-f16\n  \
+TILE           a tile config, e.g. m64n96k16-t4x12-w4-s1: the --precision's default family on this device \
+(tiled for f32; coop-f16 or tiled-f16 for f16; coop-f16x3 for f16x3)\n  \
+band:CONFIG    short for coop-band-f16:CONFIG;  stem:CONFIG  short for coop-stem-f16:CONFIG\n  \
+auto           the kernel a Conv2d with default options would run on this convolution and device (the \
+selection's reason is printed under the table)\n\
+Every kernel must compute at --precision (`direct`, the f32 reference kernel, joins any sweep).\n\n\
+Families: tiled, tiled-f16, coop-f16, coop-f16x3, coop-band-f16, coop-stem-f16, direct.\n\n\
+--model NAME benchmarks a network's distinct convolutions (resnet50, mobilenet_v2, vgg16, alexnet: \
+cli/data/models.json; no bias) at the model's batch (a CPU adapter: batch 2; --batch overrides). Per layer: the \
+kernel a default Conv2d picks (and why) and every kernel of the precision's default family's sweep that the \
+device and the layer accept (--configs instead: the default plus those), each checked against ONE CPU reference \
+image (image 0, NaN-poisoned output) and timed like the single-problem bench; the best correct one; TFLOP/s, \
+GB/s (input + weights + output, f32) and the % of the device's floor max(FLOPs / peak, bytes / bandwidth), \
+with the bandwidth measured at start by a large buffer copy. Network totals are Σ time × multiplicity. \
+--compare adds cuDNN's columns from scripts/cudnn_layers.py's JSON. --runs may go below 20 here (rough medians).",
+    after_help = "Examples:\n  wgconv bench\n  wgconv bench --batch 64 --json bench.json --svg bench.svg\n  \
+wgconv bench --configs auto,tiled:m32n64k32-t4x4-w4-s2,m64n96k16-t4x12-w4-s1,direct\n  \
+wgconv bench --precision f16 --configs auto,coop-stem-f16:m32n96-f2-h6,band:m128n96d16-w8-s1\n  \
+wgconv bench --in-channels 64 --out-channels 64 --height 56 --width 56 --kernel 3 --stride 1 --padding 1 --batch 32\n  \
+wgconv bench --model resnet50 --json resnet50.json --svg resnet50.svg --compare cudnn_resnet50.json\n  \
+wgconv bench --model alexnet --batch 1 --layers conv3.3x3 --configs auto,direct"
+)]
+pub struct Args {
+    #[command(flatten)]
+    pub(crate) shape: ShapeArgs,
+    /// Benchmark every distinct convolution of a network instead of one problem: resnet50,
+    /// mobilenet_v2, vgg16, alexnet (at the model's batch; see `--model` in the long help)
+    #[arg(
+        long,
+        value_name = "NAME",
+        conflicts_with_all = [
+            "in_channels", "out_channels", "height", "width", "kernel", "stride", "padding", "dilation", "groups", "no_bias"
+        ]
+    )]
+    pub(crate) model: Option<String>,
+    /// With --model: only these layers (comma-separated names from the model's list)
+    #[arg(long, value_delimiter = ',', value_name = "NAMES", requires = "model")]
+    pub(crate) layers: Option<Vec<String>>,
+    /// With --model: add the cuDNN columns from this JSON (written by scripts/cudnn_layers.py)
+    #[arg(long, value_name = "FILE", requires = "model")]
+    pub(crate) compare: Option<std::path::PathBuf>,
+    /// Comma-separated kernels: full names family:config (tiled:m32n64k32-t4x4-w4-s2,
+    /// coop-stem-f16:m32n96-f2-h6, ...), family names (direct), tile configs
+    /// (m64n96k16-t4x12-w4-s1: the precision's default family), band:NAME / stem:NAME, or
+    /// auto (what a default Conv2d runs); default: the declared sweep
+    #[arg(long, value_delimiter = ',', value_name = "KERNELS")]
+    pub(crate) configs: Option<Vec<String>>,
+    /// Also run the direct (one output per invocation) kernel
+    #[arg(long)]
+    pub(crate) direct: bool,
+    /// Timed runs per config (at least 20; with --model at least 1)
+    #[arg(long, default_value_t = 30)]
+    pub(crate) runs: u32,
+    /// Untimed warm-up runs per config
+    #[arg(long, default_value_t = 5)]
+    pub(crate) warmup: u32,
+    /// Peak in TFLOP/s for the "% peak" column (default: a known datasheet table by adapter name:
+    /// FP32 for the f32 and f16-SIMT kernels, f16 tensor for cooperative matrices, a third of
+    /// it for f16x3)
+    #[arg(long)]
+    pub(crate) peak_tflops: Option<f64>,
+    /// Fuse a ReLU into the store
+    #[arg(long)]
+    pub(crate) relu: bool,
+    /// f32; f16 operands with f32 accumulation (cooperative matrices where the device has
+    /// them, else the f16 SIMT kernel; the table says which ran); or f16x3, f32-accurate
+    /// from three f16 products (cooperative matrices only)
+    #[arg(long, value_enum, default_value = "f32")]
+    pub(crate) precision: PrecisionArg,
+    /// Write every figure as JSON
+    #[arg(long)]
+    pub(crate) json: Option<std::path::PathBuf>,
+    /// Write a chart of the sweep as SVG
+    #[arg(long)]
+    pub(crate) svg: Option<std::path::PathBuf>,
+    /// Adapter name substring (default: WGCONV_ADAPTER, else the best adapter)
+    #[arg(long)]
+    pub(crate) adapter: Option<String>,
+}
+
+/// The short prefixes of `--configs` for the f16 kernels no tile config names, and the
+/// families they stand for.
+const SHORT_PREFIXES: [(&str, &str); 2] = [("band:", "coop-band-f16"), ("stem:", "coop-stem-f16")];
+
+/// One `--configs` entry, as the kernel to time (`None`: `auto`, resolved once the device
+/// is open).
+pub(crate) fn parse_entry(entry: &str, precision: Precision, gpu: &Gpu) -> CliResult<Option<Kernel>> {
+    let name = entry.trim();
+    if name == "auto" {
+        return Ok(None);
+    }
+    let full = match SHORT_PREFIXES.iter().find_map(|(p, f)| Some((*f, name.strip_prefix(p)?))) {
+        Some((family, config)) => format!("{family}:{config}"),
+        None => name.to_string(),
+    };
+    let family = full.split_once(':').map_or(full.as_str(), |(f, _)| f);
+    if full.contains(':') || family_names().contains(&family) {
+        // The family first: a kernel of another precision is refused before its config is read.
+        if let Ok(p) = Kernel::parse(family).map(|k| k.precision()) {
+            if p != precision && family != "direct" {
+                return Err(CliError(format!("{name}: the {family} kernel computes in {p}; add --precision {p}")));
+            }
+        }
+        let kernel = Kernel::parse(&full).map_err(|e| CliError(format!("--configs {name}: {e}")))?;
+        return Ok(Some(kernel));
+    }
+    let tile = TileConfig::parse(name).map_err(|e| {
+        CliError(format!("--configs {name}: {e} (or a kernel family:config, a family name such as direct, or auto)"))
+    })?;
+    let default = default_kernel(gpu.caps(), precision)?;
+    default.with_tile(tile).map(Some).ok_or_else(|| {
+        CliError(format!("--configs {name}: the {precision} default kernel {default} takes no tile config"))
+    })
+}
+
+/// The kernel a `Conv2d` with default options (at this precision and activation) runs on
+/// this convolution and device, and why: `--configs auto`. Built for real (with zero
+/// weights), so that it is the library's own selection, not a copy of it.
+pub(crate) fn auto_selection(
+    gpu: &Arc<Gpu>,
+    spec: Conv2dSpec,
+    precision: Precision,
+    activation: Activation,
+) -> CliResult<Selection> {
+    let weight = vec![0.0f32; spec.weight_len()];
+    let bias = spec.bias.then(|| vec![0.0f32; spec.out_channels as usize]);
+    let options = Conv2dOptions { precision, activation, ..Default::default() };
+    let conv = Conv2d::new(gpu, spec, &weight, bias.as_deref(), options)
+        .map_err(|e| CliError(format!("--configs auto: {e}")))?;
+    Ok(conv.kernel().clone())
+}
