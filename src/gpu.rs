@@ -59,6 +59,15 @@ impl AdapterSummary {
 }
 
 /// A device and queue wgconv runs on, created by wgconv or handed in by the caller.
+///
+/// ```no_run
+/// use wgconv::{Gpu, GpuOptions};
+/// // The best adapter, with cooperative matrices where it offers them (opt-in: wgpu marks
+/// // the feature experimental).
+/// let gpu = Gpu::with_options(GpuOptions { cooperative_matrix: true, ..Default::default() })?;
+/// println!("{} (cooperative matrices: {})", gpu.caps().name, gpu.caps().coop_f16);
+/// # Ok::<(), wgconv::Error>(())
+/// ```
 pub struct Gpu {
     /// The device.
     pub device: wgpu::Device,

@@ -79,6 +79,15 @@ impl Padding {
 }
 
 /// The attributes of a 2-D convolution: everything but the batch and spatial size.
+///
+/// ```
+/// use wgconv::{Conv2dSpec, Padding, Shape4};
+/// // nn.Conv2d(3, 64, kernel_size=7, stride=2, padding=3, bias=True)
+/// let spec = Conv2dSpec::new(3, 64, 7).stride(2, 2).padding(Padding::uniform(3)).with_bias(true);
+/// let problem = spec.problem(Shape4::new(8, 3, 224, 224))?;
+/// assert_eq!(problem.output, Shape4::new(8, 64, 112, 112));
+/// # Ok::<(), wgconv::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "tune", derive(serde::Serialize, serde::Deserialize))]
 pub struct Conv2dSpec {
