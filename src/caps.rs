@@ -133,6 +133,16 @@ impl DeviceCaps {
     pub fn is_cpu(&self) -> bool {
         self.device_type == wgpu::DeviceType::Cpu
     }
+    /// Why an f16 kernel cannot run here, if the device lacks `SHADER_F16`.
+    pub(crate) fn shader_f16_missing(&self) -> Option<String> {
+        (!self.shader_f16()).then(|| {
+            format!(
+                "needs the SHADER_F16 feature, which the device on {} was not created with (a device \
+                 opened by Gpu::new requests it where the adapter offers it)",
+                self.name
+            )
+        })
+    }
     /// Whether the device is NVIDIA's.
     pub fn is_nvidia(&self) -> bool {
         self.vendor == VENDOR_NVIDIA

@@ -56,10 +56,10 @@ pub use gpu::{Gpu, GpuOptions};
 pub use kernel::{Kernel, Precision};
 pub use options::{Activation, ConfigSource, Conv2dOptions, Selection};
 pub use spec::{Conv2dSpec, ConvProblem, Padding, Shape4};
+pub use tile::TileConfig;
 /// The wgpu this crate is built against: devices, queues and buffers handed to
 /// [`Gpu::from_device`] and [`Conv2d::encode`] must come from this version.
 pub use wgpu;
-pub use tile::TileConfig;
 
 /// What the command line, the benchmarks and the tests use beyond the main API: every
 /// family's vocabulary and sweep, adapter enumeration, and the selection's rules.

@@ -63,8 +63,8 @@ pub(crate) fn select(
     if let Some(reason) = stem_rule(caps, spec, options.precision) {
         return Ok(Selection { kernel: stem::STEM.reference(), source: ConfigSource::Default, reason });
     }
-    if let Some(reason) = depthwise_rule(spec, options.precision) {
-        return Ok(Selection { kernel: direct::DIRECT.reference(), source: ConfigSource::Default, reason });
+    if let Some((family, reason)) = depthwise_rule(caps, spec, options.precision) {
+        return Ok(Selection { kernel: family.reference(), source: ConfigSource::Default, reason });
     }
     let (default, why) = rule_kernel(caps, options.precision)?;
     if let Some(kernel) = cached(&default) {
@@ -120,26 +120,37 @@ pub(crate) fn stem_rule(caps: &DeviceCaps, spec: &Conv2dSpec, precision: Precisi
 /// The most output channels per group that the depthwise rule sends to the direct kernel.
 pub const DEPTHWISE_MAX_MULTIPLIER: u32 = 4;
 
-/// The depthwise rule: f32 convolutions whose groups read one input channel each and write
-/// at most [`DEPTHWISE_MAX_MULTIPLIER`] run the direct kernel. The tiled kernels pad each
-/// group's output channels to a whole block (32 to 128) and its K to a whole step, so on
-/// such groups almost all of their work is padding: on the H100 the direct kernel ran
-/// MobileNetV2's ten depthwise layers 26–36× faster than the seed's tiled config (within
-/// 1.0–2.1× of cuDNN strict fp32), and no tiled config came within 7×. Until a depthwise
-/// family exists, this is the fastest kernel wgconv has for them. Returns the reason, or
-/// `None` where the rule does not apply.
-pub(crate) fn depthwise_rule(spec: &Conv2dSpec, precision: Precision) -> Option<String> {
-    let applies = precision == Precision::F32
-        && spec.groups > 1
+/// The depthwise rule: convolutions whose groups read one input channel each and write at
+/// most [`DEPTHWISE_MAX_MULTIPLIER`] run the direct kernel (`direct` in f32, `direct-f16` in
+/// f16 where the device has `SHADER_F16`). The tiled kernels pad each group's output
+/// channels to a whole block (32 to 128) and its K to a whole step, so on such groups almost
+/// all of their work is padding: on the H100 the direct kernel ran MobileNetV2's ten
+/// depthwise layers 26–36× faster than the seed's tiled config (within 1.0–2.1× of cuDNN
+/// strict fp32) and 7–11× faster than the cooperative-matrix kernel in f16. Until a
+/// depthwise family exists, this is the fastest kernel wgconv has for them. Returns the
+/// family and the reason, or `None` where the rule does not apply.
+pub(crate) fn depthwise_rule(
+    caps: &DeviceCaps,
+    spec: &Conv2dSpec,
+    precision: Precision,
+) -> Option<(&'static dyn Family, String)> {
+    let depthwise = spec.groups > 1
         && spec.in_channels_per_group() == 1
         && spec.out_channels_per_group() <= DEPTHWISE_MAX_MULTIPLIER;
-    applies.then(|| {
-        format!(
-            "f32 depthwise ({} groups of one input channel): the direct kernel (the tiled kernels would \
+    let family: &'static dyn Family = match precision {
+        Precision::F32 => &direct::DIRECT,
+        Precision::F16Accum32 => &direct::DIRECT_F16,
+        Precision::F16x3 => return None,
+    };
+    (depthwise && family.unavailable(caps).is_none()).then(|| {
+        let reason = format!(
+            "{precision} depthwise ({} groups of one input channel): the {} kernel (the tiled kernels would \
              pad each group's {} output channel(s) to a whole block)",
             spec.groups,
+            family.name(),
             spec.out_channels_per_group()
-        )
+        );
+        (family, reason)
     })
 }
 
@@ -245,11 +256,12 @@ mod tests {
         // f32 dense: the tile config of the kind of device.
         assert_eq!(pick(&gpu, dense, Precision::F32).kernel.to_string(), "tiled:m64n96k16-t4x12-w4-s1");
         assert_eq!(pick(&cpu, dense, Precision::F32).kernel.to_string(), "tiled:m64n64k16-t8x8-w2-s2");
-        // f32 depthwise: the direct kernel, on any device; not with a large multiplier.
+        // Depthwise: the direct kernel, on any device, f32 or f16; not with a large multiplier.
         for c in [&gpu, &cpu] {
             let s = pick(c, depthwise, Precision::F32);
             assert_eq!((s.kernel.family(), s.source), ("direct", ConfigSource::Default), "{s}");
             assert!(s.reason.contains("depthwise"), "{s}");
+            assert_eq!(pick(c, depthwise, Precision::F16Accum32).kernel.family(), "direct-f16");
         }
         assert_eq!(pick(&gpu, Conv2dSpec::new(8, 64, 3).groups(8), Precision::F32).kernel.family(), "tiled");
         // f16: the stem kernel on NVIDIA's cooperative matrices for image inputs, else the

@@ -99,8 +99,13 @@ fn f16_default_and_explicit_configs_on_ragged_shapes() {
     for (name, spec, nhw, relu) in ragged_shapes() {
         let case = case(name, spec, nhw, relu);
         let conv = f16_conv(&gpu, &case, None, relu);
-        if !gpu.has_coop_f16() {
-            let kind = &conv.kernel().kernel;
+        let kind = &conv.kernel().kernel;
+        // Depthwise layers run the direct kernel (select's depthwise rule), on every device;
+        // the rest the SIMT tiled kernel where there are no cooperative matrices.
+        let depthwise = spec.groups > 1 && spec.in_channels_per_group() == 1 && spec.out_channels_per_group() <= 4;
+        if depthwise {
+            assert_eq!(kind.family(), "direct-f16", "{name}: default f16 kernel is {kind}");
+        } else if !gpu.has_coop_f16() {
             assert_eq!(kind.family(), "tiled-f16", "{name}: default f16 kernel is {kind}");
         }
         worst = worst.max(check_f16(&gpu, &case, &conv));

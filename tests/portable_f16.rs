@@ -35,6 +35,13 @@ fn coop_sweeps_translate_to_spirv() {
 }
 
 #[test]
+fn f16_direct_kernel_translates() {
+    let k = kernel("direct-f16");
+    assert_eq!(portable_targets(&k), ["SPIR-V", "MSL", "HLSL"]);
+    check_portable(&k).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
 fn f16_simt_sweep_translates() {
     for c in default_sweep() {
         let k = kernel(&format!("tiled-f16:{c}"));

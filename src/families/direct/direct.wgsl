@@ -1,9 +1,12 @@
 // The direct kernel: one output element per invocation, weights in their original
-// [C_out, C_in/groups, KH, KW] layout. Slow on purpose-free grounds: it is the GPU-side
-// oracle for the tiled kernel and the fallback when no tile config fits a device.
+// [C_out, C_in/groups, KH, KW] layout. The GPU-side oracle of the tiled kernels, the
+// fallback when no tile config fits a device, and (until a depthwise family exists) the
+// kernel of depthwise convolutions, where the tiled kernels' blocks are mostly padding. With
+// f32 operands, or rounded to f16 by the precision module (the weights at upload).
 // CPU twin: src/reference.rs (conv2d).
 
 #import params
+#import precision
 
 const DIRECT_WG: u32 = 64u;
 
@@ -45,10 +48,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
                 if (ix < 0 || ix >= i32(p.w)) {
                     continue;
                 }
-                let x = input[in_base + (ic * p.h + u32(iy)) * p.w + u32(ix)];
+                let x = to_operand(input[in_base + (ic * p.h + u32(iy)) * p.w + u32(ix)]);
                 acc = fma(x, weight[w_base + (ic * p.kh + ky) * p.kw + kx], acc);
             }
         }
     }
+    report_range();
     output[p.out_offset + idx] = activate(acc);
 }

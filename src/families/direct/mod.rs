@@ -1,8 +1,11 @@
-//! The direct kernel: one output per invocation, weights as given. The GPU-side oracle of
-//! the tiled kernels and the fallback where no tile config fits a device.
+//! The direct kernel: one output per invocation, weights as given (`direct`: f32 operands;
+//! `direct-f16`: operands rounded to f16, f32 accumulation). The GPU-side oracle of the
+//! tiled kernels, the fallback where no tile config fits a device, and selection's kernel
+//! for depthwise convolutions (see `select::depthwise_rule`).
 
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
+use crate::families::tiled::round_to_f16;
 use crate::kernel::{
     compose, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Target, ALL_TARGETS,
 };
@@ -12,46 +15,71 @@ use crate::spec::{Conv2dSpec, ConvProblem};
 pub(crate) const WORKGROUP: u32 = 64;
 const DIRECT_WGSL: &str = include_str!("direct.wgsl");
 
-/// The family.
-pub(crate) struct Direct;
-/// Its one instance in the registry.
-pub(crate) static DIRECT: Direct = Direct;
+/// The family, with f32 or f16-rounded operands.
+#[derive(Debug)]
+pub(crate) struct Direct {
+    /// Operands rounded to f16 (`direct-f16`).
+    f16: bool,
+}
+/// `direct`.
+pub(crate) static DIRECT: Direct = Direct { f16: false };
+/// `direct-f16`.
+pub(crate) static DIRECT_F16: Direct = Direct { f16: true };
 
 impl Family for Direct {
     fn name(&self) -> &'static str {
-        "direct"
+        if self.f16 {
+            "direct-f16"
+        } else {
+            "direct"
+        }
     }
     fn precision(&self) -> Precision {
-        Precision::F32
+        if self.f16 {
+            Precision::F16Accum32
+        } else {
+            Precision::F32
+        }
     }
-    fn unavailable(&self, _caps: &DeviceCaps) -> Option<String> {
-        None
+    fn unavailable(&self, caps: &DeviceCaps) -> Option<String> {
+        if self.f16 {
+            caps.shader_f16_missing()
+        } else {
+            None
+        }
     }
     fn parse(&'static self, config: &str) -> Result<Kernel> {
         if config.is_empty() {
             Ok(self.reference())
         } else {
-            Err(Error::Parse(format!("the direct kernel has no config, got {config:?}")))
+            Err(Error::Parse(format!("the {} kernel has no config, got {config:?}", self.name())))
         }
     }
     fn reference(&'static self) -> Kernel {
-        Kernel::new(DirectKernel)
+        Kernel::new(DirectKernel { family: self })
     }
     fn sweep(&'static self) -> Vec<Kernel> {
         vec![self.reference()]
     }
     fn targets(&self) -> &'static [Target] {
-        ALL_TARGETS
+        // naga's GLSL backend has no f16.
+        if self.f16 {
+            &[Target::SpirV, Target::Msl, Target::Hlsl]
+        } else {
+            ALL_TARGETS
+        }
     }
 }
 
-/// The direct kernel's (empty) config.
+/// The direct kernel's config: only its family.
 #[derive(Debug)]
-pub(crate) struct DirectKernel;
+pub(crate) struct DirectKernel {
+    family: &'static Direct,
+}
 
 impl KernelConfig for DirectKernel {
     fn family(&self) -> &'static dyn Family {
-        &DIRECT
+        self.family
     }
     fn name(&self) -> String {
         String::new()
@@ -62,7 +90,7 @@ impl KernelConfig for DirectKernel {
     fn check_limits(&self, limits: &KernelLimits) -> Result<()> {
         if WORKGROUP > limits.invocations_per_workgroup.min(limits.workgroup_size_x) {
             return Err(Error::ConfigRefused {
-                config: "direct".into(),
+                config: self.family.name().into(),
                 reason: format!("{WORKGROUP} invocations exceed the device's {}", limits.invocations_per_workgroup),
             });
         }
@@ -75,16 +103,20 @@ impl KernelConfig for DirectKernel {
         spec.weight_len() as u64 * 4
     }
     fn pack(&self, _spec: &Conv2dSpec, weight: &[f32], _bias: &[f32]) -> Result<Packed> {
-        Ok(Packed { weight: bytemuck::cast_slice(weight).to_vec(), extra: Vec::new(), out_scale: 1.0 })
+        let mut weight = weight.to_vec();
+        if self.family.f16 {
+            round_to_f16(&mut weight, "weight")?;
+        }
+        Ok(Packed { weight: bytemuck::cast_slice(&weight).to_vec(), extra: Vec::new(), out_scale: 1.0 })
     }
     fn extra_bindings(&self) -> &'static [u32] {
         &[]
     }
     fn shape(&self, _problem: &ConvProblem, _limits: &KernelLimits) -> Result<Box<dyn Shaped>> {
-        Ok(Box::new(DirectShaped))
+        Ok(Box::new(DirectShaped(self.family.precision())))
     }
     fn representative_sources(&self) -> Result<Vec<String>> {
-        Ok(vec![DirectShaped.source()?])
+        Ok(vec![DirectShaped(self.family.precision()).source()?])
     }
     fn invocations(&self) -> u32 {
         WORKGROUP
@@ -94,11 +126,12 @@ impl KernelConfig for DirectKernel {
     }
 }
 
-struct DirectShaped;
+/// The direct kernel at a precision (its source does not depend on the problem).
+struct DirectShaped(Precision);
 
 impl Shaped for DirectShaped {
     fn source(&self) -> Result<String> {
-        compose("direct", &[("direct", DIRECT_WGSL)], Vec::new(), Precision::F32, false)
+        compose("direct", &[("direct", DIRECT_WGSL)], Vec::new(), self.0, false)
     }
     fn tables(&self) -> Result<Vec<(u32, &'static str, Vec<u8>)>> {
         Ok(Vec::new())

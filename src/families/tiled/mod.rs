@@ -46,7 +46,11 @@ impl Family for Tiled {
         }
     }
     fn unavailable(&self, caps: &DeviceCaps) -> Option<String> {
-        (self.f16 && !caps.shader_f16()).then(|| shader_f16_missing(caps))
+        if self.f16 {
+            caps.shader_f16_missing()
+        } else {
+            None
+        }
     }
     fn parse(&'static self, config: &str) -> Result<Kernel> {
         Ok(Kernel::new(TiledKernel { family: self, tile: TileConfig::parse(config)? }))
@@ -65,15 +69,6 @@ impl Family for Tiled {
             ALL_TARGETS
         }
     }
-}
-
-/// Why a device without `SHADER_F16` cannot run an f16 kernel.
-pub(crate) fn shader_f16_missing(caps: &DeviceCaps) -> String {
-    format!(
-        "needs the SHADER_F16 feature, which the device on {} was not created with (a device \
-         opened by Gpu::new requests it where the adapter offers it)",
-        caps.name
-    )
 }
 
 /// A kernel of the SIMT tiled family.
