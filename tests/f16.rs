@@ -271,9 +271,17 @@ fn coop_kernel_on_ragged_shapes() {
         let conv = f16_conv(&gpu, &case, None, relu);
         let kind = &conv.kernel().kernel;
         // On NVIDIA the stem kernel for image inputs (no groups, at most 4 channels, no
-        // dilation), else the gathering kernel (faster than the row-band one on the H100).
+        // dilation); the direct kernel for depthwise layers; else the gathering kernel
+        // (faster than the row-band one on the H100).
         let stem = stem_is_default(gpu.caps(), &spec);
-        let want = if stem { "coop-stem-f16" } else { "coop-f16" };
+        let depthwise = spec.groups > 1 && spec.in_channels_per_group() == 1 && spec.out_channels_per_group() <= 4;
+        let want = if stem {
+            "coop-stem-f16"
+        } else if depthwise {
+            "direct-f16"
+        } else {
+            "coop-f16"
+        };
         assert_eq!(kind.family(), want, "{name}: default f16 kernel on a coop device is {kind}");
         check_f16(&gpu, &case, &conv);
         for kind in &explicit {
