@@ -100,6 +100,47 @@ impl Target {
 #[cfg_attr(not(feature = "naga-check"), allow(dead_code))]
 pub(crate) const ALL_TARGETS: &[Target] = &[Target::SpirV, Target::Msl, Target::Hlsl, Target::Glsl];
 
+/// The operands of the SIMT families that come in two variants (`tiled` / `tiled-f16`,
+/// `direct` / `direct-f16`): f32, or rounded to f16 by the precision module (which needs
+/// `SHADER_F16`, and which naga's GLSL backend cannot express).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SimtOperands {
+    /// Rounded to f16.
+    pub f16: bool,
+}
+
+impl SimtOperands {
+    /// The variant's family name.
+    pub fn name(self, f32_name: &'static str, f16_name: &'static str) -> &'static str {
+        if self.f16 {
+            f16_name
+        } else {
+            f32_name
+        }
+    }
+    /// The variant's precision.
+    pub fn precision(self) -> Precision {
+        if self.f16 {
+            Precision::F16Accum32
+        } else {
+            Precision::F32
+        }
+    }
+    /// Why the device cannot run the variant, if it cannot.
+    pub fn unavailable(self, caps: &DeviceCaps) -> Option<String> {
+        self.f16.then(|| caps.shader_f16_missing()).flatten()
+    }
+    /// The languages the variant translates to.
+    #[cfg_attr(not(feature = "naga-check"), allow(dead_code))]
+    pub fn targets(self) -> &'static [Target] {
+        if self.f16 {
+            &[Target::SpirV, Target::Msl, Target::Hlsl]
+        } else {
+            ALL_TARGETS
+        }
+    }
+}
+
 /// A kernel family: one kind of shader with its own config vocabulary (a folder under
 /// `src/families/`).
 pub(crate) trait Family: Send + Sync + 'static {

@@ -242,8 +242,11 @@ mod tests {
         }
     }
 
+    /// The selection, whose kernel must be registered (its name parses back to it).
     fn pick(caps: &DeviceCaps, spec: Conv2dSpec, precision: Precision) -> Selection {
-        select(caps, &spec, &Conv2dOptions { precision, ..Default::default() }, |_| None).unwrap()
+        let s = select(caps, &spec, &Conv2dOptions { precision, ..Default::default() }, |_| None).unwrap();
+        assert_eq!(Kernel::parse(&s.kernel.to_string()).unwrap(), s.kernel, "{} is not in the registry", s.kernel);
+        s
     }
 
     #[test]

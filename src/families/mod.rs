@@ -10,9 +10,18 @@ pub mod tiled;
 use crate::error::{Error, Result};
 use crate::kernel::{Family, Kernel};
 
-/// Every family, in the order selection and listings consider them.
-pub(crate) static FAMILIES: &[&dyn Family] =
-    &[&stem::STEM, &coop::COOP_F16, &coop::COOP_F16X3, &band::BAND, &tiled::TILED, &tiled::TILED_F16, &direct::DIRECT];
+/// Every family, in the order listings show them: one line each.
+#[rustfmt::skip]
+pub(crate) static FAMILIES: &[&dyn Family] = &[
+    &stem::STEM,
+    &coop::COOP_F16,
+    &coop::COOP_F16X3,
+    &band::BAND,
+    &tiled::TILED,
+    &tiled::TILED_F16,
+    &direct::DIRECT,
+    &direct::DIRECT_F16,
+];
 
 /// The family of a name.
 pub(crate) fn family(name: &str) -> Option<&'static dyn Family> {

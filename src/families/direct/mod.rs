@@ -7,7 +7,7 @@ use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
 use crate::families::tiled::round_to_f16;
 use crate::kernel::{
-    compose, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Target, ALL_TARGETS,
+    compose, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, Shaped, SimtOperands, Target,
 };
 use crate::spec::{Conv2dSpec, ConvProblem};
 
@@ -18,35 +18,23 @@ const DIRECT_WGSL: &str = include_str!("direct.wgsl");
 /// The family, with f32 or f16-rounded operands.
 #[derive(Debug)]
 pub(crate) struct Direct {
-    /// Operands rounded to f16 (`direct-f16`).
-    f16: bool,
+    /// f32 operands, or rounded to f16 (`direct-f16`).
+    operands: SimtOperands,
 }
 /// `direct`.
-pub(crate) static DIRECT: Direct = Direct { f16: false };
+pub(crate) static DIRECT: Direct = Direct { operands: SimtOperands { f16: false } };
 /// `direct-f16`.
-pub(crate) static DIRECT_F16: Direct = Direct { f16: true };
+pub(crate) static DIRECT_F16: Direct = Direct { operands: SimtOperands { f16: true } };
 
 impl Family for Direct {
     fn name(&self) -> &'static str {
-        if self.f16 {
-            "direct-f16"
-        } else {
-            "direct"
-        }
+        self.operands.name("direct", "direct-f16")
     }
     fn precision(&self) -> Precision {
-        if self.f16 {
-            Precision::F16Accum32
-        } else {
-            Precision::F32
-        }
+        self.operands.precision()
     }
     fn unavailable(&self, caps: &DeviceCaps) -> Option<String> {
-        if self.f16 {
-            caps.shader_f16_missing()
-        } else {
-            None
-        }
+        self.operands.unavailable(caps)
     }
     fn parse(&'static self, config: &str) -> Result<Kernel> {
         if config.is_empty() {
@@ -62,12 +50,7 @@ impl Family for Direct {
         vec![self.reference()]
     }
     fn targets(&self) -> &'static [Target] {
-        // naga's GLSL backend has no f16.
-        if self.f16 {
-            &[Target::SpirV, Target::Msl, Target::Hlsl]
-        } else {
-            ALL_TARGETS
-        }
+        self.operands.targets()
     }
 }
 
@@ -104,7 +87,7 @@ impl KernelConfig for DirectKernel {
     }
     fn pack(&self, _spec: &Conv2dSpec, weight: &[f32], _bias: &[f32]) -> Result<Packed> {
         let mut weight = weight.to_vec();
-        if self.family.f16 {
+        if self.family.operands.f16 {
             round_to_f16(&mut weight, "weight")?;
         }
         Ok(Packed { weight: bytemuck::cast_slice(&weight).to_vec(), extra: Vec::new(), out_scale: 1.0 })

@@ -8,7 +8,7 @@ pub use crate::tile::{default_sweep, TileConfig};
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
 use crate::kernel::{
-    compose, workgroups_u32, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Target, ALL_TARGETS,
+    compose, workgroups_u32, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, Shaped, SimtOperands, Target,
     GRID_BINDING,
 };
 use crate::spec::{Conv2dSpec, ConvProblem};
@@ -20,37 +20,25 @@ const TILED_WGSL: &str = include_str!("tiled.wgsl");
 /// The SIMT tiled family, with f32 or f16-rounded operands.
 #[derive(Debug)]
 pub(crate) struct Tiled {
-    /// Operands rounded to f16 (`tiled-f16`).
-    f16: bool,
+    /// f32 operands, or rounded to f16 (`tiled-f16`).
+    operands: SimtOperands,
 }
 
 /// `tiled`: f32 operands.
-pub(crate) static TILED: Tiled = Tiled { f16: false };
+pub(crate) static TILED: Tiled = Tiled { operands: SimtOperands { f16: false } };
 /// `tiled-f16`: operands rounded to f16, f32 accumulation (devices with `SHADER_F16` but no
 /// cooperative matrices, e.g. lavapipe).
-pub(crate) static TILED_F16: Tiled = Tiled { f16: true };
+pub(crate) static TILED_F16: Tiled = Tiled { operands: SimtOperands { f16: true } };
 
 impl Family for Tiled {
     fn name(&self) -> &'static str {
-        if self.f16 {
-            "tiled-f16"
-        } else {
-            "tiled"
-        }
+        self.operands.name("tiled", "tiled-f16")
     }
     fn precision(&self) -> Precision {
-        if self.f16 {
-            Precision::F16Accum32
-        } else {
-            Precision::F32
-        }
+        self.operands.precision()
     }
     fn unavailable(&self, caps: &DeviceCaps) -> Option<String> {
-        if self.f16 {
-            caps.shader_f16_missing()
-        } else {
-            None
-        }
+        self.operands.unavailable(caps)
     }
     fn parse(&'static self, config: &str) -> Result<Kernel> {
         Ok(Kernel::new(TiledKernel { family: self, tile: TileConfig::parse(config)? }))
@@ -62,12 +50,7 @@ impl Family for Tiled {
         default_sweep().into_iter().map(|tile| Kernel::new(TiledKernel { family: self, tile })).collect()
     }
     fn targets(&self) -> &'static [Target] {
-        // naga's GLSL backend has no f16.
-        if self.f16 {
-            &[Target::SpirV, Target::Msl, Target::Hlsl]
-        } else {
-            ALL_TARGETS
-        }
+        self.operands.targets()
     }
 }
 
@@ -99,7 +82,7 @@ impl KernelConfig for TiledKernel {
     }
     fn pack(&self, spec: &Conv2dSpec, weight: &[f32], _bias: &[f32]) -> Result<Packed> {
         let mut packed = pack_weights(spec, weight, &self.tile);
-        if self.family.f16 {
+        if self.family.operands.f16 {
             round_to_f16(&mut packed, "weight")?;
         }
         Ok(Packed { weight: bytemuck::cast_slice(&packed).to_vec(), extra: Vec::new(), out_scale: 1.0 })
