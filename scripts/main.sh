@@ -38,7 +38,7 @@ where_supported() {
 # cooperative matrices; elsewhere wgconv refuses that precision and this step says so.
 say "wgconv bench --precision f16x3 (AlexNet conv1): JSON $OUT/bench-f16x3.json"
 where_supported bench --precision f16x3 --json "$OUT/bench-f16x3.json" "$@"
-say "wgconv tune (AlexNet conv1, the seed's config as the original)"
+say "wgconv tune (AlexNet conv1, the config a default Conv2d starts from as the original)"
 "$BIN" tune --json "$OUT/tune.json"
 # The other precisions' kernels tune on their own (each decision is cached per precision):
 # f16 on cooperative matrices or the f16 SIMT kernel, f16x3 on cooperative matrices only.

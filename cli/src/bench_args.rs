@@ -13,7 +13,7 @@ use wgconv::{Activation, Conv2d, Conv2dOptions, Conv2dSpec, Gpu, Kernel, Precisi
     long_about = "Runs every kernel of the declared sweep (or --configs) on one problem: checks each against \
 the CPU reference on the first and last image (output poisoned with NaN first; a wrong kernel is marked, never \
 ranked), then times it with GPU timestamp queries (median, min, max over --runs after --warmup). The first \
-kernel (without --configs: the seed's config) is the baseline row. On a CPU adapter (lavapipe) the batch \
+kernel (without --configs: the first of the sweep, the seed's config for f32) is the baseline row. On a CPU adapter (lavapipe) the batch \
 defaults to a small one.\n\n\
 --configs takes comma-separated kernels, each one of:\n  \
 family:config  a kernel by its full name, e.g. tiled:m32n64k32-t4x4-w4-s2, coop-f16:m64n96k16-t4x12-w4-s1, \
