@@ -137,8 +137,8 @@ impl DeviceCaps {
     pub(crate) fn shader_f16_missing(&self) -> Option<String> {
         (!self.shader_f16()).then(|| {
             format!(
-                "needs the SHADER_F16 feature, which the device on {} was not created with (a device \
-                 opened by Gpu::new requests it where the adapter offers it)",
+                "needs the SHADER_F16 feature, which the device on {} does not have (Gpu::new requests \
+                 it where the adapter offers it; a device of your own must list it in required_features)",
                 self.name
             )
         })
