@@ -161,6 +161,11 @@ pub(crate) trait Family: Send + Sync + 'static {
     /// The languages its WGSL must translate to.
     #[cfg_attr(not(feature = "naga-check"), allow(dead_code))]
     fn targets(&self) -> &'static [Target];
+    /// Whether the benchmark's default sweep of its precision includes it (the direct
+    /// kernels, oracles and fallbacks, are timed on request only).
+    fn benchmarked(&self) -> bool {
+        true
+    }
 }
 
 /// Weights (and any other per-op data) as a kernel reads them.

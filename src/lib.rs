@@ -91,6 +91,17 @@ pub mod advanced {
             .ok_or_else(|| crate::Error::Parse(format!("unknown kernel family {family:?}")))
     }
 
+    /// The families a benchmark of `precision` sweeps on a device: every registered family
+    /// of that precision the device can run, in the registry's order, except the direct
+    /// kernels (timed on request).
+    pub fn benchmark_families(caps: &DeviceCaps, precision: Precision) -> Vec<&'static str> {
+        crate::families::FAMILIES
+            .iter()
+            .filter(|f| f.precision() == precision && f.benchmarked() && f.unavailable(caps).is_none())
+            .map(|f| f.name())
+            .collect()
+    }
+
     /// The kernel a `Conv2d` with these options would run on a device with these
     /// capabilities, and why (without the tuning cache, and without opening a device).
     pub fn select(caps: &DeviceCaps, spec: &Conv2dSpec, options: &Conv2dOptions) -> Result<Selection> {

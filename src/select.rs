@@ -279,6 +279,23 @@ mod tests {
         assert!(e.unwrap_err().to_string().contains("cooperative matrices"));
     }
 
+    /// The benchmark sweeps every family of a precision that the device runs, never the
+    /// direct kernels.
+    #[test]
+    fn benchmark_families_follow_the_device() {
+        use crate::advanced::benchmark_families;
+        let nvidia = caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, true);
+        let cpu = caps(wgpu::DeviceType::Cpu, 0x10005, false);
+        assert_eq!(benchmark_families(&cpu, Precision::F32), ["tiled"]);
+        assert_eq!(benchmark_families(&cpu, Precision::F16Accum32), ["tiled-f16"]);
+        assert!(benchmark_families(&cpu, Precision::F16x3).is_empty());
+        assert_eq!(
+            benchmark_families(&nvidia, Precision::F16Accum32),
+            ["coop-stem-f16", "coop-f16", "coop-band-f16", "tiled-f16"]
+        );
+        assert_eq!(benchmark_families(&nvidia, Precision::F16x3), ["coop-f16x3"]);
+    }
+
     #[test]
     fn explicit_kernel_is_checked_and_kept() {
         let cpu = caps(wgpu::DeviceType::Cpu, 0x10005, false);

@@ -6,19 +6,19 @@ use crate::bench_run::{self, BenchOptions, BenchReport, CheckImages, Outcome};
 use crate::cli::{CliError, CliResult};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::sync::Arc;
-use wgconv::advanced::{default_kernel, sweep};
+use wgconv::advanced::{benchmark_families, default_kernel, sweep};
 use wgconv::{Activation, Gpu, GpuOptions, Kernel, Precision};
 
-/// The declared sweep of a precision on this device: f16 on cooperative matrices runs
-/// every cooperative-matrix kernel (the stem one, where the convolution suits it, refused
-/// with the reason otherwise; the opt-in row-band one; then the gathering one); the other
-/// cases run the sweep of the precision's default family.
+/// The declared sweep of a precision on this device: the sweeps of every family of that
+/// precision the device runs (`wgconv::advanced::benchmark_families`: on cooperative
+/// matrices in f16 the stem, gathering, row-band and SIMT kernels, the stem one refused
+/// with its reason where the convolution does not suit it).
 fn declared_sweep(gpu: &Gpu, precision: Precision) -> CliResult<Vec<Kernel>> {
-    let families: Vec<&str> = if precision == Precision::F16Accum32 && gpu.has_coop_f16() {
-        vec!["coop-stem-f16", "coop-band-f16", "coop-f16"]
-    } else {
-        vec![default_kernel(gpu.caps(), precision)?.family()]
-    };
+    let families = benchmark_families(gpu.caps(), precision);
+    if families.is_empty() {
+        // No family of this precision runs here: the default kernel's refusal says why.
+        default_kernel(gpu.caps(), precision)?;
+    }
     let mut kernels = Vec::new();
     for f in families {
         kernels.extend(sweep(f)?);

@@ -52,6 +52,9 @@ impl Family for Direct {
     fn targets(&self) -> &'static [Target] {
         self.operands.targets()
     }
+    fn benchmarked(&self) -> bool {
+        false
+    }
 }
 
 /// The direct kernel's config: only its family.
