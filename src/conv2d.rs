@@ -48,7 +48,7 @@ pub struct Conv2d {
     /// receives it so that reading and clearing happen in one submission.
     range_flag: wgpu::Buffer,
     range_snapshot: wgpu::Buffer,
-    /// Held by `forward` on f16 kernels: concurrent calls would share the range flag.
+    /// Held by a forward on f16 kernels: concurrent calls would share the range flag.
     forward_lock: Mutex<()>,
     /// The kernel composed per input (H, W).
     prepared: Mutex<HashMap<(u32, u32), Arc<Prepared>>>,
@@ -357,11 +357,39 @@ impl Conv2d {
     /// Batches larger than the device's binding limit run chunk by chunk.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn forward(&self, input: &[f32], shape: Shape4) -> Result<Vec<f32>> {
-        pollster::block_on(self.forward_async(input, shape))
+        // Blocking calls from several threads take turns (the f16 kernels share one range
+        // flag per op).
+        let _turn = self.needs_turns().then(|| self.forward_lock.lock().unwrap_or_else(|e| e.into_inner()));
+        pollster::block_on(self.forward_chunks(input, shape))
     }
 
-    /// [`Conv2d::forward`] without blocking (the browser's way).
+    /// [`Conv2d::forward`] without blocking (the browser's way). With an f16 or f16x3 kernel,
+    /// a second call on the same op while one is in flight is refused (the two would share
+    /// the op's range flag; waiting for the lock could block the only thread).
     pub async fn forward_async(&self, input: &[f32], shape: Shape4) -> Result<Vec<f32>> {
+        let _turn = match self.needs_turns() {
+            false => None,
+            true => Some(match self.forward_lock.try_lock() {
+                Ok(guard) => guard,
+                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    return Err(Error::Unsupported(format!(
+                        "another forward of this {} op is in flight: await it first, or use one Conv2d per task",
+                        self.selection.kernel.precision()
+                    )))
+                }
+            }),
+        };
+        self.forward_chunks(input, shape).await
+    }
+
+    /// Whether forwards take turns: the f16 precisions' range flag is one per op.
+    fn needs_turns(&self) -> bool {
+        self.selection.kernel.precision() != Precision::F32
+    }
+
+    /// The forward pass, chunk by chunk; the caller holds the turn where one is needed.
+    async fn forward_chunks(&self, input: &[f32], shape: Shape4) -> Result<Vec<f32>> {
         let problem = self.spec.problem(shape)?;
         if input.len() as u64 != problem.input.len() {
             return Err(Error::WrongLength { what: "input", expected: problem.input.len() as usize, got: input.len() });
@@ -384,8 +412,6 @@ impl Conv2d {
             mapped_at_creation: false,
         });
         scope.finish_async("buffer creation").await?;
-        let _turn = (self.selection.kernel.precision() != Precision::F32)
-            .then(|| self.forward_lock.lock().unwrap_or_else(|e| e.into_inner()));
         let mut out = Vec::new();
         out.try_reserve_exact(problem.output.len() as usize)
             .map_err(|_| Error::TooLarge(format!("{} output elements on the host", problem.output.len())))?;

@@ -26,8 +26,10 @@ impl ErrorScope {
     /// as such even where it also made later calls invalid (a buffer that could not be
     /// created is then "invalid" too).
     pub async fn finish_async(self, stage: &'static str) -> Result<()> {
-        let validation = self.validation.pop().await;
-        let oom = self.oom.pop().await;
+        // Both scopes are popped (innermost first) before either is awaited: on the web an
+        // await lets other work run, and a scope left on the stack would catch its errors.
+        let (validation, oom) = (self.validation.pop(), self.oom.pop());
+        let (validation, oom) = (validation.await, oom.await);
         match (oom, validation) {
             (Some(e), _) => Err(Error::OutOfMemory { stage, message: e.to_string() }),
             (None, Some(e)) => Err(Error::Wgpu { stage, message: e.to_string() }),
