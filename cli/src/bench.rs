@@ -1,7 +1,7 @@
 //! `wgconv bench`: compare kernels on one problem (the benchmark itself is
 //! [`crate::bench_run`]).
 
-use crate::bench_args::{auto_selection, parse_entry, Args};
+use crate::bench_args::{auto_selection, parse_entry, write_outputs, Args};
 use crate::bench_run::{self, BenchOptions, BenchReport, CheckImages, Outcome};
 use crate::cli::{CliError, CliResult};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -93,14 +93,7 @@ pub fn main(args: Args) -> CliResult {
     })?;
     bar.finish_and_clear();
     print!("{}", bench_run::table(&report));
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)?)
-            .map_err(|e| CliError(format!("--json {}: {e}", path.display())))?;
-    }
-    if let Some(path) = &args.svg {
-        chart(&report, path).map_err(|e| CliError(format!("--svg {}: {e}", path.display())))?;
-    }
-    Ok(())
+    write_outputs(&args, &report, |path| chart(&report, path))
 }
 
 /// A horizontal bar chart of median time per kernel (whiskers: min–max), fastest on top.

@@ -150,3 +150,19 @@ pub(crate) fn auto_selection(
         .map_err(|e| CliError(format!("--configs auto: {e}")))?;
     Ok(conv.kernel().clone())
 }
+
+/// Writes a benchmark's report as JSON (`--json`) and its chart as SVG (`--svg`), where asked.
+pub(crate) fn write_outputs<R: serde::Serialize>(
+    args: &Args,
+    report: &R,
+    chart: impl FnOnce(&std::path::Path) -> Result<(), Box<dyn std::error::Error>>,
+) -> CliResult {
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(report)?)
+            .map_err(|e| CliError(format!("--json {}: {e}", path.display())))?;
+    }
+    if let Some(path) = &args.svg {
+        chart(path).map_err(|e| CliError(format!("--svg {}: {e}", path.display())))?;
+    }
+    Ok(())
+}

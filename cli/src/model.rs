@@ -5,7 +5,7 @@
 //! (max(FLOPs / peak, bytes / bandwidth), the bandwidth measured at start) and, with
 //! `--compare`, against cuDNN's times from scripts/cudnn_layers.py.
 
-use crate::bench_args::{auto_selection, parse_entry, Args};
+use crate::bench_args::{auto_selection, parse_entry, write_outputs, Args};
 use crate::bench_run::{self, AutoSelection, Bandwidth, BenchOptions, CheckImages, KernelResult, Outcome};
 use crate::cli::{CliError, CliResult};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -504,14 +504,7 @@ pub fn main(args: Args) -> CliResult {
         geomeans,
     };
     print!("{}", table(&report));
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)?)
-            .map_err(|e| CliError(format!("--json {}: {e}", path.display())))?;
-    }
-    if let Some(path) = &args.svg {
-        chart(&report, path).map_err(|e| CliError(format!("--svg {}: {e}", path.display())))?;
-    }
-    Ok(())
+    write_outputs(&args, &report, |path| chart(&report, path))
 }
 
 /// One layer: the default `Conv2d`'s selection, then [`bench_run::run`] on it and the
