@@ -5,9 +5,8 @@ use crate::bench_args::{auto_selection, parse_entry, write_outputs, Args};
 use crate::bench_run::{self, BenchOptions, BenchReport, CheckImages, Outcome};
 use crate::cli::{CliError, CliResult};
 use indicatif::{ProgressBar, ProgressStyle};
-use std::sync::Arc;
 use wgconv::advanced::{benchmark_families, default_kernel, sweep};
-use wgconv::{Activation, Gpu, GpuOptions, Kernel, Precision};
+use wgconv::{Gpu, Kernel, Precision};
 
 /// The declared sweep of a precision on this device: the sweeps of every family of that
 /// precision the device runs (`wgconv::advanced::benchmark_families`: on cooperative
@@ -33,13 +32,7 @@ pub fn main(args: Args) -> CliResult {
     if args.runs < 20 {
         return Err(CliError(format!("--runs must be at least 20 (got {})", args.runs)));
     }
-    let precision = Precision::from(args.precision);
-    let activation = if args.relu { Activation::Relu } else { Activation::None };
-    let gpu = Arc::new(Gpu::with_options(GpuOptions {
-        adapter: args.adapter.clone(),
-        cooperative_matrix: precision != Precision::F32,
-        ..Default::default()
-    })?);
+    let (precision, activation, gpu) = args.open()?;
     let default_batch = if gpu.is_cpu() { bench_run::CPU_BATCH } else { 256 };
     if gpu.is_cpu() && args.shape.batch.is_none() {
         eprintln!("wgconv bench: {} is a CPU adapter: batch {default_batch} (use --batch to override)", gpu.info.name);

@@ -166,3 +166,18 @@ pub(crate) fn write_outputs<R: serde::Serialize>(
     }
     Ok(())
 }
+
+impl Args {
+    /// The precision and activation asked for, and the device to run them on (cooperative
+    /// matrices opted in for the f16 precisions).
+    pub(crate) fn open(&self) -> CliResult<(Precision, Activation, Arc<Gpu>)> {
+        let precision = Precision::from(self.precision);
+        let activation = if self.relu { Activation::Relu } else { Activation::None };
+        let gpu = Arc::new(Gpu::with_options(wgconv::GpuOptions {
+            adapter: self.adapter.clone(),
+            cooperative_matrix: precision != Precision::F32,
+            ..Default::default()
+        })?);
+        Ok((precision, activation, gpu))
+    }
+}

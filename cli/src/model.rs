@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use wgconv::advanced::{default_kernel, sweep, AdapterSummary};
 use wgconv::tune::timing::{Clock, Summary, MAX_TIMED_RUNS};
-use wgconv::{Activation, Conv2dSpec, ConvProblem, Gpu, GpuOptions, Kernel, Padding, Precision, Shape4};
+use wgconv::{Activation, Conv2dSpec, ConvProblem, Gpu, Kernel, Padding, Precision, Shape4};
 
 /// The networks: their distinct convolution layers, multiplicities and default batches.
 const MODELS_JSON: &str = include_str!("../data/models.json");
@@ -351,13 +351,7 @@ pub fn main(args: Args) -> CliResult {
         eprintln!("wgconv bench: {} runs per kernel (fewer than 20): the medians are rough", args.runs);
     }
     let compare = args.compare.as_deref().map(|p| read_compare(p, &name)).transpose()?;
-    let precision = Precision::from(args.precision);
-    let activation = if args.relu { Activation::Relu } else { Activation::None };
-    let gpu = Arc::new(Gpu::with_options(GpuOptions {
-        adapter: args.adapter.clone(),
-        cooperative_matrix: precision != Precision::F32,
-        ..Default::default()
-    })?);
+    let (precision, activation, gpu) = args.open()?;
     let batch = match args.shape.batch {
         Some(b) => b,
         None if gpu.is_cpu() => {
