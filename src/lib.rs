@@ -66,6 +66,7 @@ pub use wgpu;
 pub mod advanced {
     pub use crate::families::band::{band_sweep, BandConfig};
     pub use crate::families::coop::coop_sweep;
+    pub use crate::families::depthwise::{strip_sweep, StripConfig};
     pub use crate::families::stem::{stem_sweep, StemConfig, StemLayout, MAX_STEM_K_FRAGS};
     pub use crate::families::tiled::default_sweep;
     #[cfg(not(target_arch = "wasm32"))]
@@ -75,7 +76,7 @@ pub mod advanced {
     };
     #[cfg(feature = "naga-check")]
     pub use crate::portable::check_portable;
-    pub use crate::select::STEM_DEFAULT_MAX_CHANNELS;
+    pub use crate::select::{DEPTHWISE_MAX_CHANNELS_PER_GROUP, STEM_DEFAULT_MAX_CHANNELS};
 
     use crate::{Conv2dOptions, Conv2dSpec, DeviceCaps, Kernel, Precision, Result, Selection};
 
@@ -127,6 +128,14 @@ pub mod advanced {
     #[cfg(feature = "naga-check")]
     pub fn portable_targets(kernel: &Kernel) -> Vec<&'static str> {
         kernel.family_impl().targets().iter().map(|t| t.name()).collect()
+    }
+
+    /// Whether the depthwise rule applies to this convolution: groups of at most
+    /// [`DEPTHWISE_MAX_CHANNELS_PER_GROUP`] input channels (depthwise and narrow grouped
+    /// layers), which run the depthwise family (or, where a strip does not fit, the direct
+    /// kernel) in f32 and f16.
+    pub fn depthwise_rule_applies(spec: &Conv2dSpec) -> bool {
+        spec.groups > 1 && spec.in_channels_per_group() <= DEPTHWISE_MAX_CHANNELS_PER_GROUP
     }
 
     /// Whether f16 on this convolution runs the stem kernel by default on this device.

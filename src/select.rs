@@ -1,12 +1,12 @@
 //! Which kernel a `Conv2d` runs, decided in one place: the caller's kernel, else the stem
-//! rule, else the depthwise rule, else the tuner's cached decision, else the precision's
+//! rule, else the depthwise rule (depthwise and narrow grouped layers), else the tuner's cached decision, else the precision's
 //! default family with the config its rule picks for the device, else a fallback, each
 //! named in [`Selection::reason`]. Every rule asks only the device's
 //! capabilities ([`DeviceCaps`]), the spec and the precision; none does device work.
 
 use crate::caps::DeviceCaps;
 use crate::error::{Error, Result};
-use crate::families::{coop, direct, stem, tiled};
+use crate::families::{coop, depthwise, direct, stem, tiled};
 use crate::gpu::Gpu;
 use crate::kernel::{Family, Kernel, Precision};
 use crate::options::{ConfigSource, Conv2dOptions, Selection};
@@ -63,8 +63,8 @@ pub(crate) fn select(
     if let Some(reason) = stem_rule(caps, spec, options.precision) {
         return Ok(Selection { kernel: stem::STEM.reference(), source: ConfigSource::Default, reason });
     }
-    if let Some((family, reason)) = depthwise_rule(caps, spec, options.precision) {
-        return Ok(Selection { kernel: family.reference(), source: ConfigSource::Default, reason });
+    if let Some((kernel, reason)) = depthwise_rule(caps, spec, options.precision) {
+        return Ok(Selection { kernel, source: ConfigSource::Default, reason });
     }
     let (default, why) = rule_kernel(caps, options.precision)?;
     if let Some(kernel) = cached(&default) {
@@ -117,41 +117,46 @@ pub(crate) fn stem_rule(caps: &DeviceCaps, spec: &Conv2dSpec, precision: Precisi
     })
 }
 
-/// The most output channels per group that the depthwise rule sends to the direct kernel.
-pub const DEPTHWISE_MAX_MULTIPLIER: u32 = 4;
+/// The most input channels per group that the depthwise rule sends to the depthwise family
+/// (narrow grouped convolutions, e.g. ResNeXt's 32 groups of 4 channels).
+pub const DEPTHWISE_MAX_CHANNELS_PER_GROUP: u32 = 8;
 
-/// The depthwise rule: convolutions whose groups read one input channel each and write at
-/// most [`DEPTHWISE_MAX_MULTIPLIER`] run the direct kernel (`direct` in f32, `direct-f16` in
-/// f16 where the device has `SHADER_F16`). The tiled kernels pad each group's output
-/// channels to a whole block (32 to 128) and its K to a whole step, so on such groups almost
-/// all of their work is padding: on the H100 the direct kernel ran MobileNetV2's ten
-/// depthwise layers 26–36× faster than the seed's tiled config (within 1.0–2.1× of cuDNN
-/// strict fp32) and 7–11× faster than the cooperative-matrix kernel in f16. Until a
-/// depthwise family exists, this is the fastest kernel wgconv has for them. Returns the
-/// family and the reason, or `None` where the rule does not apply.
-pub(crate) fn depthwise_rule(
-    caps: &DeviceCaps,
-    spec: &Conv2dSpec,
-    precision: Precision,
-) -> Option<(&'static dyn Family, String)> {
-    let depthwise = spec.groups > 1
-        && spec.in_channels_per_group() == 1
-        && spec.out_channels_per_group() <= DEPTHWISE_MAX_MULTIPLIER;
-    let family: &'static dyn Family = match precision {
-        Precision::F32 => &direct::DIRECT,
-        Precision::F16Accum32 => &direct::DIRECT_F16,
+/// The depthwise rule: convolutions whose groups read at most
+/// [`DEPTHWISE_MAX_CHANNELS_PER_GROUP`] input channels (depthwise with any channel
+/// multiplier, and narrow grouped layers) run the depthwise family (`depthwise` in f32,
+/// `depthwise-f16` in f16 where the device has `SHADER_F16`), whose invocations compute
+/// strips of outputs from input rows held in registers. The GEMM kernels pad each group's
+/// output channels to a whole block (32 to 128) and its K to a whole step, so on such groups
+/// almost all of their work is padding: on the H100 the tiled kernels ran MobileNetV2's
+/// depthwise layers 26–36× slower than even the one-output-per-invocation direct kernel.
+/// The config: strips of 4 outputs, and as many output channels per invocation as the
+/// group has, up to 4 (they share the input rows). Where the spec's rows do not fit the
+/// strip in registers (very wide or dilated kernels), the direct kernel. Returns the
+/// kernel and the reason, or `None` where the rule does not apply.
+pub(crate) fn depthwise_rule(caps: &DeviceCaps, spec: &Conv2dSpec, precision: Precision) -> Option<(Kernel, String)> {
+    let narrow = crate::advanced::depthwise_rule_applies(spec);
+    let (family, fallback): (&'static depthwise::Depthwise, &'static dyn Family) = match precision {
+        Precision::F32 => (&depthwise::DEPTHWISE, &direct::DIRECT),
+        Precision::F16Accum32 => (&depthwise::DEPTHWISE_F16, &direct::DIRECT_F16),
         Precision::F16x3 => return None,
     };
-    (depthwise && family.unavailable(caps).is_none()).then(|| {
-        let reason = format!(
-            "{precision} depthwise ({} groups of one input channel): the {} kernel (the tiled kernels would \
-             pad each group's {} output channel(s) to a whole block)",
-            spec.groups,
-            family.name(),
-            spec.out_channels_per_group()
-        );
-        (family, reason)
-    })
+    if !narrow || family.unavailable(caps).is_some() {
+        return None;
+    }
+    let what = if spec.in_channels_per_group() == 1 {
+        format!("depthwise ({} groups of one input channel, multiplier {})", spec.groups, spec.out_channels_per_group())
+    } else {
+        format!("grouped ({} groups of {} input channels)", spec.groups, spec.in_channels_per_group())
+    };
+    let cfg = depthwise::StripConfig { c: spec.out_channels_per_group().min(4), ..depthwise::StripConfig::REFERENCE };
+    let kernel = family.with(cfg);
+    match kernel.check(spec, caps) {
+        Ok(()) => Some((
+            kernel,
+            format!("{precision} {what}: the depthwise family, strips of 4 outputs × {} channel(s)", cfg.c),
+        )),
+        Err(e) => Some((fallback.reference(), format!("{precision} {what}: the direct kernel, because {e}"))),
+    }
 }
 
 /// The tile config a dense f32 convolution starts from, by the kind of device, fitted to
@@ -259,14 +264,29 @@ mod tests {
         // f32 dense: the tile config of the kind of device.
         assert_eq!(pick(&gpu, dense, Precision::F32).kernel.to_string(), "tiled:m64n96k16-t4x12-w4-s1");
         assert_eq!(pick(&cpu, dense, Precision::F32).kernel.to_string(), "tiled:m64n64k16-t8x8-w2-s2");
-        // Depthwise: the direct kernel, on any device, f32 or f16; not with a large multiplier.
+        // Depthwise and narrow groups: the depthwise family, on any device, f32 or f16, with
+        // up to 4 channels per invocation; wide groups: the GEMM.
         for c in [&gpu, &cpu] {
             let s = pick(c, depthwise, Precision::F32);
-            assert_eq!((s.kernel.family(), s.source), ("direct", ConfigSource::Default), "{s}");
+            assert_eq!(
+                (s.kernel.to_string().as_str(), s.source),
+                ("depthwise:x4c1-w128", ConfigSource::Default),
+                "{s}"
+            );
             assert!(s.reason.contains("depthwise"), "{s}");
-            assert_eq!(pick(c, depthwise, Precision::F16Accum32).kernel.family(), "direct-f16");
+            assert_eq!(pick(c, depthwise, Precision::F16Accum32).kernel.family(), "depthwise-f16");
         }
-        assert_eq!(pick(&gpu, Conv2dSpec::new(8, 64, 3).groups(8), Precision::F32).kernel.family(), "tiled");
+        assert_eq!(
+            pick(&gpu, Conv2dSpec::new(8, 64, 3).groups(8), Precision::F32).kernel.to_string(),
+            "depthwise:x4c4-w128"
+        );
+        let resnext = Conv2dSpec::new(128, 128, 3).groups(32);
+        assert!(pick(&gpu, resnext, Precision::F32).reason.contains("grouped (32 groups of 4"));
+        assert_eq!(pick(&gpu, Conv2dSpec::new(64, 64, 3).groups(2), Precision::F32).kernel.family(), "tiled");
+        // A kernel too wide for the strip's registers: the direct kernel, and why.
+        let wide = Conv2dSpec::new(8, 8, 9).groups(8).dilation(8, 8);
+        let s = pick(&gpu, wide, Precision::F32);
+        assert!(s.kernel.family() == "direct" && s.reason.contains("row segments"), "{s}");
         // f16: the stem kernel on NVIDIA's cooperative matrices for image inputs, else the
         // gathering kernel; without cooperative matrices the SIMT kernel.
         assert_eq!(pick(&gpu, image, Precision::F16Accum32).kernel.family(), "coop-stem-f16");
@@ -286,12 +306,12 @@ mod tests {
         use crate::advanced::benchmark_families;
         let nvidia = caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, true);
         let cpu = caps(wgpu::DeviceType::Cpu, 0x10005, false);
-        assert_eq!(benchmark_families(&cpu, Precision::F32), ["tiled"]);
-        assert_eq!(benchmark_families(&cpu, Precision::F16Accum32), ["tiled-f16"]);
+        assert_eq!(benchmark_families(&cpu, Precision::F32), ["tiled", "depthwise"]);
+        assert_eq!(benchmark_families(&cpu, Precision::F16Accum32), ["tiled-f16", "depthwise-f16"]);
         assert!(benchmark_families(&cpu, Precision::F16x3).is_empty());
         assert_eq!(
             benchmark_families(&nvidia, Precision::F16Accum32),
-            ["coop-stem-f16", "coop-f16", "coop-band-f16", "tiled-f16"]
+            ["coop-stem-f16", "coop-f16", "coop-band-f16", "tiled-f16", "depthwise-f16"]
         );
         assert_eq!(benchmark_families(&nvidia, Precision::F16x3), ["coop-f16x3"]);
     }

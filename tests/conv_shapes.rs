@@ -8,12 +8,12 @@
 
 mod common;
 use common::*;
-use wgconv::advanced::{default_sweep, stem_is_default};
+use wgconv::advanced::{default_sweep, depthwise_rule_applies, stem_is_default};
 use wgconv::{reference, Activation, ConfigSource, Conv2d, Conv2dOptions, Precision, Shape4};
 use wgconv::{Conv2dSpec as S, Padding as P};
 
-/// Runs one shape on the default kernel (a tiled config, or the direct kernel for depthwise
-/// convolutions) and the direct one,
+/// Runs one shape on the default kernel (a tiled config, or the depthwise family for
+/// depthwise and narrow grouped convolutions) and the direct one,
 /// and on the default f16 kernel where the device has one (cooperative matrices on GPUs that
 /// offer them: on NVIDIA the stem kernel for ungrouped inputs of at most 4 channels, else the
 /// gathering kernel; the f16 SIMT kernel on lavapipe) at the f16 tolerance.
@@ -22,10 +22,10 @@ fn check(name: &str, spec: S, [n, h, w]: [u32; 3]) {
     let case = Case::new(name, spec, Shape4::new(n, spec.in_channels, h, w));
     let default = case.conv(&gpu, None);
     let (kind, source) = (&default.kernel().kernel, default.kernel().source);
-    // The depthwise rule runs groups of one input channel on the direct kernel; the rest
+    // The depthwise rule runs groups of few input channels on the depthwise family; the rest
     // runs a tiled config.
-    let depthwise = spec.groups > 1 && spec.in_channels_per_group() == 1 && spec.out_channels_per_group() <= 4;
-    let expected = if depthwise { "direct" } else { "tiled" };
+    let depthwise = depthwise_rule_applies(&spec);
+    let expected = if depthwise { "depthwise" } else { "tiled" };
     assert_eq!(kind.family(), expected, "{name}: default kernel is {kind}");
     assert_ne!(source, ConfigSource::Explicit, "{name}");
     case.check_encode(&gpu, &default);
@@ -38,7 +38,7 @@ fn check(name: &str, spec: S, [n, h, w]: [u32; 3]) {
         // gathering one.
         let stem = kind.family() == "coop-stem-f16";
         assert_eq!(stem, stem_is_default(gpu.caps(), &spec), "{name}: f16 kernel is {kind}");
-        let f16_family = if depthwise { vec!["direct-f16"] } else { vec!["coop-f16", "tiled-f16"] };
+        let f16_family = if depthwise { vec!["depthwise-f16"] } else { vec!["coop-f16", "tiled-f16"] };
         assert!(stem || f16_family.contains(&kind.family()), "{name}: f16 kernel is {kind}");
         case.check_encode(&gpu, &f16);
     }

@@ -14,7 +14,9 @@
 mod common;
 use common::*;
 use std::sync::Arc;
-use wgconv::advanced::{band_sweep, coop_sweep, default_sweep, stem_is_default, stem_sweep, BandConfig, StemConfig};
+use wgconv::advanced::{
+    band_sweep, coop_sweep, default_sweep, depthwise_rule_applies, stem_is_default, stem_sweep, BandConfig, StemConfig,
+};
 use wgconv::{reference, ConfigSource, Conv2d, Conv2dOptions, Error, Gpu, GpuOptions};
 use wgconv::{Conv2dSpec as S, Kernel, Padding as P, Precision, Shape4, TileConfig};
 
@@ -100,11 +102,11 @@ fn f16_default_and_explicit_configs_on_ragged_shapes() {
         let case = case(name, spec, nhw, relu);
         let conv = f16_conv(&gpu, &case, None, relu);
         let kind = &conv.kernel().kernel;
-        // Depthwise layers run the direct kernel (select's depthwise rule), on every device;
-        // the rest the SIMT tiled kernel where there are no cooperative matrices.
-        let depthwise = spec.groups > 1 && spec.in_channels_per_group() == 1 && spec.out_channels_per_group() <= 4;
-        if depthwise {
-            assert_eq!(kind.family(), "direct-f16", "{name}: default f16 kernel is {kind}");
+        // Depthwise and narrow grouped layers run the depthwise family (select's depthwise
+        // rule), on every device; the rest the SIMT tiled kernel where there are no
+        // cooperative matrices.
+        if depthwise_rule_applies(&spec) {
+            assert_eq!(kind.family(), "depthwise-f16", "{name}: default f16 kernel is {kind}");
         } else if !gpu.has_coop_f16() {
             assert_eq!(kind.family(), "tiled-f16", "{name}: default f16 kernel is {kind}");
         }
@@ -271,14 +273,13 @@ fn coop_kernel_on_ragged_shapes() {
         let conv = f16_conv(&gpu, &case, None, relu);
         let kind = &conv.kernel().kernel;
         // On NVIDIA the stem kernel for image inputs (no groups, at most 4 channels, no
-        // dilation); the direct kernel for depthwise layers; else the gathering kernel
-        // (faster than the row-band one on the H100).
+        // dilation); the depthwise family for depthwise and narrow grouped layers; else the
+        // gathering kernel (faster than the row-band one on the H100).
         let stem = stem_is_default(gpu.caps(), &spec);
-        let depthwise = spec.groups > 1 && spec.in_channels_per_group() == 1 && spec.out_channels_per_group() <= 4;
         let want = if stem {
             "coop-stem-f16"
-        } else if depthwise {
-            "direct-f16"
+        } else if depthwise_rule_applies(&spec) {
+            "depthwise-f16"
         } else {
             "coop-f16"
         };

@@ -32,7 +32,7 @@ kernel a default Conv2d picks (and why) and every kernel of the precision's defa
 device and the layer accept (--configs instead: the default plus those), each checked against ONE CPU reference \
 image (image 0, NaN-poisoned output) and timed like the single-problem bench; the best correct one; TFLOP/s, \
 GB/s (input + weights + output, f32) and the % of the device's floor max(FLOPs / peak, bytes / bandwidth), \
-with the bandwidth measured at start by a large buffer copy. Network totals are Σ time × multiplicity. \
+with the bandwidth measured at start by a large compute-shader copy. Network totals are Σ time × multiplicity. \
 --compare adds cuDNN's columns from scripts/cudnn_layers.py's JSON. --runs may go below 20 here (rough medians).",
     after_help = "Examples:\n  wgconv bench\n  wgconv bench --batch 64 --json bench.json --svg bench.svg\n  \
 wgconv bench --configs auto,tiled:m32n64k32-t4x4-w4-s2,m64n96k16-t4x12-w4-s1,direct\n  \

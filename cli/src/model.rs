@@ -1008,7 +1008,7 @@ mod tests {
     #[test]
     fn every_model_layer_is_a_valid_convolution() {
         let models = models().unwrap();
-        for name in ["resnet50", "mobilenet_v2", "vgg16", "alexnet"] {
+        for name in ["resnet50", "mobilenet_v2", "vgg16", "resnext50_32x4d", "alexnet"] {
             let m = models.get(name).unwrap_or_else(|| panic!("{name} missing"));
             let mut names = HashSet::new();
             for l in &m.layers {

@@ -3,6 +3,7 @@
 
 pub(crate) mod band;
 pub(crate) mod coop;
+pub(crate) mod depthwise;
 pub(crate) mod direct;
 pub(crate) mod stem;
 pub mod tiled;
@@ -19,6 +20,8 @@ pub(crate) static FAMILIES: &[&dyn Family] = &[
     &band::BAND,
     &tiled::TILED,
     &tiled::TILED_F16,
+    &depthwise::DEPTHWISE,
+    &depthwise::DEPTHWISE_F16,
     &direct::DIRECT,
     &direct::DIRECT_F16,
 ];

@@ -1,7 +1,7 @@
 //! The direct kernel: one output per invocation, weights as given (`direct`: f32 operands;
 //! `direct-f16`: operands rounded to f16, f32 accumulation). The GPU-side oracle of the
 //! tiled kernels, the fallback where no tile config fits a device, and selection's kernel
-//! for depthwise convolutions (see `select::depthwise_rule`).
+//! for depthwise convolutions too wide for the depthwise family (see `select::depthwise_rule`).
 
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};

@@ -1,0 +1,468 @@
+//! The depthwise family: convolutions whose groups read few input channels — depthwise
+//! (one input channel per group, any channel multiplier) and narrow grouped layers —
+//! where an implicit GEMM would pad each group's output channels to a whole block and its K
+//! to a whole step, so almost all of its work would be padding. These layers have almost no
+//! arithmetic per byte: the kernel streams the input once, each invocation computing a
+//! strip of [`StripConfig::x`] outputs along a row for [`StripConfig::c`] output channels of
+//! one group from row segments held in registers (`depthwise.wgsl`).
+//!
+//! `depthwise` computes with f32 operands, `depthwise-f16` with operands rounded to f16
+//! (f32 accumulation). Configs are named `x4c1-w128`: outputs per strip, output channels
+//! per invocation, invocations per workgroup.
+
+use crate::caps::{DeviceCaps, KernelLimits};
+use crate::error::{Error, Result};
+use crate::families::tiled::round_to_f16;
+use crate::kernel::{
+    compose, workgroups_u32, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, Shaped, SimtOperands, Target,
+    GRID_BINDING,
+};
+use crate::spec::{Conv2dSpec, ConvProblem};
+
+const DEPTHWISE_WGSL: &str = include_str!("depthwise.wgsl");
+
+/// The most input values one invocation holds for a row segment: the segment a strip
+/// reads, `(x - 1) · stride + (kernel - 1) · dilation + 1`, lives in registers.
+pub(crate) const MAX_SEGMENT: u32 = 64;
+/// The most accumulators one invocation holds (`x · c`).
+pub(crate) const MAX_ACCUMULATORS: u32 = 32;
+
+/// The family, with f32 or f16-rounded operands.
+#[derive(Debug)]
+pub(crate) struct Depthwise {
+    operands: SimtOperands,
+}
+/// `depthwise`: f32 operands.
+pub(crate) static DEPTHWISE: Depthwise = Depthwise { operands: SimtOperands { f16: false } };
+/// `depthwise-f16`: operands rounded to f16, f32 accumulation.
+pub(crate) static DEPTHWISE_F16: Depthwise = Depthwise { operands: SimtOperands { f16: true } };
+
+/// A strip config: what one invocation computes and how many share a workgroup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StripConfig {
+    /// Neighbouring outputs along a row per invocation.
+    pub x: u32,
+    /// Output channels of one group per invocation (they share the input segments: channel
+    /// multipliers above 1 and grouped layers).
+    pub c: u32,
+    /// Invocations per workgroup.
+    pub workgroup: u32,
+}
+
+impl StripConfig {
+    /// The family's reference config: strips of 4 outputs, one channel, 128 invocations.
+    pub const REFERENCE: StripConfig = StripConfig { x: 4, c: 1, workgroup: 128 };
+
+    /// The config's name, e.g. `x4c1-w128`.
+    pub fn name(&self) -> String {
+        format!("x{}c{}-w{}", self.x, self.c, self.workgroup)
+    }
+
+    /// Parses a name of [`StripConfig::name`]'s form.
+    pub fn parse(s: &str) -> Result<StripConfig> {
+        let bad = || {
+            Error::Parse(format!(
+                "depthwise config {s:?}: expected x<outputs>c<channels>-w<invocations>, e.g. x4c1-w128"
+            ))
+        };
+        let (strip, wg) = s.split_once("-w").ok_or_else(bad)?;
+        let (x, c) = strip.strip_prefix('x').and_then(|r| r.split_once('c')).ok_or_else(bad)?;
+        let num = |v: &str| v.parse::<u32>().map_err(|_| bad());
+        let cfg = StripConfig { x: num(x)?, c: num(c)?, workgroup: num(wg)? };
+        cfg.check_shape()?;
+        Ok(cfg)
+    }
+
+    /// Device-independent checks.
+    pub fn check_shape(&self) -> Result<()> {
+        let refuse = |reason: String| Err(Error::ConfigRefused { config: self.name(), reason });
+        if self.x == 0 || self.c == 0 || self.workgroup == 0 {
+            return refuse("every count must be at least 1".into());
+        }
+        if self.x * self.c > MAX_ACCUMULATORS {
+            return refuse(format!("{} accumulators per invocation exceed {MAX_ACCUMULATORS}", self.x * self.c));
+        }
+        if self.workgroup % 32 != 0 {
+            return refuse(format!("{} invocations are not a whole number of 32-wide subgroups", self.workgroup));
+        }
+        Ok(())
+    }
+
+    /// The row segment one invocation reads for a spec (values held in registers).
+    pub fn segment(&self, spec: &Conv2dSpec) -> u64 {
+        (self.x as u64 - 1) * spec.stride[1] as u64 + (spec.kernel[1] as u64 - 1) * spec.dilation[1] as u64 + 1
+    }
+}
+
+/// The configs the benchmark and the tuner try, the reference first.
+pub fn strip_sweep() -> Vec<StripConfig> {
+    let c = |x, c, workgroup| StripConfig { x, c, workgroup };
+    vec![
+        StripConfig::REFERENCE,
+        c(1, 1, 128),
+        c(2, 1, 128),
+        c(8, 1, 128),
+        c(4, 1, 64),
+        c(4, 1, 256),
+        c(4, 2, 128),
+        c(4, 4, 64),
+        c(2, 4, 128),
+    ]
+}
+
+impl Family for Depthwise {
+    fn name(&self) -> &'static str {
+        self.operands.name("depthwise", "depthwise-f16")
+    }
+    fn precision(&self) -> Precision {
+        self.operands.precision()
+    }
+    fn unavailable(&self, caps: &DeviceCaps) -> Option<String> {
+        self.operands.unavailable(caps)
+    }
+    fn parse(&'static self, config: &str) -> Result<Kernel> {
+        Ok(Kernel::new(StripKernel { family: self, cfg: StripConfig::parse(config)? }))
+    }
+    fn reference(&'static self) -> Kernel {
+        self.with(StripConfig::REFERENCE)
+    }
+    fn sweep(&'static self) -> Vec<Kernel> {
+        strip_sweep().into_iter().map(|cfg| self.with(cfg)).collect()
+    }
+    fn targets(&self) -> &'static [Target] {
+        self.operands.targets()
+    }
+}
+
+impl Depthwise {
+    /// This family's kernel of a config.
+    pub(crate) fn with(&'static self, cfg: StripConfig) -> Kernel {
+        Kernel::new(StripKernel { family: self, cfg })
+    }
+}
+
+/// The most input channels per group the family runs: beyond, each output sums enough
+/// products for a GEMM's blocks to fill (and every output would reload its input rows
+/// once per channel).
+pub(crate) const MAX_CHANNELS_PER_GROUP: u32 = 16;
+
+/// A kernel of the depthwise family.
+#[derive(Debug)]
+pub(crate) struct StripKernel {
+    family: &'static Depthwise,
+    cfg: StripConfig,
+}
+
+impl StripKernel {
+    fn refuse(&self, reason: String) -> Error {
+        Error::ConfigRefused { config: self.cfg.name(), reason }
+    }
+}
+
+impl KernelConfig for StripKernel {
+    fn family(&self) -> &'static dyn Family {
+        self.family
+    }
+    fn name(&self) -> String {
+        self.cfg.name()
+    }
+    fn check_shape(&self) -> Result<()> {
+        self.cfg.check_shape()
+    }
+    fn check_limits(&self, limits: &KernelLimits) -> Result<()> {
+        self.cfg.check_shape()?;
+        let most = limits.invocations_per_workgroup.min(limits.workgroup_size_x);
+        if self.cfg.workgroup > most {
+            return Err(self.refuse(format!(
+                "{} invocations per workgroup exceed the device's {most} (max_compute_invocations_per_workgroup)",
+                self.cfg.workgroup
+            )));
+        }
+        Ok(())
+    }
+    fn check_spec(&self, spec: &Conv2dSpec, _limits: &KernelLimits) -> Result<()> {
+        let cin_g = spec.in_channels_per_group();
+        if cin_g > MAX_CHANNELS_PER_GROUP {
+            return Err(self.refuse(format!(
+                "{cin_g} input channels per group: the family runs groups of at most {MAX_CHANNELS_PER_GROUP} \
+                 (depthwise and narrow grouped convolutions)"
+            )));
+        }
+        let segment = self.cfg.segment(spec);
+        if segment > MAX_SEGMENT as u64 {
+            return Err(self.refuse(format!(
+                "a strip of {} outputs reads row segments of {segment} values (kernel width {}, stride {}, \
+                 dilation {}); at most {MAX_SEGMENT} fit in registers",
+                self.cfg.x, spec.kernel[1], spec.stride[1], spec.dilation[1]
+            )));
+        }
+        Ok(())
+    }
+    fn packed_bytes(&self, spec: &Conv2dSpec) -> u64 {
+        packed_len(spec, &self.cfg).saturating_mul(4)
+    }
+    fn pack(&self, spec: &Conv2dSpec, weight: &[f32], _bias: &[f32]) -> Result<Packed> {
+        let mut packed = pack_weights(spec, weight, &self.cfg)?;
+        if self.family.operands.f16 {
+            round_to_f16(&mut packed, "weight")?;
+        }
+        Ok(Packed { weight: bytemuck::cast_slice(&packed).to_vec(), extra: Vec::new(), out_scale: 1.0 })
+    }
+    fn extra_bindings(&self) -> &'static [u32] {
+        &[GRID_BINDING]
+    }
+    fn shape(&self, problem: &ConvProblem, limits: &KernelLimits) -> Result<Box<dyn Shaped>> {
+        self.check_spec(&problem.spec, limits)?;
+        Ok(Box::new(Strips { cfg: self.cfg, spec: problem.spec, source: self.source(&problem.spec) }))
+    }
+    fn representative_sources(&self) -> Result<Vec<String>> {
+        let dw = |k, s, d| Conv2dSpec::new(32, 32, k).groups(32).stride(s, s).dilation(d, d);
+        [dw(3, 1, 1), dw(5, 2, 1), dw(3, 1, 2)].iter().map(|spec| self.source(spec)).collect()
+    }
+    fn invocations(&self) -> u32 {
+        self.cfg.workgroup
+    }
+    fn workgroup_bytes(&self) -> Option<u64> {
+        Some(0)
+    }
+}
+
+impl StripKernel {
+    /// The kernel's WGSL for a spec: the strip and the spec's taps, strides and dilations
+    /// are constants, so the tap loops unroll and the segment stays in registers.
+    fn source(&self, spec: &Conv2dSpec) -> Result<String> {
+        compose(
+            "depthwise",
+            &[("depthwise", DEPTHWISE_WGSL)],
+            vec![("config", header(&self.cfg, spec))],
+            self.family.precision(),
+            false,
+        )
+    }
+}
+
+/// The config and the spec's geometry as WGSL constants.
+fn header(cfg: &StripConfig, spec: &Conv2dSpec) -> String {
+    format!(
+        "// generated from StripConfig {name} and the convolution's geometry\n\
+         const VX: u32 = {x}u;\nconst VC: u32 = {c}u;\nconst WG: u32 = {wg}u;\n\
+         const KH: u32 = {kh}u;\nconst KW: u32 = {kw}u;\n\
+         const STRIDE_H: u32 = {sh}u;\nconst STRIDE_W: u32 = {sw}u;\n\
+         const DIL_H: u32 = {dh}u;\nconst DIL_W: u32 = {dw}u;\nconst SPAN: u32 = {span}u;\n",
+        name = cfg.name(),
+        x = cfg.x,
+        c = cfg.c,
+        wg = cfg.workgroup,
+        kh = spec.kernel[0],
+        kw = spec.kernel[1],
+        sh = spec.stride[0],
+        sw = spec.stride[1],
+        dh = spec.dilation[0],
+        dw = spec.dilation[1],
+        span = cfg.segment(spec),
+    )
+}
+
+/// A group's output channels padded to whole blocks of `cfg.c`.
+fn c_out_pad(spec: &Conv2dSpec, cfg: &StripConfig) -> u32 {
+    spec.out_channels_per_group().next_multiple_of(cfg.c)
+}
+
+/// Elements of [`pack_weights`]' output.
+fn packed_len(spec: &Conv2dSpec, cfg: &StripConfig) -> u64 {
+    spec.groups as u64 * c_out_pad(spec, cfg) as u64 * spec.k_total() as u64
+}
+
+/// Weights as the kernel reads them: `[groups][c_out_pad][C_in/groups][KH·KW]` (the given
+/// order, with each group's output channels padded by zeros to whole blocks of `cfg.c`, so
+/// a block never reads past its group).
+pub(crate) fn pack_weights(spec: &Conv2dSpec, weight: &[f32], cfg: &StripConfig) -> Result<Vec<f32>> {
+    let k = spec.k_total() as usize;
+    let cout_g = spec.out_channels_per_group() as usize;
+    let pad = c_out_pad(spec, cfg) as usize;
+    let len = packed_len(spec, cfg) as usize;
+    let mut packed = Vec::new();
+    packed
+        .try_reserve_exact(len)
+        .map_err(|_| Error::TooLarge(format!("{} B of packed depthwise weights on the host", len as u64 * 4)))?;
+    packed.resize(len, 0.0);
+    for g in 0..spec.groups as usize {
+        let src = &weight[g * cout_g * k..][..cout_g * k];
+        packed[g * pad * k..][..cout_g * k].copy_from_slice(src);
+    }
+    Ok(packed)
+}
+
+/// The grid uniform, in the field order of `depthwise.wgsl`'s `Grid`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct StripGrid {
+    x_strips: u32,
+    c_blocks: u32,
+    c_out_pad: u32,
+    threads: u32,
+}
+
+/// A depthwise kernel composed for one spec.
+struct Strips {
+    cfg: StripConfig,
+    spec: Conv2dSpec,
+    source: Result<String>,
+}
+
+impl Shaped for Strips {
+    fn source(&self) -> Result<String> {
+        self.source.clone()
+    }
+    fn tables(&self) -> Result<Vec<(u32, &'static str, Vec<u8>)>> {
+        Ok(Vec::new())
+    }
+    fn grid(&self, p: &ConvParams) -> Result<(Vec<u8>, u64)> {
+        let x_strips = p.ow.div_ceil(self.cfg.x);
+        let c_blocks = self.spec.out_channels_per_group().div_ceil(self.cfg.c);
+        let threads = p.batch as u64 * p.groups as u64 * c_blocks as u64 * p.oh as u64 * x_strips as u64;
+        let threads = u32::try_from(threads)
+            .map_err(|_| Error::TooLarge(format!("{threads} invocations of the depthwise kernel in one chunk")))?;
+        let g = StripGrid { x_strips, c_blocks, c_out_pad: c_out_pad(&self.spec, &self.cfg), threads };
+        let workgroups = threads.div_ceil(self.cfg.workgroup);
+        workgroups_u32(workgroups as u64)?;
+        Ok((bytemuck::bytes_of(&g).to_vec(), workgroups as u64))
+    }
+}
+
+/// The CPU twin of `depthwise.wgsl`: the same invocations (walked by nested loops, not the
+/// linear invocation number), row segments with explicit zeros, packed-weight reads and
+/// store rules, in f32 as the shader sums (no f16 rounding). The result is
+/// `[N, C_out, OH, OW]` with untouched outputs left NaN, so a store rule that misses an
+/// output shows.
+#[cfg(test)]
+pub(crate) fn strip_twin(
+    problem: &ConvProblem,
+    cfg: &StripConfig,
+    input: &[f32],
+    packed: &[f32],
+    bias: Option<&[f32]>,
+) -> Vec<f32> {
+    let spec = &problem.spec;
+    let (c_in, h, w) = (problem.input.c as usize, problem.input.h as i64, problem.input.w as i64);
+    let (c_out, oh, ow) = (problem.output.c as usize, problem.output.h as usize, problem.output.w as usize);
+    let (kh, kw) = (spec.kernel[0] as usize, spec.kernel[1] as usize);
+    let (sh, sw) = (spec.stride[0] as usize, spec.stride[1] as usize);
+    let (dh, dw) = (spec.dilation[0] as usize, spec.dilation[1] as usize);
+    let cin_g = spec.in_channels_per_group() as usize;
+    let cout_g = spec.out_channels_per_group() as usize;
+    let pad = c_out_pad(spec, cfg) as usize;
+    let (vx, vc) = (cfg.x as usize, cfg.c as usize);
+    let span = cfg.segment(spec) as usize;
+    let mut out = vec![f32::NAN; problem.output.len() as usize];
+    for img in 0..problem.input.n as usize {
+        for g in 0..spec.groups as usize {
+            for cb in 0..cout_g.div_ceil(vc) {
+                for oy in 0..oh {
+                    for xs in 0..ow.div_ceil(vx) {
+                        let (ox0, n0) = (xs * vx, cb * vc);
+                        let x0 = (ox0 * sw) as i64 - spec.padding.left as i64;
+                        let mut acc = vec![0.0f32; vc * vx];
+                        for ic in 0..cin_g {
+                            let plane = (img * c_in + g * cin_g + ic) * (h * w) as usize;
+                            let w_base = ((g * pad + n0) * cin_g + ic) * kh * kw;
+                            for ky in 0..kh {
+                                let iy = (oy * sh + ky * dh) as i64 - spec.padding.top as i64;
+                                let seg: Vec<f32> = (0..span as i64)
+                                    .map(|j| {
+                                        let ix = x0 + j;
+                                        if (0..h).contains(&iy) && (0..w).contains(&ix) {
+                                            input[plane + (iy * w + ix) as usize]
+                                        } else {
+                                            0.0
+                                        }
+                                    })
+                                    .collect();
+                                for c in 0..vc {
+                                    for kx in 0..kw {
+                                        let wv = packed[w_base + c * cin_g * kh * kw + ky * kw + kx];
+                                        for x in 0..vx {
+                                            acc[c * vx + x] = seg[x * sw + kx * dw].mul_add(wv, acc[c * vx + x]);
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        for c in 0..vc {
+                            let n = n0 + c;
+                            if n >= cout_g {
+                                continue;
+                            }
+                            let oc = g * cout_g + n;
+                            for x in 0..vx {
+                                if ox0 + x < ow {
+                                    let b = bias.map_or(0.0, |b| b[oc]);
+                                    out[((img * c_out + oc) * oh + oy) * ow + ox0 + x] = acc[c * vx + x] + b;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{Padding, Shape4};
+
+    #[test]
+    fn names_round_trip() {
+        for cfg in strip_sweep() {
+            assert_eq!(StripConfig::parse(&cfg.name()).unwrap(), cfg);
+        }
+        for bad in ["x4c1", "x0c1-w64", "x4c1-w100", "x8c8-w64", "y4c1-w64"] {
+            assert!(StripConfig::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// The twin against the reference: depthwise with multipliers, strides, dilations,
+    /// asymmetric padding, kernels 1 to 7, narrow groups, ragged strips and blocks.
+    #[test]
+    fn twin_matches_reference() {
+        let dw = |c, m, k| Conv2dSpec::new(c, c * m, k).groups(c);
+        let cases = [
+            ("dw3", dw(5, 1, 3).padding(Padding::uniform(1)).with_bias(true), [2, 9, 11]),
+            ("dw5_s2", dw(3, 1, 5).stride(2, 2).padding(Padding::uniform(2)), [1, 13, 10]),
+            ("dw3_m3_d2", dw(4, 3, 3).dilation(2, 2).padding(Padding::new(2, 1, 0, 3)).with_bias(true), [1, 10, 9]),
+            ("dw7_s2x1", dw(2, 2, 7).stride(2, 1).padding(Padding::new(3, 3, 1, 2)), [2, 12, 15]),
+            ("dw1", dw(6, 1, 1), [1, 5, 7]),
+            ("grouped_4", Conv2dSpec::new(8, 12, 3).groups(2).padding(Padding::uniform(1)).with_bias(true), [1, 7, 6]),
+            ("dw_1x5", dw(3, 1, 1).kernel_hw(1, 5).padding(Padding::new(0, 2, 0, 2)), [1, 4, 9]),
+        ];
+        for (name, spec, [n, h, w]) in cases {
+            let problem = spec.problem(Shape4::new(n, spec.in_channels, h, w)).unwrap();
+            for cfg in strip_sweep() {
+                let packed = pack_weights(&spec, &vec![0.0; spec.weight_len()], &cfg).unwrap();
+                assert_eq!(packed.len() as u64, packed_len(&spec, &cfg));
+                crate::reference::check_twin(&format!("{name} {}", cfg.name()), &problem, |x, w, bias| {
+                    let packed = pack_weights(&spec, w, &cfg).unwrap();
+                    strip_twin(&problem, &cfg, x, &packed, bias)
+                });
+            }
+        }
+    }
+
+    #[test]
+    fn refusals_name_the_limit() {
+        let k = DEPTHWISE.reference();
+        let limits = KernelLimits::with_workgroup_bytes(16384);
+        let wide = Conv2dSpec::new(64, 64, 3).groups(2);
+        let e = k.config().check_spec(&wide, &limits).unwrap_err().to_string();
+        assert!(e.contains("32 input channels per group"), "{e}");
+        let dilated = Conv2dSpec::new(4, 4, 9).groups(4).dilation(8, 8);
+        let e = k.config().check_spec(&dilated, &limits).unwrap_err().to_string();
+        assert!(e.contains("row segments of 68 values"), "{e}");
+        let small = KernelLimits { invocations_per_workgroup: 64, ..limits };
+        let e = k.check_limits(&small).unwrap_err().to_string();
+        assert!(e.contains("128 invocations"), "{e}");
+    }
+}

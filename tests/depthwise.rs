@@ -1,0 +1,123 @@
+//! The depthwise family against the f64 CPU reference: a seeded random-shape property test
+//! over kernel sizes 1–7, strides, dilations, channel multipliers, narrow groups,
+//! asymmetric padding, odd sizes and batch 1, on every config of its sweep (f32, and f16
+//! where the device has `SHADER_F16`), through `encode` into NaN-poisoned output; the
+//! selection's choice on such layers; and a refusal that names its limit.
+//!
+//! Shapes stay small: CI runs this on lavapipe (Vulkan on the CPU, about 1 GFLOP/s).
+
+mod common;
+use common::*;
+use rand::{Rng, SeedableRng};
+use wgconv::advanced::{depthwise_rule_applies, strip_sweep};
+use wgconv::{Activation, ConfigSource, Conv2d, Conv2dOptions, Conv2dSpec, Padding, Precision, Shape4};
+
+/// A random depthwise or narrow grouped convolution and input from `rng`.
+fn random_case(rng: &mut rand::rngs::StdRng, i: usize, seed: u64) -> Case {
+    loop {
+        let groups = rng.random_range(1..=6u32);
+        // Mostly depthwise (one input channel per group), sometimes 2–4 per group.
+        let cin_g = if rng.random_bool(0.7) { 1 } else { rng.random_range(2..=4u32) };
+        let mult = rng.random_range(1..=3u32);
+        let (kh, kw) = if rng.random_bool(0.7) {
+            let k = rng.random_range(1..=7u32);
+            (k, k)
+        } else {
+            (rng.random_range(1..=7u32), rng.random_range(1..=7u32))
+        };
+        let s = rng.random_range(1..=2u32);
+        let d = if rng.random_bool(0.25) { 2 } else { 1 };
+        let pad = |r: &mut rand::rngs::StdRng| r.random_range(0..=3u32);
+        let padding = Padding::new(pad(rng), pad(rng), pad(rng), pad(rng));
+        let spec = Conv2dSpec::new(groups * cin_g, groups * cin_g * mult, kh)
+            .kernel_hw(kh, kw)
+            .groups(groups)
+            .stride(rng.random_range(1..=s), s)
+            .dilation(d, d)
+            .padding(padding)
+            .with_bias(rng.random_bool(0.5));
+        let n = if rng.random_bool(0.5) { 1 } else { 2 };
+        let shape = Shape4::new(n, spec.in_channels, rng.random_range(1..=17u32), rng.random_range(1..=19u32));
+        if spec.problem(shape).is_ok() {
+            return Case::with_seed(&format!("random_{i}"), spec, shape, seed.wrapping_add(i as u64));
+        }
+    }
+}
+
+/// 200 random shapes (the first config of the sweep on each, and the whole sweep on every
+/// tenth), f32 within 1e-5; f16 on every fifth where the device has `SHADER_F16`.
+#[test]
+fn random_shapes_match_the_reference() {
+    let gpu = gpu();
+    let seed = test_seed();
+    eprintln!("random shapes: WGCONV_TEST_SEED={seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let sweep = strip_sweep();
+    let f16 = has_f16(&gpu);
+    let mut runs = 0;
+    for i in 0..200 {
+        let case = random_case(&mut rng, i, seed);
+        let configs = if i % 10 == 0 { &sweep[..] } else { &sweep[i % sweep.len()..][..1] };
+        for cfg in configs {
+            let f32_kernel = kernel(&format!("depthwise:{}", cfg.name()));
+            // A strip too wide for its registers is refused, never run.
+            if let Err(e) = f32_kernel.check(&case.spec, gpu.caps()) {
+                assert!(e.to_string().contains("row segments"), "{}: {e}", case.label(&f32_kernel.to_string()));
+                continue;
+            }
+            case.check_encode(&gpu, &case.conv(&gpu, Some(f32_kernel)));
+            runs += 1;
+            if f16 && i % 5 == 0 {
+                let f16_kernel = kernel(&format!("depthwise-f16:{}", cfg.name()));
+                let conv = case.conv_at(&gpu, Some(f16_kernel), Precision::F16Accum32);
+                check_encode_and_forward(&gpu, &case, &conv, &case.want, TOL_F16);
+            }
+        }
+    }
+    eprintln!("{runs} depthwise runs");
+    assert!(runs >= 200);
+}
+
+/// Depthwise and narrow grouped layers pick the family by default (with ReLU too), with
+/// output channels per invocation up to the group's.
+#[test]
+fn selected_by_default() {
+    let gpu = gpu();
+    let cases = [
+        ("dw3", Conv2dSpec::new(8, 8, 3).groups(8).padding(Padding::uniform(1)).with_bias(true), [2, 10, 9], "x4c1"),
+        (
+            "dw5_m2_s2",
+            Conv2dSpec::new(4, 8, 5).groups(4).stride(2, 2).padding(Padding::uniform(2)),
+            [1, 13, 11],
+            "x4c2",
+        ),
+        ("grouped_4", Conv2dSpec::new(16, 16, 3).groups(4).padding(Padding::uniform(1)), [1, 9, 8], "x4c4"),
+    ];
+    for (name, spec, [n, h, w], cfg) in cases {
+        assert!(depthwise_rule_applies(&spec));
+        let case = Case::new(name, spec, Shape4::new(n, spec.in_channels, h, w));
+        let conv = case.conv(&gpu, None);
+        let s = conv.kernel();
+        assert_eq!((s.kernel.family(), s.source), ("depthwise", ConfigSource::Default), "{name}: {s}");
+        assert!(s.kernel.config_name().starts_with(cfg), "{name}: {s}");
+        case.check_encode(&gpu, &conv);
+        case.check_forward(&conv);
+        let opts = Conv2dOptions { activation: Activation::Relu, ..Default::default() };
+        let relu = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap();
+        let want: Vec<f32> = case.want.iter().map(|&v| wgconv::reference::relu(v)).collect();
+        assert_close(&case.label("relu"), &run_poisoned(&gpu, &relu, &case.x, case.shape), &want, TOL_F32);
+    }
+}
+
+/// Groups of more input channels than the family runs are refused by name; selection sends
+/// them to the GEMM.
+#[test]
+fn wide_groups_are_refused_and_not_selected() {
+    let gpu = gpu();
+    let spec = Conv2dSpec::new(64, 64, 3).groups(2);
+    let e = kernel("depthwise").check(&spec, gpu.caps()).unwrap_err().to_string();
+    assert!(e.contains("depthwise:x4c1-w128") && e.contains("32 input channels per group"), "{e}");
+    let (w, _) = params(&spec, 1);
+    let conv = Conv2d::new(&gpu, spec, &w, None, Conv2dOptions::default()).unwrap();
+    assert_eq!(conv.kernel().kernel.family(), "tiled");
+}
