@@ -129,9 +129,9 @@ pub const DEPTHWISE_MAX_CHANNELS_PER_GROUP: u32 = 8;
 /// output channels to a whole block (32 to 128) and its K to a whole step, so on such groups
 /// almost all of their work is padding: on the H100 the tiled kernels ran MobileNetV2's
 /// depthwise layers 26–36× slower than even the one-output-per-invocation direct kernel.
-/// The config: strips of 4 outputs, and as many output channels per invocation as the
-/// group has, up to 4 (they share the input rows). Where the spec's rows do not fit the
-/// strip in registers (very wide or dilated kernels), the direct kernel. Returns the
+/// The config: columns of 4 outputs, and as many output channels per invocation as the
+/// group has, up to 4 (they share the input rows). Where the spec's rows or taps do not fit
+/// in registers (very wide or dilated kernels), the direct kernel. Returns the
 /// kernel and the reason, or `None` where the rule does not apply.
 pub(crate) fn depthwise_rule(caps: &DeviceCaps, spec: &Conv2dSpec, precision: Precision) -> Option<(Kernel, String)> {
     let narrow = crate::advanced::depthwise_rule_applies(spec);
@@ -148,15 +148,26 @@ pub(crate) fn depthwise_rule(caps: &DeviceCaps, spec: &Conv2dSpec, precision: Pr
     } else {
         format!("grouped ({} groups of {} input channels)", spec.groups, spec.in_channels_per_group())
     };
-    let cfg = depthwise::StripConfig { c: spec.out_channels_per_group().min(4), ..depthwise::StripConfig::REFERENCE };
-    let kernel = family.with(cfg);
-    match kernel.check(spec, caps) {
-        Ok(()) => Some((
-            kernel,
-            format!("{precision} {what}: the depthwise family, strips of 4 outputs × {} channel(s)", cfg.c),
-        )),
-        Err(e) => Some((fallback.reference(), format!("{precision} {what}: the direct kernel, because {e}"))),
+    // As many output channels per invocation as the group has, up to 4, fewer where their
+    // taps do not fit in registers.
+    let widest = spec.out_channels_per_group().min(4);
+    let mut refusal = None;
+    for c in [widest, 2, 1].into_iter().filter(|&c| c <= widest) {
+        let cfg = depthwise::StripConfig { c, ..depthwise::StripConfig::REFERENCE };
+        let kernel = family.with(cfg);
+        match kernel.check(spec, caps) {
+            Ok(()) => {
+                let reason = format!(
+                    "{precision} {what}: the depthwise family, columns of {} outputs × {c} channel(s) per invocation",
+                    cfg.y
+                );
+                return Some((kernel, reason));
+            }
+            Err(e) => refusal = Some(e),
+        }
     }
+    let why = refusal.map(|e| e.to_string()).unwrap_or_default();
+    Some((fallback.reference(), format!("{precision} {what}: the direct kernel, because {why}")))
 }
 
 /// The tile config a dense f32 convolution starts from, by the kind of device, fitted to
@@ -270,7 +281,7 @@ mod tests {
             let s = pick(c, depthwise, Precision::F32);
             assert_eq!(
                 (s.kernel.to_string().as_str(), s.source),
-                ("depthwise:x4c1-w128", ConfigSource::Default),
+                ("depthwise:x1y4c1-w128", ConfigSource::Default),
                 "{s}"
             );
             assert!(s.reason.contains("depthwise"), "{s}");
@@ -278,7 +289,7 @@ mod tests {
         }
         assert_eq!(
             pick(&gpu, Conv2dSpec::new(8, 64, 3).groups(8), Precision::F32).kernel.to_string(),
-            "depthwise:x4c4-w128"
+            "depthwise:x1y4c4-w128"
         );
         let resnext = Conv2dSpec::new(128, 128, 3).groups(32);
         assert!(pick(&gpu, resnext, Precision::F32).reason.contains("grouped (32 groups of 4"));

@@ -557,6 +557,13 @@ fn bench_layer(
     report.default_selection = selection.as_ref().map(AutoSelection::from);
     let mut kernels: Vec<Kernel> = selection.iter().map(|s| s.kernel.clone()).collect();
     kernels.extend(candidates.iter().cloned());
+    // Without --configs, the sweep of the family the selection picked too (the depthwise
+    // family on depthwise layers), so that "best" compares the default with its neighbours.
+    if args.configs.is_none() {
+        if let Some(s) = &selection {
+            kernels.extend(sweep(s.kernel.family()).unwrap_or_default());
+        }
+    }
     let mut seen = HashSet::new();
     kernels.retain(|k| seen.insert(k.clone()));
     let opts = BenchOptions {

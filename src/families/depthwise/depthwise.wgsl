@@ -1,10 +1,11 @@
 // The depthwise kernel: convolutions whose groups hold few input channels (depthwise, with
 // any channel multiplier, and narrow grouped layers). There is almost no arithmetic per byte,
-// so the kernel is built to stream the input once: each invocation computes a strip of VX
-// neighbouring outputs along a row for VC output channels of one group, loading each input
-// row segment it needs once into registers (SPAN values) and reusing it for every tap and
-// output of the strip. Invocations next to each other take strips next to each other, so a
-// workgroup reads contiguous runs of the input rows and writes contiguous runs of the output.
+// so the kernel is built to stream the input once: each invocation computes a block of VY
+// rows × VX neighbouring columns of outputs for VC output channels of one group, with the
+// block's filter taps in registers, and walks the input rows the block needs one at a time,
+// loading each row segment (SPAN_X values) once for every output and tap that uses it.
+// Neighbouring invocations take neighbouring columns, so with VX = 1 and stride 1 a
+// subgroup's loads and stores are contiguous runs of a row.
 //
 // Padded taps are explicit zeros that are multiplied, like every other family (an infinite
 // weight on a padded tap gives NaN, as IEEE 0 × inf).
@@ -15,10 +16,14 @@
 #import config
 
 struct Grid {
-    x_strips: u32,   // strips of VX outputs per output row
+    x_blocks: u32,   // blocks of VX columns per output row
+    y_blocks: u32,   // blocks of VY rows per output plane
     c_blocks: u32,   // blocks of VC output channels per group
     c_out_pad: u32,  // a group's output channels padded to whole VC blocks (the weights' rows)
     threads: u32,    // invocations with work in this dispatch
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(1) var<storage, read> input: array<f32>;
@@ -26,6 +31,8 @@ struct Grid {
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(5) var<storage, read_write> output: array<f32>;
 @group(0) @binding(7) var<uniform> grid: Grid;
+
+const TAPS: u32 = KH * KW;
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>,
@@ -36,46 +43,65 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     if (t >= grid.threads) {
         return;
     }
-    // Strips fastest, then rows, channel blocks, groups and images.
-    let xs = t % grid.x_strips;
-    let t1 = t / grid.x_strips;
-    let oy = t1 % p.oh;
-    let t2 = t1 / p.oh;
+    // Column blocks fastest, then row blocks, channel blocks, groups and images.
+    let xb = t % grid.x_blocks;
+    let t1 = t / grid.x_blocks;
+    let yb = t1 % grid.y_blocks;
+    let t2 = t1 / grid.y_blocks;
     let cb = t2 % grid.c_blocks;
     let t3 = t2 / grid.c_blocks;
     let g = t3 % p.groups;
     let img = t3 / p.groups;
 
-    let ox0 = xs * VX;
+    let ox0 = xb * VX;
+    let oy0 = yb * VY;
     let n0 = cb * VC;                       // first output channel of the block, in the group
     let x0 = i32(ox0 * STRIDE_W) - i32(p.pad_left);
-    let taps = KH * KW;
+    let y0 = i32(oy0 * STRIDE_H) - i32(p.pad_top);
 
-    var acc: array<array<f32, VX>, VC>;
+    // Which columns of the segment lie inside the image: the same for every row.
+    var col_in: array<bool, SPAN_X>;
+    for (var j = 0u; j < SPAN_X; j++) {
+        let ix = x0 + i32(j);
+        col_in[j] = ix >= 0 && ix < i32(p.w);
+    }
+
+    var acc: array<array<array<f32, VX>, VY>, VC>;
     for (var ic = 0u; ic < p.c_in_per_group; ic++) {
         let plane = p.in_offset + ((img * p.c_in + g * p.c_in_per_group + ic) * p.h) * p.w;
-        // The weights of this input channel for the block's channels: [c_out_pad][cin_g][taps].
-        let w_base = ((g * grid.c_out_pad + n0) * p.c_in_per_group + ic) * taps;
-        for (var ky = 0u; ky < KH; ky++) {
-            let iy = i32(oy * STRIDE_H + ky * DIL_H) - i32(p.pad_top);
+        // The block's taps of this input channel: weights are [c_out_pad][cin_g][taps].
+        var taps: array<array<f32, TAPS>, VC>;
+        for (var c = 0u; c < VC; c++) {
+            let w_base = ((g * grid.c_out_pad + n0 + c) * p.c_in_per_group + ic) * TAPS;
+            for (var k = 0u; k < TAPS; k++) {
+                taps[c][k] = weight[w_base + k];
+            }
+        }
+        for (var r = 0u; r < SPAN_Y; r++) {
+            let iy = y0 + i32(r);
             let row_in = iy >= 0 && iy < i32(p.h);
             let row = plane + u32(max(iy, 0)) * p.w;
-            // The row segment this strip reads: explicit zeros outside the image.
-            var seg: array<f32, SPAN>;
-            for (var j = 0u; j < SPAN; j++) {
-                let ix = x0 + i32(j);
+            // The row segment: explicit zeros outside the image.
+            var seg: array<f32, SPAN_X>;
+            for (var j = 0u; j < SPAN_X; j++) {
                 var v = 0.0;
-                if (row_in && ix >= 0 && ix < i32(p.w)) {
-                    v = to_operand(input[row + u32(ix)]);
+                if (row_in && col_in[j]) {
+                    v = to_operand(input[row + u32(x0 + i32(j))]);
                 }
                 seg[j] = v;
             }
-            for (var c = 0u; c < VC; c++) {
-                let w_row = w_base + c * p.c_in_per_group * taps + ky * KW;
-                for (var kx = 0u; kx < KW; kx++) {
-                    let wv = weight[w_row + kx];
-                    for (var x = 0u; x < VX; x++) {
-                        acc[c][x] = fma(seg[x * STRIDE_W + kx * DIL_W], wv, acc[c][x]);
+            // Every output row of the block that this input row feeds, through tap row ky.
+            for (var y = 0u; y < VY; y++) {
+                let d = i32(r) - i32(y * STRIDE_H);
+                if (d >= 0 && u32(d) % DIL_H == 0u && u32(d) / DIL_H < KH) {
+                    let ky = u32(d) / DIL_H;
+                    for (var c = 0u; c < VC; c++) {
+                        for (var kx = 0u; kx < KW; kx++) {
+                            let wv = taps[c][ky * KW + kx];
+                            for (var x = 0u; x < VX; x++) {
+                                acc[c][y][x] = fma(seg[x * STRIDE_W + kx * DIL_W], wv, acc[c][y][x]);
+                            }
+                        }
                     }
                 }
             }
@@ -88,10 +114,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         if (n < p.c_out_per_group) {
             let oc = g * p.c_out_per_group + n;
             let b = bias[oc];
-            let out_row = p.out_offset + (img * p.c_out + oc) * ohw + oy * p.ow;
-            for (var x = 0u; x < VX; x++) {
-                if (ox0 + x < p.ow) {
-                    output[out_row + ox0 + x] = activate(acc[c][x] + b);
+            let out_plane = p.out_offset + (img * p.c_out + oc) * ohw;
+            for (var y = 0u; y < VY; y++) {
+                if (oy0 + y < p.oh) {
+                    for (var x = 0u; x < VX; x++) {
+                        if (ox0 + x < p.ow) {
+                            output[out_plane + (oy0 + y) * p.ow + ox0 + x] = activate(acc[c][y][x] + b);
+                        }
+                    }
                 }
             }
         }

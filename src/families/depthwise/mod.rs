@@ -3,12 +3,13 @@
 //! where an implicit GEMM would pad each group's output channels to a whole block and its K
 //! to a whole step, so almost all of its work would be padding. These layers have almost no
 //! arithmetic per byte: the kernel streams the input once, each invocation computing a
-//! strip of [`StripConfig::x`] outputs along a row for [`StripConfig::c`] output channels of
-//! one group from row segments held in registers (`depthwise.wgsl`).
+//! block of [`StripConfig::y`] rows × [`StripConfig::x`] columns of outputs for
+//! [`StripConfig::c`] output channels of one group, its taps in registers, from input row
+//! segments loaded once each (`depthwise.wgsl`).
 //!
 //! `depthwise` computes with f32 operands, `depthwise-f16` with operands rounded to f16
-//! (f32 accumulation). Configs are named `x4c1-w128`: outputs per strip, output channels
-//! per invocation, invocations per workgroup.
+//! (f32 accumulation). Configs are named `x1y4c1-w128`: output columns and rows per
+//! invocation, output channels per invocation, invocations per workgroup.
 
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
@@ -21,11 +22,13 @@ use crate::spec::{Conv2dSpec, ConvProblem};
 
 const DEPTHWISE_WGSL: &str = include_str!("depthwise.wgsl");
 
-/// The most input values one invocation holds for a row segment: the segment a strip
+/// The most input values one invocation holds for a row segment: the segment a block
 /// reads, `(x - 1) · stride + (kernel - 1) · dilation + 1`, lives in registers.
 pub(crate) const MAX_SEGMENT: u32 = 64;
-/// The most accumulators one invocation holds (`x · c`).
+/// The most accumulators one invocation holds (`x · y · c`).
 pub(crate) const MAX_ACCUMULATORS: u32 = 32;
+/// The most filter taps one invocation holds (`c · KH · KW`).
+pub(crate) const MAX_TAPS: u32 = 128;
 
 /// The family, with f32 or f16-rounded operands.
 #[derive(Debug)]
@@ -40,8 +43,10 @@ pub(crate) static DEPTHWISE_F16: Depthwise = Depthwise { operands: SimtOperands 
 /// A strip config: what one invocation computes and how many share a workgroup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct StripConfig {
-    /// Neighbouring outputs along a row per invocation.
+    /// Neighbouring output columns per invocation (1: a subgroup's loads are contiguous).
     pub x: u32,
+    /// Neighbouring output rows per invocation (they share the input rows between them).
+    pub y: u32,
     /// Output channels of one group per invocation (they share the input segments: channel
     /// multipliers above 1 and grouped layers).
     pub c: u32,
@@ -50,25 +55,26 @@ pub struct StripConfig {
 }
 
 impl StripConfig {
-    /// The family's reference config: strips of 4 outputs, one channel, 128 invocations.
-    pub const REFERENCE: StripConfig = StripConfig { x: 4, c: 1, workgroup: 128 };
+    /// The family's reference config: a column of 4 outputs, one channel, 128 invocations.
+    pub const REFERENCE: StripConfig = StripConfig { x: 1, y: 4, c: 1, workgroup: 128 };
 
-    /// The config's name, e.g. `x4c1-w128`.
+    /// The config's name, e.g. `x1y4c1-w128`.
     pub fn name(&self) -> String {
-        format!("x{}c{}-w{}", self.x, self.c, self.workgroup)
+        format!("x{}y{}c{}-w{}", self.x, self.y, self.c, self.workgroup)
     }
 
     /// Parses a name of [`StripConfig::name`]'s form.
     pub fn parse(s: &str) -> Result<StripConfig> {
         let bad = || {
             Error::Parse(format!(
-                "depthwise config {s:?}: expected x<outputs>c<channels>-w<invocations>, e.g. x4c1-w128"
+                "depthwise config {s:?}: expected x<columns>y<rows>c<channels>-w<invocations>, e.g. x1y4c1-w128"
             ))
         };
-        let (strip, wg) = s.split_once("-w").ok_or_else(bad)?;
-        let (x, c) = strip.strip_prefix('x').and_then(|r| r.split_once('c')).ok_or_else(bad)?;
+        let (block, wg) = s.split_once("-w").ok_or_else(bad)?;
+        let (x, rest) = block.strip_prefix('x').and_then(|r| r.split_once('y')).ok_or_else(bad)?;
+        let (y, c) = rest.split_once('c').ok_or_else(bad)?;
         let num = |v: &str| v.parse::<u32>().map_err(|_| bad());
-        let cfg = StripConfig { x: num(x)?, c: num(c)?, workgroup: num(wg)? };
+        let cfg = StripConfig { x: num(x)?, y: num(y)?, c: num(c)?, workgroup: num(wg)? };
         cfg.check_shape()?;
         Ok(cfg)
     }
@@ -76,11 +82,12 @@ impl StripConfig {
     /// Device-independent checks.
     pub fn check_shape(&self) -> Result<()> {
         let refuse = |reason: String| Err(Error::ConfigRefused { config: self.name(), reason });
-        if self.x == 0 || self.c == 0 || self.workgroup == 0 {
+        if self.x == 0 || self.y == 0 || self.c == 0 || self.workgroup == 0 {
             return refuse("every count must be at least 1".into());
         }
-        if self.x * self.c > MAX_ACCUMULATORS {
-            return refuse(format!("{} accumulators per invocation exceed {MAX_ACCUMULATORS}", self.x * self.c));
+        let acc = self.x as u64 * self.y as u64 * self.c as u64;
+        if acc > MAX_ACCUMULATORS as u64 {
+            return refuse(format!("{acc} accumulators per invocation exceed {MAX_ACCUMULATORS}"));
         }
         if self.workgroup % 32 != 0 {
             return refuse(format!("{} invocations are not a whole number of 32-wide subgroups", self.workgroup));
@@ -92,21 +99,27 @@ impl StripConfig {
     pub fn segment(&self, spec: &Conv2dSpec) -> u64 {
         (self.x as u64 - 1) * spec.stride[1] as u64 + (spec.kernel[1] as u64 - 1) * spec.dilation[1] as u64 + 1
     }
+
+    /// The input rows one invocation walks for a spec.
+    pub fn rows(&self, spec: &Conv2dSpec) -> u64 {
+        (self.y as u64 - 1) * spec.stride[0] as u64 + (spec.kernel[0] as u64 - 1) * spec.dilation[0] as u64 + 1
+    }
 }
 
 /// The configs the benchmark and the tuner try, the reference first.
 pub fn strip_sweep() -> Vec<StripConfig> {
-    let c = |x, c, workgroup| StripConfig { x, c, workgroup };
+    let c = |x, y, c, workgroup| StripConfig { x, y, c, workgroup };
     vec![
         StripConfig::REFERENCE,
-        c(1, 1, 128),
-        c(2, 1, 128),
-        c(8, 1, 128),
-        c(4, 1, 64),
-        c(4, 1, 256),
-        c(4, 2, 128),
-        c(4, 4, 64),
-        c(2, 4, 128),
+        c(1, 2, 1, 128),
+        c(1, 8, 1, 128),
+        c(2, 4, 1, 128),
+        c(4, 1, 1, 128),
+        c(1, 4, 1, 64),
+        c(1, 4, 1, 256),
+        c(1, 4, 2, 128),
+        c(1, 4, 4, 128),
+        c(2, 2, 4, 128),
     ]
 }
 
@@ -191,9 +204,16 @@ impl KernelConfig for StripKernel {
         let segment = self.cfg.segment(spec);
         if segment > MAX_SEGMENT as u64 {
             return Err(self.refuse(format!(
-                "a strip of {} outputs reads row segments of {segment} values (kernel width {}, stride {}, \
+                "a block of {} columns reads row segments of {segment} values (kernel width {}, stride {}, \
                  dilation {}); at most {MAX_SEGMENT} fit in registers",
                 self.cfg.x, spec.kernel[1], spec.stride[1], spec.dilation[1]
+            )));
+        }
+        let taps = self.cfg.c as u64 * spec.kernel[0] as u64 * spec.kernel[1] as u64;
+        if taps > MAX_TAPS as u64 {
+            return Err(self.refuse(format!(
+                "{} channel(s) of a {}x{} kernel are {taps} taps; at most {MAX_TAPS} fit in registers",
+                self.cfg.c, spec.kernel[0], spec.kernel[1]
             )));
         }
         Ok(())
@@ -245,12 +265,14 @@ impl StripKernel {
 fn header(cfg: &StripConfig, spec: &Conv2dSpec) -> String {
     format!(
         "// generated from StripConfig {name} and the convolution's geometry\n\
-         const VX: u32 = {x}u;\nconst VC: u32 = {c}u;\nconst WG: u32 = {wg}u;\n\
+         const VX: u32 = {x}u;\nconst VY: u32 = {y}u;\nconst VC: u32 = {c}u;\nconst WG: u32 = {wg}u;\n\
          const KH: u32 = {kh}u;\nconst KW: u32 = {kw}u;\n\
          const STRIDE_H: u32 = {sh}u;\nconst STRIDE_W: u32 = {sw}u;\n\
-         const DIL_H: u32 = {dh}u;\nconst DIL_W: u32 = {dw}u;\nconst SPAN: u32 = {span}u;\n",
+         const DIL_H: u32 = {dh}u;\nconst DIL_W: u32 = {dw}u;\n\
+         const SPAN_X: u32 = {span_x}u;\nconst SPAN_Y: u32 = {span_y}u;\n",
         name = cfg.name(),
         x = cfg.x,
+        y = cfg.y,
         c = cfg.c,
         wg = cfg.workgroup,
         kh = spec.kernel[0],
@@ -259,7 +281,8 @@ fn header(cfg: &StripConfig, spec: &Conv2dSpec) -> String {
         sw = spec.stride[1],
         dh = spec.dilation[0],
         dw = spec.dilation[1],
-        span = cfg.segment(spec),
+        span_x = cfg.segment(spec),
+        span_y = cfg.rows(spec),
     )
 }
 
@@ -297,10 +320,12 @@ pub(crate) fn pack_weights(spec: &Conv2dSpec, weight: &[f32], cfg: &StripConfig)
 #[repr(C)]
 #[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct StripGrid {
-    x_strips: u32,
+    x_blocks: u32,
+    y_blocks: u32,
     c_blocks: u32,
     c_out_pad: u32,
     threads: u32,
+    _pad: [u32; 3],
 }
 
 /// A depthwise kernel composed for one spec.
@@ -318,12 +343,20 @@ impl Shaped for Strips {
         Ok(Vec::new())
     }
     fn grid(&self, p: &ConvParams) -> Result<(Vec<u8>, u64)> {
-        let x_strips = p.ow.div_ceil(self.cfg.x);
+        let x_blocks = p.ow.div_ceil(self.cfg.x);
+        let y_blocks = p.oh.div_ceil(self.cfg.y);
         let c_blocks = self.spec.out_channels_per_group().div_ceil(self.cfg.c);
-        let threads = p.batch as u64 * p.groups as u64 * c_blocks as u64 * p.oh as u64 * x_strips as u64;
+        let threads = p.batch as u64 * p.groups as u64 * c_blocks as u64 * y_blocks as u64 * x_blocks as u64;
         let threads = u32::try_from(threads)
             .map_err(|_| Error::TooLarge(format!("{threads} invocations of the depthwise kernel in one chunk")))?;
-        let g = StripGrid { x_strips, c_blocks, c_out_pad: c_out_pad(&self.spec, &self.cfg), threads };
+        let g = StripGrid {
+            x_blocks,
+            y_blocks,
+            c_blocks,
+            c_out_pad: c_out_pad(&self.spec, &self.cfg),
+            threads,
+            _pad: [0; 3],
+        };
         let workgroups = threads.div_ceil(self.cfg.workgroup);
         workgroups_u32(workgroups as u64)?;
         Ok((bytemuck::bytes_of(&g).to_vec(), workgroups as u64))
@@ -331,10 +364,10 @@ impl Shaped for Strips {
 }
 
 /// The CPU twin of `depthwise.wgsl`: the same invocations (walked by nested loops, not the
-/// linear invocation number), row segments with explicit zeros, packed-weight reads and
-/// store rules, in f32 as the shader sums (no f16 rounding). The result is
-/// `[N, C_out, OH, OW]` with untouched outputs left NaN, so a store rule that misses an
-/// output shows.
+/// linear invocation number), input rows walked once each with explicit zeros outside the
+/// image, the tap row each feeds each output row through, packed-weight reads and store
+/// rules, in f32 as the shader sums (no f16 rounding). The result is `[N, C_out, OH, OW]`
+/// with untouched outputs left NaN, so a store rule that misses an output shows.
 #[cfg(test)]
 pub(crate) fn strip_twin(
     problem: &ConvProblem,
@@ -352,23 +385,25 @@ pub(crate) fn strip_twin(
     let cin_g = spec.in_channels_per_group() as usize;
     let cout_g = spec.out_channels_per_group() as usize;
     let pad = c_out_pad(spec, cfg) as usize;
-    let (vx, vc) = (cfg.x as usize, cfg.c as usize);
-    let span = cfg.segment(spec) as usize;
+    let (vx, vy, vc) = (cfg.x as usize, cfg.y as usize, cfg.c as usize);
+    let (span_x, span_y) = (cfg.segment(spec) as usize, cfg.rows(spec) as usize);
     let mut out = vec![f32::NAN; problem.output.len() as usize];
     for img in 0..problem.input.n as usize {
         for g in 0..spec.groups as usize {
             for cb in 0..cout_g.div_ceil(vc) {
-                for oy in 0..oh {
-                    for xs in 0..ow.div_ceil(vx) {
-                        let (ox0, n0) = (xs * vx, cb * vc);
+                for yb in 0..oh.div_ceil(vy) {
+                    for xb in 0..ow.div_ceil(vx) {
+                        let (ox0, oy0, n0) = (xb * vx, yb * vy, cb * vc);
                         let x0 = (ox0 * sw) as i64 - spec.padding.left as i64;
-                        let mut acc = vec![0.0f32; vc * vx];
+                        let y0 = (oy0 * sh) as i64 - spec.padding.top as i64;
+                        let at = |c: usize, y: usize, x: usize| (c * vy + y) * vx + x;
+                        let mut acc = vec![0.0f32; vc * vy * vx];
                         for ic in 0..cin_g {
                             let plane = (img * c_in + g * cin_g + ic) * (h * w) as usize;
-                            let w_base = ((g * pad + n0) * cin_g + ic) * kh * kw;
-                            for ky in 0..kh {
-                                let iy = (oy * sh + ky * dh) as i64 - spec.padding.top as i64;
-                                let seg: Vec<f32> = (0..span as i64)
+                            let taps = |c: usize, k: usize| packed[((g * pad + n0 + c) * cin_g + ic) * kh * kw + k];
+                            for r in 0..span_y {
+                                let iy = y0 + r as i64;
+                                let seg: Vec<f32> = (0..span_x as i64)
                                     .map(|j| {
                                         let ix = x0 + j;
                                         if (0..h).contains(&iy) && (0..w).contains(&ix) {
@@ -378,11 +413,19 @@ pub(crate) fn strip_twin(
                                         }
                                     })
                                     .collect();
-                                for c in 0..vc {
-                                    for kx in 0..kw {
-                                        let wv = packed[w_base + c * cin_g * kh * kw + ky * kw + kx];
-                                        for x in 0..vx {
-                                            acc[c * vx + x] = seg[x * sw + kx * dw].mul_add(wv, acc[c * vx + x]);
+                                for y in 0..vy {
+                                    let Some(d) = r.checked_sub(y * sh) else { continue };
+                                    if d % dh != 0 || d / dh >= kh {
+                                        continue;
+                                    }
+                                    let ky = d / dh;
+                                    for c in 0..vc {
+                                        for kx in 0..kw {
+                                            let wv = taps(c, ky * kw + kx);
+                                            for x in 0..vx {
+                                                let a = &mut acc[at(c, y, x)];
+                                                *a = seg[x * sw + kx * dw].mul_add(wv, *a);
+                                            }
                                         }
                                     }
                                 }
@@ -394,10 +437,12 @@ pub(crate) fn strip_twin(
                                 continue;
                             }
                             let oc = g * cout_g + n;
-                            for x in 0..vx {
-                                if ox0 + x < ow {
-                                    let b = bias.map_or(0.0, |b| b[oc]);
-                                    out[((img * c_out + oc) * oh + oy) * ow + ox0 + x] = acc[c * vx + x] + b;
+                            for y in 0..vy {
+                                for x in 0..vx {
+                                    if oy0 + y < oh && ox0 + x < ow {
+                                        let b = bias.map_or(0.0, |b| b[oc]);
+                                        out[((img * c_out + oc) * oh + oy0 + y) * ow + ox0 + x] = acc[at(c, y, x)] + b;
+                                    }
                                 }
                             }
                         }
@@ -419,7 +464,7 @@ mod tests {
         for cfg in strip_sweep() {
             assert_eq!(StripConfig::parse(&cfg.name()).unwrap(), cfg);
         }
-        for bad in ["x4c1", "x0c1-w64", "x4c1-w100", "x8c8-w64", "y4c1-w64"] {
+        for bad in ["x1y4c1", "x0y1c1-w64", "x1y4c1-w100", "x2y4c8-w64", "y4c1-w64", "x4c1-w128"] {
             assert!(StripConfig::parse(bad).is_err(), "{bad}");
         }
     }
@@ -460,7 +505,10 @@ mod tests {
         assert!(e.contains("32 input channels per group"), "{e}");
         let dilated = Conv2dSpec::new(4, 4, 9).groups(4).dilation(8, 8);
         let e = k.config().check_spec(&dilated, &limits).unwrap_err().to_string();
-        assert!(e.contains("row segments of 68 values"), "{e}");
+        assert!(e.contains("row segments of 65 values"), "{e}");
+        let big = Conv2dSpec::new(4, 16, 7).groups(4);
+        let e = DEPTHWISE.with(StripConfig { c: 4, ..StripConfig::REFERENCE }).config().check_spec(&big, &limits);
+        assert!(e.unwrap_err().to_string().contains("196 taps"));
         let small = KernelLimits { invocations_per_workgroup: 64, ..limits };
         let e = k.check_limits(&small).unwrap_err().to_string();
         assert!(e.contains("128 invocations"), "{e}");
