@@ -5,7 +5,9 @@ use crate::cli::{CliError, CliResult, PrecisionArg};
 use crate::shape::ShapeArgs;
 use std::sync::Arc;
 use wgconv::advanced::{default_kernel, family_names};
-use wgconv::{Activation, Conv2d, Conv2dOptions, Conv2dSpec, Gpu, Kernel, Precision, Selection, TileConfig};
+use wgconv::{
+    Activation, Conv2d, Conv2dOptions, Conv2dSpec, ConvProblem, Gpu, Kernel, Precision, Selection, TileConfig,
+};
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -22,13 +24,13 @@ family         that family's reference kernel, e.g. direct, coop-f16\n  \
 TILE           a tile config, e.g. m64n96k16-t4x12-w4-s1: the --precision's default family on this device \
 (tiled for f32; coop-f16 or tiled-f16 for f16; coop-f16x3 for f16x3)\n  \
 band:CONFIG    short for coop-band-f16:CONFIG;  stem:CONFIG  short for coop-stem-f16:CONFIG\n  \
-auto           the kernel a Conv2d with default options would run on this convolution and device (the \
+auto           the kernel a Conv2d with default options, told the input shape, would run on this problem and device (the \
 selection's reason is printed under the table)\n\
 Every kernel must compute at --precision (`direct`, the f32 reference kernel, joins any sweep).\n\n\
 Families: tiled, tiled-f16, coop-f16, coop-f16x3, coop-band-f16, coop-stem-f16, depthwise, depthwise-f16, direct, direct-f16.\n\n\
 --model NAME benchmarks a network's distinct convolutions (resnet50, mobilenet_v2, vgg16, resnext50_32x4d, alexnet: \
 cli/data/models.json; no bias) at the model's batch (a CPU adapter: batch 2; --batch overrides). Per layer: the \
-kernel a default Conv2d picks (and why) and every kernel of the precision's default family's sweep that the \
+kernel a default Conv2d told the input shape picks (and why) and every kernel of the precision's default family's sweep that the \
 device and the layer accept (--configs instead: the default plus those), each checked against ONE CPU reference \
 image (image 0, NaN-poisoned output) and timed like the single-problem bench; the best correct one; TFLOP/s, \
 GB/s (input + weights + output, f32) and the % of the device's floor max(FLOPs / peak, bytes / bandwidth), \
@@ -134,18 +136,20 @@ pub(crate) fn parse_entry(entry: &str, precision: Precision, gpu: &Gpu) -> CliRe
     })
 }
 
-/// The kernel a `Conv2d` with default options (at this precision and activation) runs on
-/// this convolution and device, and why: `--configs auto`. Built for real (with zero
-/// weights), so that it is the library's own selection, not a copy of it.
+/// The kernel a `Conv2d` with default options (at this precision and activation, told the
+/// input shape as `wgconv run` tells it) runs on this problem and device, and why:
+/// `--configs auto`. Built for real (with zero weights), so that it is the library's own
+/// selection, not a copy of it.
 pub(crate) fn auto_selection(
     gpu: &Arc<Gpu>,
-    spec: Conv2dSpec,
+    problem: &ConvProblem,
     precision: Precision,
     activation: Activation,
 ) -> CliResult<Selection> {
+    let spec = problem.spec;
     let weight = vec![0.0f32; spec.weight_len()];
     let bias = spec.bias.then(|| vec![0.0f32; spec.out_channels as usize]);
-    let options = Conv2dOptions { precision, activation, ..Default::default() };
+    let options = Conv2dOptions { precision, activation, tuning_key_input: Some(problem.input), ..Default::default() };
     let conv = Conv2d::new(gpu, spec, &weight, bias.as_deref(), options)
         .map_err(|e| CliError(format!("--configs auto: {e}")))?;
     Ok(conv.kernel().clone())
