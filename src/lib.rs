@@ -76,7 +76,9 @@ pub mod advanced {
     };
     #[cfg(feature = "naga-check")]
     pub use crate::portable::check_portable;
-    pub use crate::select::{DEPTHWISE_MAX_CHANNELS_PER_GROUP, STEM_DEFAULT_MAX_CHANNELS};
+    pub use crate::select::{
+        DEPTHWISE_F16_COOP_MAX_CHANNELS_PER_GROUP, DEPTHWISE_MAX_CHANNELS_PER_GROUP, STEM_DEFAULT_MAX_CHANNELS,
+    };
 
     use crate::{Conv2dOptions, Conv2dSpec, DeviceCaps, Kernel, Precision, Result, Selection};
 
@@ -130,12 +132,13 @@ pub mod advanced {
         kernel.family_impl().targets().iter().map(|t| t.name()).collect()
     }
 
-    /// Whether the depthwise rule applies to this convolution: groups of at most
-    /// [`DEPTHWISE_MAX_CHANNELS_PER_GROUP`] input channels (depthwise and narrow grouped
-    /// layers), which run the depthwise family (or, where a strip does not fit, the direct
-    /// kernel) in f32 and f16.
-    pub fn depthwise_rule_applies(spec: &Conv2dSpec) -> bool {
-        spec.groups > 1 && spec.in_channels_per_group() <= DEPTHWISE_MAX_CHANNELS_PER_GROUP
+    /// Whether the depthwise rule applies to this convolution at this precision on this
+    /// device: groups of at most [`DEPTHWISE_MAX_CHANNELS_PER_GROUP`] input channels
+    /// (depthwise and narrow grouped layers; in f16 on cooperative matrices at most
+    /// [`DEPTHWISE_F16_COOP_MAX_CHANNELS_PER_GROUP`]), which run the depthwise family (or,
+    /// where a block does not fit, the direct kernel) in f32 and f16.
+    pub fn depthwise_rule_applies(caps: &DeviceCaps, spec: &Conv2dSpec, precision: Precision) -> bool {
+        crate::select::depthwise_rule_applies(caps, spec, precision)
     }
 
     /// Whether f16 on this convolution runs the stem kernel by default on this device.

@@ -24,7 +24,7 @@ fn check(name: &str, spec: S, [n, h, w]: [u32; 3]) {
     let (kind, source) = (&default.kernel().kernel, default.kernel().source);
     // The depthwise rule runs groups of few input channels on the depthwise family; the rest
     // runs a tiled config.
-    let depthwise = depthwise_rule_applies(&spec);
+    let depthwise = depthwise_rule_applies(gpu.caps(), &spec, Precision::F32);
     let expected = if depthwise { "depthwise" } else { "tiled" };
     assert_eq!(kind.family(), expected, "{name}: default kernel is {kind}");
     assert_ne!(source, ConfigSource::Explicit, "{name}");

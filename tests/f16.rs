@@ -105,7 +105,7 @@ fn f16_default_and_explicit_configs_on_ragged_shapes() {
         // Depthwise and narrow grouped layers run the depthwise family (select's depthwise
         // rule), on every device; the rest the SIMT tiled kernel where there are no
         // cooperative matrices.
-        if depthwise_rule_applies(&spec) {
+        if depthwise_rule_applies(gpu.caps(), &spec, Precision::F16Accum32) {
             assert_eq!(kind.family(), "depthwise-f16", "{name}: default f16 kernel is {kind}");
         } else if !gpu.has_coop_f16() {
             assert_eq!(kind.family(), "tiled-f16", "{name}: default f16 kernel is {kind}");
@@ -278,7 +278,7 @@ fn coop_kernel_on_ragged_shapes() {
         let stem = stem_is_default(gpu.caps(), &spec);
         let want = if stem {
             "coop-stem-f16"
-        } else if depthwise_rule_applies(&spec) {
+        } else if depthwise_rule_applies(gpu.caps(), &spec, Precision::F16Accum32) {
             "depthwise-f16"
         } else {
             "coop-f16"

@@ -5,9 +5,7 @@ use crate::cli::{CliError, CliResult, PrecisionArg};
 use crate::shape::ShapeArgs;
 use std::sync::Arc;
 use wgconv::advanced::{default_kernel, family_names};
-use wgconv::{
-    Activation, Conv2d, Conv2dOptions, Conv2dSpec, ConvProblem, Gpu, Kernel, Precision, Selection, TileConfig,
-};
+use wgconv::{Activation, Conv2d, Conv2dOptions, ConvProblem, Gpu, Kernel, Precision, Selection, TileConfig};
 
 #[derive(clap::Args, Debug)]
 #[command(
