@@ -297,7 +297,41 @@ impl Kernel {
         self.config
             .check_limits(&limits)
             .and_then(|()| self.config.check_spec(spec, &limits))
+            .and_then(|()| self.check_bindings(spec, &caps.limits))
             .map_err(|e| self.named(e))
+    }
+    /// The binding limits, which WebGPU's defaults make tight (8 storage buffers per stage,
+    /// 128 MiB per binding): the kernel's storage buffers, and its packed weights, which
+    /// are bound whole. (Inputs and outputs are split into batch chunks that fit instead.)
+    fn check_bindings(&self, spec: &Conv2dSpec, limits: &wgpu::Limits) -> Result<()> {
+        let refuse = |reason: String| Error::ConfigRefused { config: self.to_string(), reason };
+        let storage = bindings(self).iter().filter(|&&b| b != 0 && b != GRID_BINDING).count() as u32;
+        if storage > limits.max_storage_buffers_per_shader_stage {
+            return Err(refuse(format!(
+                "{storage} storage buffers in the compute stage exceed the device's {} \
+                 (max_storage_buffers_per_shader_stage)",
+                limits.max_storage_buffers_per_shader_stage
+            )));
+        }
+        // The families' size arithmetic is sound on validated specs only (an invalid spec
+        // is refused by `Conv2d::new` before any kernel is asked).
+        if spec.validate().is_err() {
+            return Ok(());
+        }
+        let (packed, cap) = (self.config.packed_bytes(spec), limits.max_storage_buffer_binding_size);
+        if packed > cap {
+            return Err(refuse(format!(
+                "{packed} B of packed weights, bound whole, exceed the device's {cap} B \
+                 (max_storage_buffer_binding_size)"
+            )));
+        }
+        if packed > limits.max_buffer_size {
+            return Err(refuse(format!(
+                "{packed} B of packed weights exceed the device's {} B (max_buffer_size)",
+                limits.max_buffer_size
+            )));
+        }
+        Ok(())
     }
     /// A config refusal named by the whole kernel (`family:config`), so that it says which
     /// family refused.

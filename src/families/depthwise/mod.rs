@@ -187,8 +187,9 @@ impl KernelConfig for StripKernel {
         let most = limits.invocations_per_workgroup.min(limits.workgroup_size_x);
         if self.cfg.workgroup > most {
             return Err(self.refuse(format!(
-                "{} invocations per workgroup exceed the device's {most} (max_compute_invocations_per_workgroup)",
-                self.cfg.workgroup
+                "{} invocations per workgroup exceed the device's {most} ({})",
+                self.cfg.workgroup,
+                limits.invocations_limit_name()
             )));
         }
         Ok(())
