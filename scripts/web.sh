@@ -15,7 +15,8 @@
 # install), and for test/shot Debian's chromium and binaryen (apt-get, as root or through
 # sudo). No node toolchain: the page is plain HTML and ES modules.
 #
-# Env: PORT (serve), WEB_TEST_TIMEOUT (s, default 1200), CHROMIUM (the browser binary).
+# Env: PORT (serve), WEB_TEST_TIMEOUT (s, default 1200), CHROMIUM (the browser binary),
+#      WASM_OPT=0 (skip wasm-opt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { printf '== %s\n' "$*"; }
@@ -78,23 +79,29 @@ build() {
     tools
     say "cargo build -p wgconv-web --target $WASM --release"
     cargo build --quiet -p wgconv-web --target "$WASM" --release
-    rm -rf "$PKG"
-    wasm-bindgen --target web --no-typescript --out-dir "$PKG" "$TARGET_DIR/$WASM/release/wgconv_web.wasm"
-    local wasm="$PKG/wgconv_web_bg.wasm"
-    if command -v wasm-opt >/dev/null; then
+    local raw="$TARGET_DIR/$WASM/release/wgconv_web.wasm"
+    # wasm-opt runs on cargo's output, before wasm-bindgen: binaryen 108 (Debian 12's) breaks
+    # the externref table that wasm-bindgen 0.2.130 adds (the page then fails in
+    # WebAssembly.Table.set), while it optimises the module before that table exists well,
+    # and wasm-bindgen keeps the result (it reads its descriptions from custom sections and
+    # the describe functions, which wasm-opt leaves alone).
+    if [ "${WASM_OPT:-1}" = 0 ]; then
+        say "WASM_OPT=0: the package is not run through wasm-opt"
+    elif command -v wasm-opt >/dev/null; then
         # The features rustc's wasm32 target emits by default.
         if wasm-opt -Oz --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
             --enable-mutable-globals --enable-multivalue --enable-reference-types \
-            "$wasm" -o "$wasm.opt" 2>"$PKG/wasm-opt.log"; then
-            mv "$wasm.opt" "$wasm"
-            rm -f "$PKG/wasm-opt.log"
+            "$raw" -o "$raw.opt.wasm" 2>"$TARGET_DIR/wasm-opt.log"; then
+            raw="$raw.opt.wasm"
         else
-            say "wasm-opt failed (see $PKG/wasm-opt.log): keeping the unoptimised package"
-            rm -f "$wasm.opt"
+            say "wasm-opt failed (see $TARGET_DIR/wasm-opt.log): the package is not optimised further"
         fi
     else
         say "no wasm-opt (Debian: apt-get install binaryen): the package is not optimised further"
     fi
+    rm -rf "$PKG"
+    wasm-bindgen --target web --no-typescript --out-dir "$PKG" --out-name wgconv_web "$raw"
+    local wasm="$PKG/wgconv_web_bg.wasm"
     local bytes gz
     bytes=$(stat -c %s "$wasm")
     gz=$(gzip -9c "$wasm" | wc -c)

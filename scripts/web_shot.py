@@ -35,13 +35,16 @@ def main():
     os.set_inheritable(from_chrome_w, True)
 
     def child_fds():
-        os.dup2(to_chrome_r, 3)
-        os.dup2(from_chrome_w, 4)
+        # Through fresh descriptors first: either pipe end may itself be 3 or 4.
+        r, w = os.dup(to_chrome_r), os.dup(from_chrome_w)
+        os.dup2(r, 3)
+        os.dup2(w, 4)
 
     proc = subprocess.Popen(
         browser + ["--remote-debugging-pipe", f"--window-size={args.width},900", "about:blank"],
         preexec_fn=child_fds,
-        pass_fds=(to_chrome_r, from_chrome_w),
+        # Kept open by number after child_fds ran (subprocess closes the others after it).
+        pass_fds=(3, 4),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
