@@ -32,7 +32,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         opts.limits = Some(wgpu::Limits::default());
     }
     let gpu = Arc::new(Gpu::with_options(opts)?);
-    println!("adapter: {} ({:?}), limits: {}", gpu.info.name, gpu.info.backend, if default_limits { "WebGPU defaults" } else { "the adapter's" });
+    println!(
+        "adapter: {} ({:?}), limits: {}",
+        gpu.info.name,
+        gpu.info.backend,
+        if default_limits { "WebGPU defaults" } else { "the adapter's" }
+    );
     let mut seed = 21u64;
     let (h, w) = (120, 160);
     let picture = random(3 * h * w, &mut seed, 1.0);
@@ -43,10 +48,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // (title, spec, options, input channels)
     let layers: Vec<(&str, Conv2dSpec, Conv2dOptions, u32)> = vec![
         ("Edge detection (Sobel)", Conv2dSpec::new(3, 2, 3).padding(Padding::uniform(1)), Conv2dOptions::default(), 3),
-        ("Blur (5x5 Gaussian)", Conv2dSpec::new(3, 3, 5).padding(Padding::uniform(2)).groups(3), Conv2dOptions::default(), 3),
-        ("Random 3x3, 3->64, bias + ReLU", Conv2dSpec::new(3, 64, 3).padding(Padding::uniform(1)).with_bias(true), relu(Conv2dOptions::default()), 3),
-        ("Random 3x3, 64->64, bias + ReLU", Conv2dSpec::new(64, 64, 3).padding(Padding::uniform(1)).with_bias(true), relu(Conv2dOptions::default()), 64),
-        ("Depthwise 3x3, 64 channels", Conv2dSpec::new(64, 64, 3).padding(Padding::uniform(1)).groups(64), Conv2dOptions::default(), 64),
+        (
+            "Blur (5x5 Gaussian)",
+            Conv2dSpec::new(3, 3, 5).padding(Padding::uniform(2)).groups(3),
+            Conv2dOptions::default(),
+            3,
+        ),
+        (
+            "Random 3x3, 3->64, bias + ReLU",
+            Conv2dSpec::new(3, 64, 3).padding(Padding::uniform(1)).with_bias(true),
+            relu(Conv2dOptions::default()),
+            3,
+        ),
+        (
+            "Random 3x3, 64->64, bias + ReLU",
+            Conv2dSpec::new(64, 64, 3).padding(Padding::uniform(1)).with_bias(true),
+            relu(Conv2dOptions::default()),
+            64,
+        ),
+        (
+            "Depthwise 3x3, 64 channels",
+            Conv2dSpec::new(64, 64, 3).padding(Padding::uniform(1)).groups(64),
+            Conv2dOptions::default(),
+            64,
+        ),
     ];
     println!("| convolution | input | kernel | first run, ms | second run, ms |\n|---|---|---|---:|---:|");
     for (title, spec, options, c) in layers {
@@ -69,7 +94,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let shape = Shape4::new(1, 64, 32, 32);
     let weight = random(spec.weight_len(), &mut seed, 0.05);
     let selected = Conv2d::new(&gpu, spec, &weight, None, Conv2dOptions::default())?.kernel().kernel.clone();
-    println!("\ntile-size benchmark, {spec:?} on {shape:?} (selection: {selected})\n| config | ms per run |\n|---|---:|");
+    println!(
+        "\ntile-size benchmark, {spec:?} on {shape:?} (selection: {selected})\n| config | ms per run |\n|---|---:|"
+    );
     let buffer = |bytes: u64| {
         gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: None,

@@ -249,7 +249,13 @@ fn shape4(s: &[u32]) -> Result<Shape4, JsError> {
 /// The CPU reference (wgconv's direct loop nest, in f64) of a convolution, bias and ReLU
 /// included: what the browser tests compare the GPU's output against.
 #[wasm_bindgen]
-pub fn reference(spec: JsValue, weight: &[f32], bias: Option<Vec<f32>>, input: &[f32], shape: Vec<u32>) -> Result<Vec<f32>, JsError> {
+pub fn reference(
+    spec: JsValue,
+    weight: &[f32],
+    bias: Option<Vec<f32>>,
+    input: &[f32],
+    shape: Vec<u32>,
+) -> Result<Vec<f32>, JsError> {
     let args = SpecArgs::from_js(&spec)?;
     let problem = args.spec.problem(shape4(&shape)?).map_err(js)?;
     let mut y = wgconv::reference::conv2d(&problem, input, weight, bias.as_deref()).map_err(js)?;

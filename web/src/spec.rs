@@ -30,7 +30,9 @@ impl SpecArgs {
     /// Reads a spec object; a missing or malformed field is an error naming it.
     pub fn from_js(v: &JsValue) -> Result<SpecArgs, JsError> {
         if !v.is_object() {
-            return Err(JsError::new("a convolution is described by an object: {inChannels, outChannels, kernel, ...}"));
+            return Err(JsError::new(
+                "a convolution is described by an object: {inChannels, outChannels, kernel, ...}",
+            ));
         }
         let in_c = required_u32(v, "inChannels")?;
         let out_c = required_u32(v, "outChannels")?;
@@ -77,7 +79,8 @@ impl SpecArgs {
 }
 
 fn get(v: &JsValue, key: &str) -> Result<Option<JsValue>, JsError> {
-    let x = js_sys::Reflect::get(v, &JsValue::from_str(key)).map_err(|_| JsError::new(&format!("cannot read {key}")))?;
+    let x =
+        js_sys::Reflect::get(v, &JsValue::from_str(key)).map_err(|_| JsError::new(&format!("cannot read {key}")))?;
     Ok((!x.is_undefined() && !x.is_null()).then_some(x))
 }
 
