@@ -213,6 +213,9 @@ impl Conv2d {
     }
 
     /// The kernel composed for a problem's input size (cached per (H, W)).
+    // On wasm32 wgpu's handles are neither Send nor Sync (the browser's WebGPU lives on one
+    // thread), so `Prepared` is not either there; the Arc is for native threads.
+    #[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
     fn prepared(&self, problem: &ConvProblem) -> Result<Arc<Prepared>> {
         let key = (problem.input.h, problem.input.w);
         let mut map = self.prepared.lock().unwrap_or_else(|e| e.into_inner());

@@ -46,8 +46,9 @@ impl Device {
     /// where WebGPU's defaults are 16 KiB and 256); `"default"` asks for WebGPU's default
     /// limits, what every WebGPU device has. Rejects with a message where the browser has
     /// no WebGPU or no adapter.
-    // Fields assigned one by one: options wgconv adds later keep their defaults.
-    #[allow(clippy::field_reassign_with_default)]
+    // Fields assigned one by one: options wgconv adds later keep their defaults. The Arc is
+    // what `Conv2d::new` takes (natively it crosses threads; here there is one).
+    #[allow(clippy::field_reassign_with_default, clippy::arc_with_non_send_sync)]
     pub async fn open(limits: Option<String>) -> Result<Device, JsError> {
         let asked = limits.unwrap_or_else(|| "adapter".into());
         let limits = match asked.as_str() {
