@@ -113,10 +113,16 @@ tmp=""
 server_pid=""
 browser_pid=""
 cleanup() {
-    # Chromium runs in its own session (setsid): its whole process group goes.
-    [ -n "$browser_pid" ] && kill -- "-$browser_pid" 2>/dev/null || true
+    local rc=$?
+    # Chromium runs in its own session (setsid): its whole process group goes, and its
+    # profile is removed once it has stopped writing there.
+    if [ -n "$browser_pid" ]; then
+        kill -- "-$browser_pid" 2>/dev/null || true
+        for _ in $(seq 50); do kill -0 -- "-$browser_pid" 2>/dev/null || break; sleep 0.1; done
+    fi
     [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null || true
-    [ -n "$tmp" ] && rm -rf "$tmp"
+    [ -n "$tmp" ] && rm -rf "$tmp" 2>/dev/null || true
+    exit "$rc"
 }
 
 start_server() {

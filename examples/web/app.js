@@ -33,6 +33,8 @@ function noWebGpu(why) {
     "https or from localhost.";
   $("adapter").textContent = "No WebGPU adapter.";
   setStatus("Nothing was computed.");
+  page.noWebGpu = why;
+  finish(false);
 }
 
 // A small deterministic generator, so that the random layer is the same on every visit.
@@ -162,10 +164,11 @@ function barChart(rows, selected) {
 let wasm;
 
 async function main() {
-  if (!("gpu" in navigator)) return noWebGpu("<code>navigator.gpu</code> is missing.");
+  const params = new URLSearchParams(location.search);
+  // ?without-webgpu: what a browser without WebGPU shows (the browser tests check it).
+  if (!("gpu" in navigator) || params.has("without-webgpu")) return noWebGpu("<code>navigator.gpu</code> is missing.");
   wasm = await import("./pkg/wgconv_web.js");
   await wasm.default();
-  const params = new URLSearchParams(location.search);
   let device;
   try {
     device = await wasm.Device.open(params.get("limits") || "adapter");

@@ -225,9 +225,10 @@ async function main() {
     }
   });
 
-  await check("the example page end to end: picture in, pictures out, no console errors", "index.html", async () => {
+  // Loads the example page in an iframe and waits until it says it is done.
+  async function loadPage(url) {
     const frame = document.createElement("iframe");
-    frame.src = "index.html?configs=4";
+    frame.src = url;
     document.body.appendChild(frame);
     const start = performance.now();
     let page;
@@ -235,6 +236,18 @@ async function main() {
       assert(performance.now() - start < 300000, "the page did not finish in 300 s");
       await new Promise((r) => setTimeout(r, 250));
     }
+    return { page, doc: frame.contentDocument };
+  }
+
+  await check("without WebGPU the page says so (no blank page)", "index.html?without-webgpu", async () => {
+    const { page, doc } = await loadPage("index.html?without-webgpu");
+    const box = doc.getElementById("nowebgpu");
+    assert(page.noWebGpu, "the page did not take the no-WebGPU path");
+    assert(box.style.display === "block" && box.textContent.includes("cannot run WebGPU"), `message: ${box.textContent}`);
+  });
+
+  await check("the example page end to end: picture in, pictures out, no console errors", "index.html", async () => {
+    const { page } = await loadPage("index.html?configs=4");
     assert(page.errors.length === 0, `console errors: ${page.errors.join(" | ")}`);
     for (const [k, v] of Object.entries(page.outputs)) assert(v, `the ${k} image is flat`);
     assert(Object.keys(page.outputs).length === 5, `outputs: ${Object.keys(page.outputs)}`);
