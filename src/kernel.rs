@@ -608,6 +608,35 @@ fn build(device: &wgpu::Device, src: &str, bindings: &[u32], runtime_checks: boo
 mod tests {
     use super::*;
 
+    /// WebGPU's binding limits refuse a kernel up front, naming the limit.
+    #[test]
+    fn binding_limits_refuse_naming_the_limit() {
+        let caps = |limits: wgpu::Limits| crate::caps::DeviceCaps {
+            name: "test".into(),
+            vendor: 0,
+            device_type: wgpu::DeviceType::Cpu,
+            backend: wgpu::Backend::BrowserWebGpu,
+            driver: String::new(),
+            features: wgpu::Features::empty(),
+            limits,
+            subgroup_size: (32, 32),
+            coop_f16: false,
+            coop_f16_offered: None,
+        };
+        let spec = Conv2dSpec::new(64, 64, 3);
+        // Input, weight, bias, gather table and output: 5 storage buffers; 6 KiB of
+        // workgroup memory, within WebGPU's defaults.
+        let kernel: Kernel = "tiled:m128n64k8-t8x8-w4-s1".parse().unwrap();
+        assert!(kernel.check(&spec, &caps(wgpu::Limits::default())).is_ok());
+        let few = wgpu::Limits { max_storage_buffers_per_shader_stage: 4, ..wgpu::Limits::default() };
+        let e = kernel.check(&spec, &caps(few)).unwrap_err().to_string();
+        assert!(e.contains("5 storage buffers") && e.contains("max_storage_buffers_per_shader_stage"), "{e}");
+        // 576 × 64 packed f32 weights: 147,456 B.
+        let small = wgpu::Limits { max_storage_buffer_binding_size: 100_000, ..wgpu::Limits::default() };
+        let e = kernel.check(&spec, &caps(small)).unwrap_err().to_string();
+        assert!(e.contains("147456 B") && e.contains("max_storage_buffer_binding_size"), "{e}");
+    }
+
     #[test]
     fn params_match_wgsl_struct() {
         // 23 u32 fields and the f32 `out_scale` last, in the order of params.wgsl: 96 bytes, a
