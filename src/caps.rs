@@ -20,6 +20,18 @@ impl KernelLimits {
     }
 }
 
+impl KernelLimits {
+    /// The WebGPU name of the limit that bounds invocations per workgroup here (the smaller
+    /// of the two), for refusals that must name the limit.
+    pub fn invocations_limit_name(&self) -> &'static str {
+        if self.workgroup_size_x < self.invocations_per_workgroup {
+            "max_compute_workgroup_size_x"
+        } else {
+            "max_compute_invocations_per_workgroup"
+        }
+    }
+}
+
 impl From<&wgpu::Limits> for KernelLimits {
     fn from(l: &wgpu::Limits) -> Self {
         KernelLimits {
@@ -80,7 +92,7 @@ impl DeviceCaps {
     /// The fields every constructor fills alike.
     fn from_parts(info: &wgpu::AdapterInfo, features: wgpu::Features, limits: wgpu::Limits, coop_f16: bool) -> Self {
         DeviceCaps {
-            name: info.name.clone(),
+            name: adapter_name(info),
             vendor: info.vendor,
             device_type: info.device_type,
             backend: info.backend,
@@ -149,6 +161,31 @@ impl DeviceCaps {
     }
 }
 
+/// The adapter's name, or where it has none (browsers leave WebGPU's adapter description
+/// empty unless asked for it, to limit fingerprinting) a name from what is known: backend,
+/// device type and driver, so that reports, refusals and cache keys never say "".
+fn adapter_name(info: &wgpu::AdapterInfo) -> String {
+    if !info.name.trim().is_empty() {
+        return info.name.clone();
+    }
+    let backend = match info.backend {
+        wgpu::Backend::BrowserWebGpu => "WebGPU".to_string(),
+        b => format!("{b:?}"),
+    };
+    let kind = match info.device_type {
+        wgpu::DeviceType::Cpu => "CPU (software) adapter",
+        wgpu::DeviceType::DiscreteGpu => "discrete GPU",
+        wgpu::DeviceType::IntegratedGpu => "integrated GPU",
+        wgpu::DeviceType::VirtualGpu => "virtual GPU",
+        wgpu::DeviceType::Other => "adapter",
+    };
+    let driver = format!("{} {}", info.driver, info.driver_info).trim().to_string();
+    match driver.is_empty() {
+        true => format!("unnamed {backend} {kind}"),
+        false => format!("unnamed {backend} {kind} ({driver})"),
+    }
+}
+
 /// Whether an adapter offers what the cooperative-matrix kernels need: the experimental
 /// feature, an f16×f16→f32 16×16×16 configuration, and subgroups of exactly 32 (the kernels
 /// derive warps from the invocation index).
@@ -170,4 +207,33 @@ pub(crate) fn coop_f16_supported(adapter: &wgpu::Adapter) -> bool {
 pub(crate) fn wanted_features(adapter: wgpu::Features) -> wgpu::Features {
     let wanted = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
     adapter & wanted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unnamed_adapters_get_a_name() {
+        let mut info = wgpu::AdapterInfo {
+            name: String::new(),
+            vendor: 0,
+            device: 0,
+            device_type: wgpu::DeviceType::Cpu,
+            device_pci_bus_id: String::new(),
+            driver: String::new(),
+            driver_info: String::new(),
+            backend: wgpu::Backend::BrowserWebGpu,
+            subgroup_min_size: 4,
+            subgroup_max_size: 128,
+            transient_saves_memory: None,
+            limit_bucket: None,
+        };
+        assert_eq!(adapter_name(&info), "unnamed WebGPU CPU (software) adapter");
+        info.device_type = wgpu::DeviceType::Other;
+        info.driver = "Dawn".into();
+        assert_eq!(adapter_name(&info), "unnamed WebGPU adapter (Dawn)");
+        info.name = "SwiftShader Device (Subzero)".into();
+        assert_eq!(adapter_name(&info), "SwiftShader Device (Subzero)");
+    }
 }

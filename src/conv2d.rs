@@ -93,7 +93,8 @@ pub(crate) fn images_per_chunk(problem: &ConvProblem, limits: &wgpu::Limits) -> 
     let fit = cap_elems / per_in.max(per_out);
     if fit == 0 {
         return Err(Error::TooLarge(format!(
-            "one image needs {} B of input and {} B of output, over the device's binding limit of {} B",
+            "one image needs {} B of input and {} B of output, over the device's binding limit of {} B \
+             (max_storage_buffer_binding_size)",
             per_in * 4,
             per_out * 4,
             limits.max_storage_buffer_binding_size
@@ -110,7 +111,9 @@ pub(crate) fn fold_grid(total: u32, max_per_dim: u32) -> Result<[u32; 2]> {
     let x = total.clamp(1, max_per_dim);
     let y = total.div_ceil(x);
     if y > max_per_dim {
-        return Err(Error::TooLarge(format!("{total} workgroups exceed {max_per_dim}² even when folded")));
+        return Err(Error::TooLarge(format!(
+            "{total} workgroups exceed {max_per_dim}² even when folded (max_compute_workgroups_per_dimension)"
+        )));
     }
     Ok([x, y])
 }
@@ -210,6 +213,9 @@ impl Conv2d {
     }
 
     /// The kernel composed for a problem's input size (cached per (H, W)).
+    // On wasm32 wgpu's handles are neither Send nor Sync (the browser's WebGPU lives on one
+    // thread), so `Prepared` is not either there; the Arc is for native threads.
+    #[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
     fn prepared(&self, problem: &ConvProblem) -> Result<Arc<Prepared>> {
         let key = (problem.input.h, problem.input.w);
         let mut map = self.prepared.lock().unwrap_or_else(|e| e.into_inner());

@@ -297,7 +297,41 @@ impl Kernel {
         self.config
             .check_limits(&limits)
             .and_then(|()| self.config.check_spec(spec, &limits))
+            .and_then(|()| self.check_bindings(spec, &caps.limits))
             .map_err(|e| self.named(e))
+    }
+    /// The binding limits, which WebGPU's defaults make tight (8 storage buffers per stage,
+    /// 128 MiB per binding): the kernel's storage buffers, and its packed weights, which
+    /// are bound whole. (Inputs and outputs are split into batch chunks that fit instead.)
+    fn check_bindings(&self, spec: &Conv2dSpec, limits: &wgpu::Limits) -> Result<()> {
+        let refuse = |reason: String| Error::ConfigRefused { config: self.to_string(), reason };
+        let storage = bindings(self).iter().filter(|&&b| b != 0 && b != GRID_BINDING).count() as u32;
+        if storage > limits.max_storage_buffers_per_shader_stage {
+            return Err(refuse(format!(
+                "{storage} storage buffers in the compute stage exceed the device's {} \
+                 (max_storage_buffers_per_shader_stage)",
+                limits.max_storage_buffers_per_shader_stage
+            )));
+        }
+        // The families' size arithmetic is sound on validated specs only (an invalid spec
+        // is refused by `Conv2d::new` before any kernel is asked).
+        if spec.validate().is_err() {
+            return Ok(());
+        }
+        let (packed, cap) = (self.config.packed_bytes(spec), limits.max_storage_buffer_binding_size);
+        if packed > cap {
+            return Err(refuse(format!(
+                "{packed} B of packed weights, bound whole, exceed the device's {cap} B \
+                 (max_storage_buffer_binding_size)"
+            )));
+        }
+        if packed > limits.max_buffer_size {
+            return Err(refuse(format!(
+                "{packed} B of packed weights exceed the device's {} B (max_buffer_size)",
+                limits.max_buffer_size
+            )));
+        }
+        Ok(())
     }
     /// A config refusal named by the whole kernel (`family:config`), so that it says which
     /// family refused.
@@ -573,6 +607,35 @@ fn build(device: &wgpu::Device, src: &str, bindings: &[u32], runtime_checks: boo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// WebGPU's binding limits refuse a kernel up front, naming the limit.
+    #[test]
+    fn binding_limits_refuse_naming_the_limit() {
+        let caps = |limits: wgpu::Limits| crate::caps::DeviceCaps {
+            name: "test".into(),
+            vendor: 0,
+            device_type: wgpu::DeviceType::Cpu,
+            backend: wgpu::Backend::BrowserWebGpu,
+            driver: String::new(),
+            features: wgpu::Features::empty(),
+            limits,
+            subgroup_size: (32, 32),
+            coop_f16: false,
+            coop_f16_offered: None,
+        };
+        let spec = Conv2dSpec::new(64, 64, 3);
+        // Input, weight, bias, gather table and output: 5 storage buffers; 6 KiB of
+        // workgroup memory, within WebGPU's defaults.
+        let kernel: Kernel = "tiled:m128n64k8-t8x8-w4-s1".parse().unwrap();
+        assert!(kernel.check(&spec, &caps(wgpu::Limits::default())).is_ok());
+        let few = wgpu::Limits { max_storage_buffers_per_shader_stage: 4, ..wgpu::Limits::default() };
+        let e = kernel.check(&spec, &caps(few)).unwrap_err().to_string();
+        assert!(e.contains("5 storage buffers") && e.contains("max_storage_buffers_per_shader_stage"), "{e}");
+        // 576 × 64 packed f32 weights: 147,456 B.
+        let small = wgpu::Limits { max_storage_buffer_binding_size: 100_000, ..wgpu::Limits::default() };
+        let e = kernel.check(&spec, &caps(small)).unwrap_err().to_string();
+        assert!(e.contains("147456 B") && e.contains("max_storage_buffer_binding_size"), "{e}");
+    }
 
     #[test]
     fn params_match_wgsl_struct() {

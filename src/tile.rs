@@ -286,13 +286,14 @@ impl TileConfig {
         let inv = self.invocations();
         if inv > limits.invocations_per_workgroup || inv > limits.workgroup_size_x {
             return Err(self.refuse(format!(
-                "{inv} invocations exceed the device's {} per workgroup",
-                limits.invocations_per_workgroup.min(limits.workgroup_size_x)
+                "{inv} invocations exceed the device's {} per workgroup ({})",
+                limits.invocations_per_workgroup.min(limits.workgroup_size_x),
+                limits.invocations_limit_name()
             )));
         }
         if bytes > limits.workgroup_storage_bytes as u64 {
             return Err(self.refuse(format!(
-                "{bytes} B of workgroup memory exceed the device's {} B",
+                "{bytes} B of workgroup memory exceed the device's {} B (max_compute_workgroup_storage_size)",
                 limits.workgroup_storage_bytes
             )));
         }

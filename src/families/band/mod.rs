@@ -96,13 +96,14 @@ impl BandConfig {
         let inv = self.invocations();
         if inv > limits.invocations_per_workgroup.min(limits.workgroup_size_x) {
             return Err(self.refuse(format!(
-                "{inv} invocations exceed the device's {} per workgroup",
-                limits.invocations_per_workgroup.min(limits.workgroup_size_x)
+                "{inv} invocations exceed the device's {} per workgroup ({})",
+                limits.invocations_per_workgroup.min(limits.workgroup_size_x),
+                limits.invocations_limit_name()
             )));
         }
         if self.band_scratch_bytes() > limits.workgroup_storage_bytes as u64 {
             return Err(self.refuse(format!(
-                "{} B of workgroup memory exceed the device's {} B",
+                "{} B of workgroup memory exceed the device's {} B (max_compute_workgroup_storage_size)",
                 self.band_scratch_bytes(),
                 limits.workgroup_storage_bytes
             )));

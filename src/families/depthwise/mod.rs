@@ -89,7 +89,7 @@ impl StripConfig {
         if acc > MAX_ACCUMULATORS as u64 {
             return refuse(format!("{acc} accumulators per invocation exceed {MAX_ACCUMULATORS}"));
         }
-        if self.workgroup % 32 != 0 {
+        if !self.workgroup.is_multiple_of(32) {
             return refuse(format!("{} invocations are not a whole number of 32-wide subgroups", self.workgroup));
         }
         Ok(())
@@ -187,8 +187,9 @@ impl KernelConfig for StripKernel {
         let most = limits.invocations_per_workgroup.min(limits.workgroup_size_x);
         if self.cfg.workgroup > most {
             return Err(self.refuse(format!(
-                "{} invocations per workgroup exceed the device's {most} (max_compute_invocations_per_workgroup)",
-                self.cfg.workgroup
+                "{} invocations per workgroup exceed the device's {most} ({})",
+                self.cfg.workgroup,
+                limits.invocations_limit_name()
             )));
         }
         Ok(())

@@ -77,7 +77,11 @@ impl KernelConfig for DirectKernel {
         if WORKGROUP > limits.invocations_per_workgroup.min(limits.workgroup_size_x) {
             return Err(Error::ConfigRefused {
                 config: self.family.name().into(),
-                reason: format!("{WORKGROUP} invocations exceed the device's {}", limits.invocations_per_workgroup),
+                reason: format!(
+                    "{WORKGROUP} invocations exceed the device's {} per workgroup ({})",
+                    limits.invocations_per_workgroup.min(limits.workgroup_size_x),
+                    limits.invocations_limit_name()
+                ),
             });
         }
         Ok(())

@@ -138,12 +138,15 @@ impl StemConfig {
         let inv = self.invocations();
         let max = limits.invocations_per_workgroup.min(limits.workgroup_size_x);
         if inv > max {
-            return Err(self.refuse(format!("{inv} invocations exceed the device's {max} per workgroup")));
+            return Err(self.refuse(format!(
+                "{inv} invocations exceed the device's {max} per workgroup ({})",
+                limits.invocations_limit_name()
+            )));
         }
         let bytes = stem_scratch_bytes(self);
         if bytes > limits.workgroup_storage_bytes as u64 {
             return Err(self.refuse(format!(
-                "{bytes} B of workgroup memory exceed the device's {} B",
+                "{bytes} B of workgroup memory exceed the device's {} B (max_compute_workgroup_storage_size)",
                 limits.workgroup_storage_bytes
             )));
         }
