@@ -251,10 +251,11 @@ fn default_falls_back_to_direct() {
     let gpu = gpu_with_limits(|l| l.max_compute_workgroup_storage_size = below(least));
     let limits = gpu.kernel_limits();
     assert!(default_sweep().iter().all(|c| c.validate(&limits).is_err()));
-    // 9 input channels per group: over the depthwise rule's 8, so the tiled family is asked
-    // (with 2 per group the depthwise family, which needs no workgroup memory, would run).
-    let case =
-        Case::new("fallback_direct", S::new(18, 6, 3).groups(2).padding(P::uniform(1)), Shape4::new(1, 18, 7, 8));
+    // 17 input channels per group: over the depthwise rule's limit, so the tiled family is
+    // asked (with few per group the depthwise family, which needs no workgroup memory, runs).
+    let cin_g = wgconv::advanced::DEPTHWISE_MAX_CHANNELS_PER_GROUP + 1;
+    let spec = S::new(2 * cin_g, 6, 3).groups(2).padding(P::uniform(1));
+    let case = Case::new("fallback_direct", spec, Shape4::new(1, 2 * cin_g, 7, 8));
     let conv = case.conv(&gpu, None);
     assert_eq!((&conv.kernel().kernel, conv.kernel().source), (&direct_kernel(), ConfigSource::Fallback));
     case.check_encode(&gpu, &conv);
