@@ -28,12 +28,14 @@
 //! `naga-check` (translation of every kernel to SPIR-V, MSL, HLSL and GLSL with naga).
 #![deny(missing_docs)]
 
+mod alloc;
 mod caps;
 mod conv2d;
 mod error;
 mod families;
 mod gpu;
 mod kernel;
+mod lru;
 mod options;
 mod scope;
 mod select;
@@ -69,8 +71,10 @@ pub mod advanced {
     pub use crate::families::depthwise::{strip_sweep, StripConfig};
     pub use crate::families::stem::{stem_sweep, StemConfig, StemLayout, MAX_STEM_K_FRAGS};
     pub use crate::families::tiled::default_sweep;
+    pub use crate::conv2d::PREPARED_CAPACITY;
     #[cfg(not(target_arch = "wasm32"))]
     pub use crate::gpu::enumerate_adapters;
+    pub use crate::kernel::PIPELINE_CACHE_CAPACITY;
     pub use crate::gpu::{
         adapter_substring, choose_adapter, enumerate_adapters_async, runtime_checks_from_env, AdapterSummary,
     };
