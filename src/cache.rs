@@ -369,9 +369,7 @@ impl TuningCache {
             // tempfile's files are private (0600); the cache is meant to be shared.
             #[cfg(unix)]
             builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644));
-            let mut tmp = builder
-                .tempfile_in(&dir)
-                .map_err(|e| io("cannot create a temporary file", e))?;
+            let mut tmp = builder.tempfile_in(&dir).map_err(|e| io("cannot create a temporary file", e))?;
             tmp.write_all(text.as_bytes()).map_err(|e| io("cannot write", e))?;
             tmp.write_all(b"\n").map_err(|e| io("cannot write", e))?;
             tmp.as_file().sync_all().map_err(|e| io("cannot sync", e))?;

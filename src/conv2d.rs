@@ -307,7 +307,8 @@ impl Conv2d {
             let (grid_bytes, workgroups) = prepared.shaped.grid(&params)?;
             let workgroups = crate::kernel::workgroups_u32(workgroups)?;
             let grid = fold_grid(workgroups, limits.max_compute_workgroups_per_dimension)?;
-            let uniform = self.gpu.buffer_init("wgconv params", bytemuck::bytes_of(&params), wgpu::BufferUsages::UNIFORM)?;
+            let uniform =
+                self.gpu.buffer_init("wgconv params", bytemuck::bytes_of(&params), wgpu::BufferUsages::UNIFORM)?;
             fn bind_range(buffer: &wgpu::Buffer, offset: u64, size: u64) -> wgpu::BindingResource<'_> {
                 wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset, size: wgpu::BufferSize::new(size) })
             }

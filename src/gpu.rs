@@ -7,6 +7,10 @@ use crate::error::{Error, Result};
 use crate::kernel::PipelineCache;
 use crate::scope::ErrorScope;
 
+/// The largest staging buffer a read-back uses (bytes): larger ranges are read piece by
+/// piece through it (a multiple of wgpu's copy and map alignments).
+pub(crate) const READBACK_PIECE: u64 = 32 << 20;
+
 /// How to pick and open a device.
 #[derive(Debug, Clone, Default)]
 pub struct GpuOptions {
@@ -310,12 +314,7 @@ impl Gpu {
     }
 
     /// [`Gpu::create_buffer`] without blocking.
-    pub async fn create_buffer_async(
-        &self,
-        label: &str,
-        size: u64,
-        usage: wgpu::BufferUsages,
-    ) -> Result<wgpu::Buffer> {
+    pub async fn create_buffer_async(&self, label: &str, size: u64, usage: wgpu::BufferUsages) -> Result<wgpu::Buffer> {
         let scope = ErrorScope::push(&self.device);
         let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
@@ -332,7 +331,8 @@ impl Gpu {
     /// [`Error::OutOfMemory`] naming the buffer instead of a panic on the unmappable buffer.
     pub fn buffer_init(&self, label: &str, contents: &[u8], usage: wgpu::BufferUsages) -> Result<wgpu::Buffer> {
         // Mapped-at-creation buffers need a size that is a non-zero multiple of 4.
-        let size = (contents.len() as u64).next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT).max(wgpu::COPY_BUFFER_ALIGNMENT);
+        let size =
+            (contents.len() as u64).next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT).max(wgpu::COPY_BUFFER_ALIGNMENT);
         let scope = ErrorScope::push(&self.device);
         let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
@@ -400,26 +400,34 @@ impl Gpu {
                 buffer.usage()
             )));
         }
+        // Through one staging buffer of at most READBACK_PIECE bytes, piece by piece: the
+        // host then holds the output and one piece, not a second copy of the whole range.
         let label = "wgconv readback";
+        let piece = bytes.min(READBACK_PIECE);
         let staging =
-            self.create_buffer_async(label, bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST).await?;
-        let scope = ErrorScope::push(&self.device);
-        let mut enc = self.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(buffer, offset, &staging, 0, bytes);
-        self.queue.submit([enc.finish()]);
-        scope.finish_async("read-back").await?;
-        let slice = staging.slice(..);
-        let mapped = crate::scope::MapFuture::new(&slice);
-        #[cfg(not(target_arch = "wasm32"))]
-        self.wait()?;
-        mapped.await.map_err(|e| Error::Wgpu { stage: "map", message: format!("{label} ({bytes} B): {e}") })?;
-        {
-            let view = slice
-                .get_mapped_range()
-                .map_err(|e| Error::Wgpu { stage: "map", message: format!("{label} ({bytes} B): {e}") })?;
-            bytemuck::cast_slice_mut::<T, u8>(out).copy_from_slice(&view);
+            self.create_buffer_async(label, piece, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST).await?;
+        let out = bytemuck::cast_slice_mut::<T, u8>(out);
+        let mut done = 0u64;
+        while done < bytes {
+            let n = piece.min(bytes - done);
+            let scope = ErrorScope::push(&self.device);
+            let mut enc = self.device.create_command_encoder(&Default::default());
+            enc.copy_buffer_to_buffer(buffer, offset + done, &staging, 0, n);
+            self.queue.submit([enc.finish()]);
+            scope.finish_async("read-back").await?;
+            let slice = staging.slice(..n);
+            let mapped = crate::scope::MapFuture::new(&slice);
+            #[cfg(not(target_arch = "wasm32"))]
+            self.wait()?;
+            let map_err = |e: String| Error::Wgpu { stage: "map", message: format!("{label} ({piece} B): {e}") };
+            mapped.await.map_err(|e| map_err(e.to_string()))?;
+            {
+                let view = slice.get_mapped_range().map_err(|e| map_err(e.to_string()))?;
+                out[done as usize..(done + n) as usize].copy_from_slice(&view);
+            }
+            staging.unmap();
+            done += n;
         }
-        staging.unmap();
         Ok(())
     }
 }

@@ -66,18 +66,18 @@ pub use wgpu;
 /// What the command line, the benchmarks and the tests use beyond the main API: every
 /// family's vocabulary and sweep, adapter enumeration, and the selection's rules.
 pub mod advanced {
+    pub use crate::conv2d::PREPARED_CAPACITY;
     pub use crate::families::band::{band_sweep, BandConfig};
     pub use crate::families::coop::coop_sweep;
     pub use crate::families::depthwise::{strip_sweep, StripConfig};
     pub use crate::families::stem::{stem_sweep, StemConfig, StemLayout, MAX_STEM_K_FRAGS};
     pub use crate::families::tiled::default_sweep;
-    pub use crate::conv2d::PREPARED_CAPACITY;
     #[cfg(not(target_arch = "wasm32"))]
     pub use crate::gpu::enumerate_adapters;
-    pub use crate::kernel::PIPELINE_CACHE_CAPACITY;
     pub use crate::gpu::{
         adapter_substring, choose_adapter, enumerate_adapters_async, runtime_checks_from_env, AdapterSummary,
     };
+    pub use crate::kernel::PIPELINE_CACHE_CAPACITY;
     #[cfg(feature = "naga-check")]
     pub use crate::portable::check_portable;
     pub use crate::select::{DEPTHWISE_MAX_CHANNELS_PER_GROUP, STEM_DEFAULT_MAX_CHANNELS};

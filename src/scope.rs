@@ -31,12 +31,9 @@ impl ErrorScope {
         let (validation, oom) = (self.validation.pop(), self.oom.pop());
         let (validation, oom) = (validation.await, oom.await);
         match (oom, validation) {
-            (Some(e), _) => Err(Error::OutOfMemory {
-                stage,
-                what: "device resources".into(),
-                bytes: 0,
-                message: e.to_string(),
-            }),
+            (Some(e), _) => {
+                Err(Error::OutOfMemory { stage, what: "device resources".into(), bytes: 0, message: e.to_string() })
+            }
             (None, Some(e)) => Err(Error::Wgpu { stage, message: e.to_string() }),
             (None, None) => Ok(()),
         }

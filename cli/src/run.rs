@@ -340,11 +340,10 @@ fn gpu_time(gpu: &Gpu, conv: &Conv2d, shape: Shape4, x: &[f32]) -> String {
             in_bytes.max(out_bytes)
         );
     }
-    let buffers = gpu
-        .buffer_init("wgconv run timing input", bytemuck::cast_slice(x), wgpu::BufferUsages::STORAGE)
-        .and_then(|input| {
-            Ok((input, gpu.create_buffer("wgconv run timing output", out_bytes, wgpu::BufferUsages::STORAGE)?))
-        });
+    let buffers =
+        gpu.buffer_init("wgconv run timing input", bytemuck::cast_slice(x), wgpu::BufferUsages::STORAGE).and_then(
+            |input| Ok((input, gpu.create_buffer("wgconv run timing output", out_bytes, wgpu::BufferUsages::STORAGE)?)),
+        );
     let (input, output) = match buffers {
         Ok(b) => b,
         Err(e) => return format!("GPU time: not measured ({e})"),
