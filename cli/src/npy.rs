@@ -207,7 +207,11 @@ impl PendingOutput {
             _ => Path::new("."),
         };
         if !dir.is_dir() {
-            return Err(err(flag, path, format!("the directory {} does not exist", dir.display())));
+            return Err(err(
+                flag,
+                path,
+                format!("cannot create a file in {}: the directory does not exist", dir.display()),
+            ));
         }
         let out = PendingOutput {
             path: path.to_path_buf(),
