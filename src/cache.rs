@@ -36,6 +36,12 @@
 //!   `log::warn!` (lookups miss) and replaced by the next store. An entry that does not
 //!   parse, or whose config is malformed, is skipped with a warning; entries the store does
 //!   not replace are written back exactly as they were read (other adapters untouched).
+//! - A writer killed between creating its temporary file (`.tuning-*.tmp`) and the rename
+//!   leaves that file behind: the next store, or read, removes such orphans once they are
+//!   older than [`ORPHAN_AGE`] (a concurrent writer's temporary file is younger).
+//! - The file is written with mode 0644 (less the umask) on Unix, so that a cache
+//!   directory shared between users is readable by all of them (writing needs the
+//!   directory's permission).
 //! - Nothing here panics on file contents; a cached config is further checked against
 //!   the device's limits before use ([`crate::tune::cached_decision`], [`crate::tune::lookup`]).
 //!
@@ -67,6 +73,37 @@ pub const READABLE_SCHEMAS: [u32; 1] = [3];
 pub const FILE_NAME: &str = "tuning.json";
 /// The environment variable that overrides the cache directory.
 pub const DIR_ENV: &str = "WGCONV_CACHE_DIR";
+/// How old a temporary file of an interrupted store must be before [`remove_orphans`]
+/// deletes it: a store takes milliseconds, so a younger one may be a live writer's.
+pub const ORPHAN_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+/// The prefix and suffix of a store's temporary file.
+const TMP_PREFIX: &str = ".tuning-";
+const TMP_SUFFIX: &str = ".tmp";
+
+/// Removes the temporary files (`.tuning-*.tmp`) that stores killed mid-write left in
+/// `dir`, those older than `older_than`; returns how many it removed. Errors (an
+/// unreadable directory, a file another process removed first) are skipped: the orphans
+/// are litter, not state.
+pub fn remove_orphans(dir: &Path, older_than: std::time::Duration) -> usize {
+    let Ok(listing) = fs::read_dir(dir) else {
+        return 0;
+    };
+    let now = std::time::SystemTime::now();
+    let mut removed = 0;
+    for entry in listing.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with(TMP_PREFIX) && name.ends_with(TMP_SUFFIX)) {
+            continue;
+        }
+        let age = entry.metadata().and_then(|m| m.modified()).ok().and_then(|t| now.duration_since(t).ok());
+        if age.is_some_and(|a| a >= older_than) && fs::remove_file(entry.path()).is_ok() {
+            log::info!("tuning cache: removed {}, left by an interrupted store", entry.path().display());
+            removed += 1;
+        }
+    }
+    removed
+}
 
 /// The device and software a decision was measured with: a measurement goes stale when
 /// any of them changes.
@@ -258,6 +295,12 @@ impl TuningCache {
     pub fn path(&self) -> &Path {
         &self.path
     }
+    fn dir(&self) -> PathBuf {
+        match self.path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        }
+    }
     fn lock_path(&self) -> PathBuf {
         let mut name = self.path.file_name().map(|n| n.to_os_string()).unwrap_or_else(|| FILE_NAME.into());
         name.push(".lock");
@@ -284,10 +327,7 @@ impl TuningCache {
         let io = |what: &str, e: std::io::Error| {
             Error::Unsupported(format!("tuning cache {}: {what}: {e}", self.path.display()))
         };
-        let dir = match self.path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
+        let dir = self.dir();
         fs::create_dir_all(&dir).map_err(|e| io("cannot create the directory", e))?;
         let lock = OpenOptions::new()
             .create(true)
@@ -298,6 +338,7 @@ impl TuningCache {
             .map_err(|e| io("cannot open the lock file", e))?;
         lock.lock().map_err(|e| io("cannot lock", e))?;
         let result = (|| {
+            remove_orphans(&dir, ORPHAN_AGE);
             let mut entries = self.read().map(|d| d.entries).unwrap_or_default();
             let new_entry = serde_json::json!({ "key": key, "decision": decision });
             let mut replaced = false;
@@ -323,11 +364,12 @@ impl TuningCache {
             });
             let text = serde_json::to_string_pretty(&doc)
                 .map_err(|e| Error::Unsupported(format!("tuning cache: cannot serialise: {e}")))?;
-            let mut tmp = tempfile::Builder::new()
-                .prefix(".tuning-")
-                .suffix(".tmp")
-                .tempfile_in(&dir)
-                .map_err(|e| io("cannot create a temporary file", e))?;
+            let mut builder = tempfile::Builder::new();
+            builder.prefix(TMP_PREFIX).suffix(TMP_SUFFIX);
+            // tempfile's files are private (0600); the cache is meant to be shared.
+            #[cfg(unix)]
+            builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644));
+            let mut tmp = builder.tempfile_in(&dir).map_err(|e| io("cannot create a temporary file", e))?;
             tmp.write_all(text.as_bytes()).map_err(|e| io("cannot write", e))?;
             tmp.write_all(b"\n").map_err(|e| io("cannot write", e))?;
             tmp.as_file().sync_all().map_err(|e| io("cannot sync", e))?;
@@ -341,6 +383,7 @@ impl TuningCache {
     /// Reads and checks the file. `None` (after a warning) when it is missing, unreadable,
     /// truncated, corrupt, of another schema, or not shaped like a cache.
     fn read(&self) -> Option<Document> {
+        remove_orphans(&self.dir(), ORPHAN_AGE);
         let bytes = match fs::read(&self.path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,

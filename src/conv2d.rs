@@ -7,12 +7,16 @@
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::kernel::{bindings, ConvParams, Pipeline, Precision, Shaped, FLAG_RELU, GRID_BINDING};
+use crate::lru::Lru;
 use crate::options::{Activation, Conv2dOptions, Selection};
 use crate::scope::ErrorScope;
 use crate::spec::{Conv2dSpec, ConvProblem, Shape4};
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use wgpu::util::DeviceExt;
+
+/// Input sizes (H, W) whose composed kernel and tables a `Conv2d` keeps (least recently
+/// used first out): a service that sees many sizes recomposes the rare ones instead of
+/// growing without bound.
+pub const PREPARED_CAPACITY: usize = 16;
 
 /// A kernel composed for one input size, with its pipeline and size-dependent buffers.
 struct Prepared {
@@ -50,8 +54,8 @@ pub struct Conv2d {
     range_snapshot: wgpu::Buffer,
     /// Held by a forward on f16 kernels: concurrent calls would share the range flag.
     forward_lock: Mutex<()>,
-    /// The kernel composed per input (H, W).
-    prepared: Mutex<HashMap<(u32, u32), Arc<Prepared>>>,
+    /// The kernel composed per input (H, W), for the [`PREPARED_CAPACITY`] most recent sizes.
+    prepared: Mutex<Lru<(u32, u32), Arc<Prepared>>>,
 }
 
 /// The bind groups and grids of one `(input, output)` buffer pair: build once, encode many
@@ -118,12 +122,8 @@ pub(crate) fn fold_grid(total: u32, max_per_dim: u32) -> Result<[u32; 2]> {
     Ok([x, y])
 }
 
-fn storage_buffer(gpu: &Gpu, label: &'static str, contents: &[u8]) -> wgpu::Buffer {
-    gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-        label: Some(label),
-        contents,
-        usage: wgpu::BufferUsages::STORAGE,
-    })
+fn storage_buffer(gpu: &Gpu, label: &'static str, contents: &[u8]) -> Result<wgpu::Buffer> {
+    gpu.buffer_init(label, contents, wgpu::BufferUsages::STORAGE)
 }
 
 impl Conv2d {
@@ -155,7 +155,7 @@ impl Conv2d {
         let bias = match bias {
             Some(b) => b,
             None => {
-                zeros = vec![0.0f32; spec.out_channels as usize];
+                zeros = crate::alloc::zeroed_vec::<f32>(spec.out_channels as usize, "the zero bias")?;
                 &zeros
             }
         };
@@ -163,22 +163,24 @@ impl Conv2d {
         for (_, label, bytes) in &packed.extra {
             gpu.check_buffer(label, bytes.len() as u64, true)?;
         }
-        let scope = ErrorScope::push(&gpu.device);
-        let weight = storage_buffer(gpu, "wgconv weight", &packed.weight);
-        let bias = storage_buffer(gpu, "wgconv bias", bytemuck::cast_slice(bias));
-        let extra = packed.extra.iter().map(|(b, label, bytes)| (*b, storage_buffer(gpu, label, bytes))).collect();
-        let range_flag = gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some("wgconv f16 range flag"),
-            contents: bytemuck::bytes_of(&0u32),
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
-        });
-        let range_snapshot = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("wgconv f16 range flag snapshot"),
-            size: 4,
-            usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        scope.finish("weight upload")?;
+        // Each buffer in its own error scopes: one the device cannot hold is named.
+        let weight = storage_buffer(gpu, "wgconv weight", &packed.weight)?;
+        let bias = storage_buffer(gpu, "wgconv bias", bytemuck::cast_slice(bias))?;
+        let extra = packed
+            .extra
+            .iter()
+            .map(|(b, label, bytes)| Ok((*b, storage_buffer(gpu, label, bytes)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let range_flag = gpu.buffer_init(
+            "wgconv f16 range flag",
+            bytemuck::bytes_of(&0u32),
+            wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+        )?;
+        let range_snapshot = gpu.create_buffer(
+            "wgconv f16 range flag snapshot",
+            4,
+            wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+        )?;
         Ok(Conv2d {
             gpu: gpu.clone(),
             spec,
@@ -191,7 +193,7 @@ impl Conv2d {
             range_flag,
             range_snapshot,
             forward_lock: Mutex::new(()),
-            prepared: Mutex::new(HashMap::new()),
+            prepared: Mutex::new(Lru::new(PREPARED_CAPACITY)),
         })
     }
 
@@ -212,6 +214,12 @@ impl Conv2d {
         &self.gpu
     }
 
+    /// How many input sizes (H, W) this op keeps a composed kernel for (at most
+    /// [`PREPARED_CAPACITY`]: the least recently used size is recomposed when it returns).
+    pub fn prepared_sizes(&self) -> usize {
+        self.prepared.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     /// The kernel composed for a problem's input size (cached per (H, W)).
     // On wasm32 wgpu's handles are neither Send nor Sync (the browser's WebGPU lives on one
     // thread), so `Prepared` is not either there; the Arc is for native threads.
@@ -220,7 +228,7 @@ impl Conv2d {
         let key = (problem.input.h, problem.input.w);
         let mut map = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(p) = map.get(&key) {
-            return Ok(p.clone());
+            return Ok(p);
         }
         let kernel = &self.selection.kernel;
         let shaped = kernel.config().shape(problem, &self.gpu.kernel_limits())?;
@@ -234,9 +242,10 @@ impl Conv2d {
             bindings(kernel),
             self.gpu.runtime_checks,
         )?;
-        let scope = ErrorScope::push(&self.gpu.device);
-        let tables = tables.iter().map(|(b, label, bytes)| (*b, storage_buffer(&self.gpu, label, bytes))).collect();
-        scope.finish("table upload")?;
+        let tables = tables
+            .iter()
+            .map(|(b, label, bytes)| Ok((*b, storage_buffer(&self.gpu, label, bytes)?)))
+            .collect::<Result<Vec<_>>>()?;
         let prepared = Arc::new(Prepared { shaped, pipeline, tables });
         map.insert(key, prepared.clone());
         Ok(prepared)
@@ -304,11 +313,8 @@ impl Conv2d {
             let (grid_bytes, workgroups) = prepared.shaped.grid(&params)?;
             let workgroups = crate::kernel::workgroups_u32(workgroups)?;
             let grid = fold_grid(workgroups, limits.max_compute_workgroups_per_dimension)?;
-            let uniform = self.gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some("wgconv params"),
-                contents: bytemuck::bytes_of(&params),
-                usage: wgpu::BufferUsages::UNIFORM,
-            });
+            let uniform =
+                self.gpu.buffer_init("wgconv params", bytemuck::bytes_of(&params), wgpu::BufferUsages::UNIFORM)?;
             fn bind_range(buffer: &wgpu::Buffer, offset: u64, size: u64) -> wgpu::BindingResource<'_> {
                 wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset, size: wgpu::BufferSize::new(size) })
             }
@@ -322,13 +328,10 @@ impl Conv2d {
             for (binding, buf) in self.extra.iter().chain(&prepared.tables) {
                 entries.push(wgpu::BindGroupEntry { binding: *binding, resource: buf.as_entire_binding() });
             }
-            let grid_uniform = (!grid_bytes.is_empty()).then(|| {
-                self.gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                    label: Some("wgconv grid"),
-                    contents: &grid_bytes,
-                    usage: wgpu::BufferUsages::UNIFORM,
-                })
-            });
+            let grid_uniform = match grid_bytes.is_empty() {
+                true => None,
+                false => Some(self.gpu.buffer_init("wgconv grid", &grid_bytes, wgpu::BufferUsages::UNIFORM)?),
+            };
             if let Some(g) = &grid_uniform {
                 entries.push(wgpu::BindGroupEntry { binding: GRID_BINDING, resource: g.as_entire_binding() });
             }
@@ -404,23 +407,26 @@ impl Conv2d {
         let (in_img, out_img) = (problem.input.per_image() as usize, problem.output.per_image() as usize);
         let chunk_in = Shape4 { n: per_chunk, ..problem.input };
         let dev = &self.gpu.device;
-        let scope = ErrorScope::push(dev);
-        let in_buf = dev.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("wgconv input"),
-            size: (per_chunk as usize * in_img * 4) as u64,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let out_buf = dev.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("wgconv output"),
-            size: (per_chunk as usize * out_img * 4) as u64,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
-            mapped_at_creation: false,
-        });
-        scope.finish_async("buffer creation").await?;
-        let mut out = Vec::new();
-        out.try_reserve_exact(problem.output.len() as usize)
-            .map_err(|_| Error::TooLarge(format!("{} output elements on the host", problem.output.len())))?;
+        // Each buffer in its own error scopes: one the device cannot hold is named.
+        let in_buf = self
+            .gpu
+            .create_buffer_async(
+                "wgconv input",
+                (per_chunk as usize * in_img * 4) as u64,
+                wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            )
+            .await?;
+        let out_buf = self
+            .gpu
+            .create_buffer_async(
+                "wgconv output",
+                (per_chunk as usize * out_img * 4) as u64,
+                wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+            )
+            .await?;
+        // The whole output, reserved once; each chunk is read straight into its part.
+        let mut out = crate::alloc::zeroed_vec::<f32>(problem.output.len() as usize, "the output")?;
+        let mut done = 0usize;
         for chunk in input.chunks(per_chunk as usize * in_img) {
             let n = (chunk.len() / in_img) as u32;
             let scope = ErrorScope::push(dev);
@@ -432,7 +438,9 @@ impl Conv2d {
             plan.encode(&mut enc, None);
             self.gpu.queue.submit([enc.finish()]);
             scope.finish_async("dispatch").await?;
-            out.extend(self.gpu.read_buffer_async::<f32>(&out_buf, 0, n as usize * out_img).await?);
+            let len = n as usize * out_img;
+            self.gpu.read_buffer_into_async::<f32>(&out_buf, 0, &mut out[done..done + len]).await?;
+            done += len;
             if self.take_range_flag_async().await? {
                 return Err(Error::F16Range { what: "the input", detail: String::new() });
             }

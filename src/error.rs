@@ -81,12 +81,19 @@ pub enum Error {
         reason: String,
     },
 
-    /// The device ran out of memory while wgconv allocated.
-    #[error("out of device memory during {stage}: {message}")]
+    /// The host or the device ran out of memory: wgconv names what it was allocating and
+    /// how large it was. `stage` is `"host allocation"` for the host's memory (a size the
+    /// allocator refused: wgconv reserves every shape-sized host buffer fallibly, so that
+    /// this is an error, not an abort), otherwise what wgconv was doing on the device.
+    #[error("out of memory during {stage}: {what} ({bytes} B): {message}")]
     OutOfMemory {
-        /// What wgconv was doing.
+        /// `"host allocation"`, or what wgconv was doing on the device.
         stage: &'static str,
-        /// wgpu's message.
+        /// What was being allocated (a buffer's label, a host buffer's role).
+        what: String,
+        /// Its size in bytes.
+        bytes: u64,
+        /// The allocator's or wgpu's message.
         message: String,
     },
 

@@ -7,6 +7,10 @@ use crate::error::{Error, Result};
 use crate::kernel::PipelineCache;
 use crate::scope::ErrorScope;
 
+/// The largest staging buffer a read-back uses (bytes): larger ranges are read piece by
+/// piece through it (a multiple of wgpu's copy and map alignments).
+pub(crate) const READBACK_PIECE: u64 = 32 << 20;
+
 /// How to pick and open a device.
 #[derive(Debug, Clone, Default)]
 pub struct GpuOptions {
@@ -232,6 +236,12 @@ impl Gpu {
         Gpu { device, queue, info, pipelines: PipelineCache::default(), runtime_checks, caps }
     }
 
+    /// How many compiled pipelines this device's cache holds (at most
+    /// [`crate::advanced::PIPELINE_CACHE_CAPACITY`]; a `Conv2d` keeps its own alive too).
+    pub fn cached_pipelines(&self) -> usize {
+        self.pipelines.len()
+    }
+
     /// What the device can do, as the kernels and the selection see it.
     pub fn caps(&self) -> &DeviceCaps {
         &self.caps
@@ -289,6 +299,61 @@ impl Gpu {
         Ok(())
     }
 
+    /// Creates a buffer in its own error scopes: a device out of memory is
+    /// [`Error::OutOfMemory`] naming `label` and `size`.
+    pub fn create_buffer(&self, label: &str, size: u64, usage: wgpu::BufferUsages) -> Result<wgpu::Buffer> {
+        let scope = ErrorScope::push(&self.device);
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage,
+            mapped_at_creation: false,
+        });
+        scope.finish_buffer(label, size)?;
+        Ok(buffer)
+    }
+
+    /// [`Gpu::create_buffer`] without blocking.
+    pub async fn create_buffer_async(&self, label: &str, size: u64, usage: wgpu::BufferUsages) -> Result<wgpu::Buffer> {
+        let scope = ErrorScope::push(&self.device);
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage,
+            mapped_at_creation: false,
+        });
+        scope.finish_buffer_async(label, size).await?;
+        Ok(buffer)
+    }
+
+    /// A buffer holding `contents` (mapped at creation, in its own error scopes): what
+    /// wgpu's `create_buffer_init` does, except that a creation the device cannot satisfy is
+    /// [`Error::OutOfMemory`] naming the buffer instead of a panic on the unmappable buffer.
+    pub fn buffer_init(&self, label: &str, contents: &[u8], usage: wgpu::BufferUsages) -> Result<wgpu::Buffer> {
+        // Mapped-at-creation buffers need a size that is a non-zero multiple of 4.
+        let size =
+            (contents.len() as u64).next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT).max(wgpu::COPY_BUFFER_ALIGNMENT);
+        let scope = ErrorScope::push(&self.device);
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage,
+            mapped_at_creation: true,
+        });
+        scope.finish_buffer(label, size)?;
+        {
+            let mut view = buffer.get_mapped_range_mut(..).map_err(|e| Error::OutOfMemory {
+                stage: "buffer creation",
+                what: label.to_string(),
+                bytes: size,
+                message: format!("cannot map it for its contents: {e}"),
+            })?;
+            view.slice(..contents.len()).copy_from_slice(contents);
+        }
+        buffer.unmap();
+        Ok(buffer)
+    }
+
     /// Copies a buffer range back to the host (the buffer needs COPY_SRC).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn read_buffer<T: bytemuck::Pod>(&self, buffer: &wgpu::Buffer, offset: u64, len: usize) -> Result<Vec<T>> {
@@ -296,18 +361,37 @@ impl Gpu {
     }
 
     /// Copies a buffer range back to the host (the buffer needs COPY_SRC). The host vector
-    /// is allocated fallibly: a size beyond the host's memory is an error, not an abort.
+    /// is allocated fallibly: a size beyond the host's memory is [`Error::OutOfMemory`], not
+    /// an abort.
     pub async fn read_buffer_async<T: bytemuck::Pod>(
         &self,
         buffer: &wgpu::Buffer,
         offset: u64,
         len: usize,
     ) -> Result<Vec<T>> {
-        let bytes = len
-            .checked_mul(std::mem::size_of::<T>())
-            .ok_or_else(|| Error::TooLarge(format!("reading {len} elements")))? as u64;
+        let mut out = crate::alloc::zeroed_vec::<T>(len, "the read-back")?;
+        self.read_buffer_into_async(buffer, offset, &mut out).await?;
+        Ok(out)
+    }
+
+    /// Copies a buffer range into `out` (the buffer needs COPY_SRC), without a host
+    /// allocation of its own: [`Conv2d::forward`](crate::Conv2d::forward) reads each
+    /// chunk straight into the output it reserved once.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn read_buffer_into<T: bytemuck::Pod>(&self, buffer: &wgpu::Buffer, offset: u64, out: &mut [T]) -> Result<()> {
+        pollster::block_on(self.read_buffer_into_async(buffer, offset, out))
+    }
+
+    /// [`Gpu::read_buffer_into`] without blocking.
+    pub async fn read_buffer_into_async<T: bytemuck::Pod>(
+        &self,
+        buffer: &wgpu::Buffer,
+        offset: u64,
+        out: &mut [T],
+    ) -> Result<()> {
+        let bytes = std::mem::size_of_val(out) as u64;
         if bytes == 0 {
-            return Ok(Vec::new());
+            return Ok(());
         }
         if !buffer.usage().contains(wgpu::BufferUsages::COPY_SRC) || offset.saturating_add(bytes) > buffer.size() {
             return Err(Error::Unsupported(format!(
@@ -316,28 +400,34 @@ impl Gpu {
                 buffer.usage()
             )));
         }
-        let scope = ErrorScope::push(&self.device);
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("wgconv readback"),
-            size: bytes,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let mut enc = self.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(buffer, offset, &staging, 0, bytes);
-        self.queue.submit([enc.finish()]);
-        scope.finish_async("read-back").await?;
-        let slice = staging.slice(..);
-        let mapped = crate::scope::MapFuture::new(&slice);
-        #[cfg(not(target_arch = "wasm32"))]
-        self.wait()?;
-        mapped.await.map_err(|e| Error::Wgpu { stage: "map", message: e.to_string() })?;
-        let view = slice.get_mapped_range().map_err(|e| Error::Wgpu { stage: "map", message: e.to_string() })?;
-        let mut out: Vec<T> = Vec::new();
-        out.try_reserve_exact(len).map_err(|_| Error::TooLarge(format!("{bytes} B of read-back on the host")))?;
-        out.extend_from_slice(bytemuck::cast_slice::<u8, T>(&view));
-        drop(view);
-        staging.unmap();
-        Ok(out)
+        // Through one staging buffer of at most READBACK_PIECE bytes, piece by piece: the
+        // host then holds the output and one piece, not a second copy of the whole range.
+        let label = "wgconv readback";
+        let piece = bytes.min(READBACK_PIECE);
+        let staging =
+            self.create_buffer_async(label, piece, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST).await?;
+        let out = bytemuck::cast_slice_mut::<T, u8>(out);
+        let mut done = 0u64;
+        while done < bytes {
+            let n = piece.min(bytes - done);
+            let scope = ErrorScope::push(&self.device);
+            let mut enc = self.device.create_command_encoder(&Default::default());
+            enc.copy_buffer_to_buffer(buffer, offset + done, &staging, 0, n);
+            self.queue.submit([enc.finish()]);
+            scope.finish_async("read-back").await?;
+            let slice = staging.slice(..n);
+            let mapped = crate::scope::MapFuture::new(&slice);
+            #[cfg(not(target_arch = "wasm32"))]
+            self.wait()?;
+            let map_err = |e: String| Error::Wgpu { stage: "map", message: format!("{label} ({piece} B): {e}") };
+            mapped.await.map_err(|e| map_err(e.to_string()))?;
+            {
+                let view = slice.get_mapped_range().map_err(|e| map_err(e.to_string()))?;
+                out[done as usize..(done + n) as usize].copy_from_slice(&view);
+            }
+            staging.unmap();
+            done += n;
+        }
+        Ok(())
     }
 }

@@ -8,11 +8,12 @@
 
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
+use crate::lru::Lru;
 use crate::scope::ErrorScope;
 use crate::shader::Modules;
 use crate::spec::{Conv2dSpec, ConvProblem};
 use bytemuck::{Pod, Zeroable};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 /// The accuracy a convolution is computed at: an accuracy contract, which the chosen kernel
@@ -508,10 +509,21 @@ pub(crate) struct Pipeline {
 /// A pipeline's identity: its WGSL source and its bindings.
 type PipelineKey = (String, Vec<u32>);
 
-/// Pipelines by WGSL source and bindings, built once per device.
-#[derive(Default)]
+/// Pipelines kept per device (least recently used first out): a compiled pipeline holds
+/// a few MB of driver memory (≈ 3.4 MB per config on lavapipe), so a process that tries
+/// many configs (the tuner, a service seeing many shapes) must not keep them all.
+pub const PIPELINE_CACHE_CAPACITY: usize = 32;
+
+/// Pipelines by WGSL source and bindings, built once per device and kept while among the
+/// [`PIPELINE_CACHE_CAPACITY`] most recently used (a `Conv2d` holds its own too).
 pub(crate) struct PipelineCache {
-    map: Mutex<HashMap<PipelineKey, Arc<Pipeline>>>,
+    map: Mutex<Lru<PipelineKey, Arc<Pipeline>>>,
+}
+
+impl Default for PipelineCache {
+    fn default() -> Self {
+        PipelineCache { map: Mutex::new(Lru::new(PIPELINE_CACHE_CAPACITY)) }
+    }
 }
 
 /// The bindings of a kernel: params 0 (uniform), input 1, weight 2, bias 3, the kernel's
@@ -538,11 +550,16 @@ impl PipelineCache {
     ) -> Result<Arc<Pipeline>> {
         let key = (source, bindings);
         if let Some(k) = self.map.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-            return Ok(k.clone());
+            return Ok(k);
         }
         let pipeline = Arc::new(build(device, &key.0, &key.1, runtime_checks)?);
         self.map.lock().unwrap_or_else(|e| e.into_inner()).insert(key, pipeline.clone());
         Ok(pipeline)
+    }
+
+    /// Pipelines held.
+    pub fn len(&self) -> usize {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 }
 

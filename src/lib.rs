@@ -28,12 +28,14 @@
 //! `naga-check` (translation of every kernel to SPIR-V, MSL, HLSL and GLSL with naga).
 #![deny(missing_docs)]
 
+mod alloc;
 mod caps;
 mod conv2d;
 mod error;
 mod families;
 mod gpu;
 mod kernel;
+mod lru;
 mod options;
 mod scope;
 mod select;
@@ -64,6 +66,7 @@ pub use wgpu;
 /// What the command line, the benchmarks and the tests use beyond the main API: every
 /// family's vocabulary and sweep, adapter enumeration, and the selection's rules.
 pub mod advanced {
+    pub use crate::conv2d::PREPARED_CAPACITY;
     pub use crate::families::band::{band_sweep, BandConfig};
     pub use crate::families::coop::coop_sweep;
     pub use crate::families::depthwise::{strip_sweep, StripConfig};
@@ -74,6 +77,7 @@ pub mod advanced {
     pub use crate::gpu::{
         adapter_substring, choose_adapter, enumerate_adapters_async, runtime_checks_from_env, AdapterSummary,
     };
+    pub use crate::kernel::PIPELINE_CACHE_CAPACITY;
     #[cfg(feature = "naga-check")]
     pub use crate::portable::check_portable;
     pub use crate::select::{

@@ -1,5 +1,7 @@
 //! The CPU reference every GPU result is compared with: a direct convolution with
-//! f64 accumulation and exactly the semantics of [`crate::Conv2dSpec`].
+//! f64 accumulation and exactly the semantics of [`crate::Conv2dSpec`]. Padding is explicit
+//! zeros that are multiplied like any input (IEEE: 0 · ±inf and 0 · NaN are NaN), the
+//! semantics every kernel follows (README, "Semantics of special values").
 
 use crate::error::{Error, Result};
 use crate::spec::{ConvProblem, Shape4};
@@ -34,7 +36,7 @@ pub fn conv2d_images(
     let (cin_g, cout_g) = (s.in_channels_per_group() as usize, s.out_channels_per_group() as usize);
     let (kh, kw) = (s.kernel[0] as usize, s.kernel[1] as usize);
     let (h, w, oh, ow) = (h as usize, w as usize, oh as usize, ow as usize);
-    let mut out = Vec::with_capacity(images.len() * cout as usize * oh * ow);
+    let mut out = crate::alloc::vec_with_capacity(images.len() * cout as usize * oh * ow, "the reference output")?;
     for n in images {
         let x = &input[n as usize * cin as usize * h * w..][..cin as usize * h * w];
         for oc in 0..cout as usize {
@@ -48,16 +50,17 @@ pub fn conv2d_images(
                         for ky in 0..kh {
                             let iy =
                                 (oy * s.stride[0] as usize + ky * s.dilation[0] as usize) as i64 - s.padding.top as i64;
-                            if iy < 0 || iy >= h as i64 {
-                                continue;
-                            }
+                            let row_in = iy >= 0 && iy < h as i64;
                             for kx in 0..kw {
                                 let ix = (ox * s.stride[1] as usize + kx * s.dilation[1] as usize) as i64
                                     - s.padding.left as i64;
-                                if ix < 0 || ix >= w as i64 {
-                                    continue;
-                                }
-                                acc += xc[iy as usize * w + ix as usize] as f64 * wk[(ic * kh + ky) * kw + kx] as f64;
+                                // A padded tap multiplies an explicit zero.
+                                let x = if row_in && ix >= 0 && ix < w as i64 {
+                                    xc[iy as usize * w + ix as usize] as f64
+                                } else {
+                                    0.0
+                                };
+                                acc += x * wk[(ic * kh + ky) * kw + kx] as f64;
                             }
                         }
                     }

@@ -31,9 +31,45 @@ impl ErrorScope {
         let (validation, oom) = (self.validation.pop(), self.oom.pop());
         let (validation, oom) = (validation.await, oom.await);
         match (oom, validation) {
-            (Some(e), _) => Err(Error::OutOfMemory { stage, message: e.to_string() }),
+            (Some(e), _) => {
+                Err(Error::OutOfMemory { stage, what: "device resources".into(), bytes: 0, message: e.to_string() })
+            }
             (None, Some(e)) => Err(Error::Wgpu { stage, message: e.to_string() }),
             (None, None) => Ok(()),
+        }
+    }
+
+    /// Pops the scopes pushed around the creation of one buffer: out of memory is reported
+    /// as such, naming the buffer and its size (rather than the validation error a later
+    /// use of the invalid buffer would give).
+    pub async fn finish_buffer_async(self, what: &str, bytes: u64) -> Result<()> {
+        let (validation, oom) = (self.validation.pop(), self.oom.pop());
+        let (validation, oom) = (validation.await, oom.await);
+        match (oom, validation) {
+            (Some(e), _) => Err(Error::OutOfMemory {
+                stage: "buffer creation",
+                what: what.to_string(),
+                bytes,
+                message: e.to_string(),
+            }),
+            (None, Some(e)) => {
+                Err(Error::Wgpu { stage: "buffer creation", message: format!("{what} ({bytes} B): {e}") })
+            }
+            (None, None) => Ok(()),
+        }
+    }
+
+    /// [`ErrorScope::finish_buffer_async`], blocking (on wasm32 see [`ErrorScope::finish`]).
+    pub fn finish_buffer(self, what: &str, bytes: u64) -> Result<()> {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            pollster::block_on(self.finish_buffer_async(what, bytes))
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            let _ = (what, bytes);
+            drop(self);
+            Ok(())
         }
     }
 

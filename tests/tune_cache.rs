@@ -444,3 +444,46 @@ fn kernel_families_have_their_own_entries() {
     std::fs::write(cache.path(), serde_json::to_vec(&current).unwrap()).unwrap();
     assert_eq!(cache.lookup(&at("coop-f16x3")), Some(split));
 }
+
+/// A store killed between creating its temporary file and the rename leaves a
+/// `.tuning-*.tmp` behind: the next read or store removes it once it is older than
+/// `ORPHAN_AGE`, and leaves a younger one (a concurrent writer's) alone.
+#[test]
+fn orphaned_temporary_files_are_removed() {
+    use wgconv::tune::cache::{remove_orphans, ORPHAN_AGE};
+    let dir = tempdir();
+    let stale = dir.path().join(".tuning-killed.tmp");
+    let fresh = dir.path().join(".tuning-live.tmp");
+    let other = dir.path().join("notes.tmp");
+    for p in [&stale, &fresh, &other] {
+        std::fs::write(p, vec![b'{'; 70_000]).unwrap();
+    }
+    let old = std::time::SystemTime::now() - ORPHAN_AGE - std::time::Duration::from_secs(5);
+    for p in [&stale, &other] {
+        std::fs::File::options().write(true).open(p).unwrap().set_modified(old).unwrap();
+    }
+    // A read alone cleans up (a process that only looks decisions up still tidies).
+    let cache = TuningCache::in_dir(dir.path());
+    assert!(cache.lookup(&key("A", 1)).is_none());
+    assert!(!stale.exists(), "the stale temporary file survived a read");
+    assert!(fresh.exists() && other.exists(), "a live writer's file or a foreign file was removed");
+    // And a store: the live file ages, the next store removes it.
+    std::fs::File::options().write(true).open(&fresh).unwrap().set_modified(old).unwrap();
+    cache.store(&key("A", 1), &decision(2)).unwrap();
+    assert!(!fresh.exists());
+    assert_valid(&cache, 1);
+    assert_eq!(remove_orphans(dir.path(), ORPHAN_AGE), 0);
+    assert!(other.exists());
+}
+
+/// The file is readable by other users (a shared cache directory), not tempfile's 0600.
+#[cfg(unix)]
+#[test]
+fn the_cache_file_is_world_readable() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempdir();
+    let cache = TuningCache::in_dir(dir.path());
+    cache.store(&key("A", 1), &decision(2)).unwrap();
+    let mode = std::fs::metadata(cache.path()).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode & 0o044, 0o044, "mode {mode:o}");
+}

@@ -195,7 +195,9 @@ fn scoped<T>(device: &wgpu::Device, stage: &'static str, f: impl FnOnce() -> T) 
     let validation = pollster::block_on(validation.pop());
     let oom = pollster::block_on(oom.pop());
     match (oom, validation) {
-        (Some(e), _) => Err(Error::OutOfMemory { stage, message: e.to_string() }),
+        (Some(e), _) => {
+            Err(Error::OutOfMemory { stage, what: "device resources".into(), bytes: 0, message: e.to_string() })
+        }
         (None, Some(e)) => Err(Error::Wgpu { stage, message: e.to_string() }),
         (None, None) => Ok(value),
     }

@@ -179,13 +179,21 @@ impl<R: std::io::Read> std::io::Read for Counting<R> {
     }
 }
 
-/// The output file, opened before any work so that an unwritable destination fails fast.
-/// Dropping it without [`PendingOutput::finish`] deletes the temporary file and leaves
-/// an existing destination untouched.
+/// Temporary files of an interrupted write older than this are removed by the next
+/// [`PendingOutput::create`] for the same destination (a younger one may be a concurrent
+/// run's).
+const ORPHAN_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The output file, checked before any work so that an unwritable destination fails fast.
+/// The temporary file the array is written to exists only while [`PendingOutput::finish`]
+/// writes it (a run killed while the GPU works leaves nothing); one left by a run killed
+/// during that write is removed by the next run that writes the same destination. An
+/// existing destination stays untouched until the new file replaces it whole.
 pub struct PendingOutput {
     path: PathBuf,
     flag: &'static str,
-    temp: tempfile::NamedTempFile,
+    dir: PathBuf,
+    prefix: String,
 }
 
 impl PendingOutput {
@@ -198,33 +206,71 @@ impl PendingOutput {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
         };
+        if !dir.is_dir() {
+            return Err(err(
+                flag,
+                path,
+                format!("cannot create a file in {}: the directory does not exist", dir.display()),
+            ));
+        }
+        let out = PendingOutput {
+            path: path.to_path_buf(),
+            flag,
+            dir: dir.to_path_buf(),
+            prefix: format!(".{}.", name.to_string_lossy()),
+        };
+        out.remove_orphans();
+        // Writability, now rather than after the GPU work: a probe file, removed at once.
+        drop(out.temp()?);
+        Ok(out)
+    }
+
+    /// A temporary file beside the destination, with the permissions a plain write would
+    /// give (NamedTempFile's own are 0600): the existing file's, else 0666 less the umask.
+    fn temp(&self) -> CliResult<tempfile::NamedTempFile> {
         let mut builder = tempfile::Builder::new();
-        let prefix = format!(".{}.", name.to_string_lossy());
-        builder.prefix(&prefix).suffix(".tmp");
-        // NamedTempFile is private (0600) by default; give the result the permissions a
-        // plain file write would: the existing file's, else 0666 less the umask.
+        builder.prefix(&self.prefix).suffix(".tmp");
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            let perms = std::fs::metadata(path)
+            let perms = std::fs::metadata(&self.path)
                 .map(|m| m.permissions())
                 .unwrap_or_else(|_| std::fs::Permissions::from_mode(0o666));
             builder.permissions(perms);
         }
-        let temp = builder
-            .tempfile_in(dir)
-            .map_err(|e| err(flag, path, format!("cannot create a file in {}: {e}", dir.display())))?;
-        Ok(PendingOutput { path: path.to_path_buf(), flag, temp })
+        builder
+            .tempfile_in(&self.dir)
+            .map_err(|e| err(self.flag, &self.path, format!("cannot create a file in {}: {e}", self.dir.display())))
+    }
+
+    /// Removes `.<name>.*.tmp` files older than [`ORPHAN_AGE`] beside the destination.
+    fn remove_orphans(&self) {
+        let Ok(listing) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let now = std::time::SystemTime::now();
+        for entry in listing.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if !(name.starts_with(&self.prefix) && name.ends_with(".tmp")) {
+                continue;
+            }
+            let age = entry.metadata().and_then(|m| m.modified()).ok().and_then(|t| now.duration_since(t).ok());
+            if age.is_some_and(|a| a >= ORPHAN_AGE) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
     }
 
     /// Writes the array (`<f4`, C order) and moves it to the destination.
-    pub fn finish(mut self, shape: &[u64], data: &[f32]) -> CliResult<()> {
+    pub fn finish(self, shape: &[u64], data: &[f32]) -> CliResult<()> {
         use npyz::WriterBuilder;
         let (flag, path) = (self.flag, self.path.clone());
+        let mut temp = self.temp()?;
         let write_err = |e: std::io::Error| err(flag, &path, format!("cannot write: {e}"));
         let dtype = npyz::DType::new_scalar(F32_LE.parse().expect("a valid type string"));
         {
-            let file = std::io::BufWriter::new(self.temp.as_file_mut());
+            let file = std::io::BufWriter::new(temp.as_file_mut());
             let mut writer = npyz::WriteOptions::<f32>::new()
                 .dtype(dtype)
                 .shape(shape)
@@ -234,9 +280,9 @@ impl PendingOutput {
             writer.extend(data.iter().copied()).map_err(write_err)?;
             writer.finish().map_err(write_err)?;
         }
-        self.temp.as_file_mut().flush().map_err(write_err)?;
-        self.temp.as_file().sync_all().map_err(write_err)?;
-        self.temp.persist(&path).map_err(|e| err(flag, &path, format!("cannot replace the file: {}", e.error)))?;
+        temp.as_file_mut().flush().map_err(write_err)?;
+        temp.as_file().sync_all().map_err(write_err)?;
+        temp.persist(&path).map_err(|e| err(flag, &path, format!("cannot replace the file: {}", e.error)))?;
         Ok(())
     }
 }

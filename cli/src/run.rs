@@ -330,7 +330,6 @@ pub fn main(a: Args) -> CliResult {
 
 /// One more run of the convolution on buffers of our own, timed with timestamp queries.
 fn gpu_time(gpu: &Gpu, conv: &Conv2d, shape: Shape4, x: &[f32]) -> String {
-    use wgpu::util::DeviceExt;
     let Ok(problem) = conv.spec().problem(shape) else { return "GPU time: not measured".into() };
     let (in_bytes, out_bytes) = (problem.input.len() * 4, problem.output.len() * 4);
     let max = gpu.limits().max_buffer_size;
@@ -341,25 +340,14 @@ fn gpu_time(gpu: &Gpu, conv: &Conv2d, shape: Shape4, x: &[f32]) -> String {
             in_bytes.max(out_bytes)
         );
     }
-    let dev = &gpu.device;
-    let validation = dev.push_error_scope(wgpu::ErrorFilter::Validation);
-    let oom = dev.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-    let input = dev.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-        label: Some("wgconv run timing input"),
-        contents: bytemuck::cast_slice(x),
-        usage: wgpu::BufferUsages::STORAGE,
-    });
-    let output = dev.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("wgconv run timing output"),
-        size: out_bytes,
-        usage: wgpu::BufferUsages::STORAGE,
-        mapped_at_creation: false,
-    });
-    let oom = pollster::block_on(oom.pop());
-    let validation = pollster::block_on(validation.pop());
-    if let Some(e) = oom.or(validation) {
-        return format!("GPU time: not measured (buffer creation failed: {e})");
-    }
+    let buffers =
+        gpu.buffer_init("wgconv run timing input", bytemuck::cast_slice(x), wgpu::BufferUsages::STORAGE).and_then(
+            |input| Ok((input, gpu.create_buffer("wgconv run timing output", out_bytes, wgpu::BufferUsages::STORAGE)?)),
+        );
+    let (input, output) = match buffers {
+        Ok(b) => b,
+        Err(e) => return format!("GPU time: not measured ({e})"),
+    };
     let plan = match conv.plan(shape, &input, &output) {
         Ok(p) => p,
         Err(e) => return format!("GPU time: not measured ({e})"),

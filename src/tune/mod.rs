@@ -1077,31 +1077,19 @@ impl GpuMeasure {
     /// large batches need not draw 10^8 numbers), the output and the weights. `family`:
     /// the kernel every config runs in (its own config is not used).
     pub fn new(gpu: &Arc<Gpu>, problem: &ConvProblem, family: &Kernel, warmup: u32, reps: u32) -> Result<Self> {
-        use wgpu::util::DeviceExt;
         let spec = &problem.spec;
         let weight = randn(spec.weight_len(), 0x5eed_0001);
         let bias = spec.bias.then(|| randn(spec.out_channels as usize, 0x5eed_0002));
         let len = problem.input.len() as usize;
         let block = randn(len.min((1 << 20) + 7), 0x5eed_0003);
-        let mut x = Vec::with_capacity(len);
+        let mut x = crate::alloc::vec_with_capacity(len, "the tuner's input")?;
         while x.len() < len {
             let take = (len - x.len()).min(block.len());
             x.extend_from_slice(&block[..take]);
         }
-        let scope = ErrorScope::push(&gpu.device);
-        let input = gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some("wgconv tune input"),
-            contents: bytemuck::cast_slice(&x),
-            usage: wgpu::BufferUsages::STORAGE,
-        });
+        let input = gpu.buffer_init("wgconv tune input", bytemuck::cast_slice(&x), wgpu::BufferUsages::STORAGE)?;
         drop(x);
-        let output = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("wgconv tune output"),
-            size: problem.output.len() * 4,
-            usage: wgpu::BufferUsages::STORAGE,
-            mapped_at_creation: false,
-        });
-        scope.finish("tune buffers")?;
+        let output = gpu.create_buffer("wgconv tune output", problem.output.len() * 4, wgpu::BufferUsages::STORAGE)?;
         Ok(GpuMeasure {
             gpu: gpu.clone(),
             problem: *problem,
@@ -1180,7 +1168,8 @@ pub struct TuneOutcome {
     pub report: TuneReport,
     /// Whether it came from the cache (nothing was measured).
     pub from_cache: bool,
-    /// Why the decision was not stored, if it was not (no cache location, I/O error).
+    /// Why the decision was not stored, if it was not (no cache location, I/O error). The
+    /// caller reports it (the library only logs it at debug level, so that it is said once).
     pub store_error: Option<String>,
 }
 
@@ -1299,7 +1288,8 @@ pub fn tune(
         }
     };
     if let Some(e) = &store_error {
-        log::warn!("the tuning decision was not stored: {e}");
+        // The outcome carries it and the caller reports it (the CLI prints it once).
+        log::debug!("the tuning decision was not stored: {e}");
     }
     Ok(TuneOutcome { report, from_cache: false, store_error })
 }

@@ -10,6 +10,7 @@
 //! compare with the reference (lavapipe has no cooperative matrices, so the shader itself
 //! only runs on GPUs that do).
 
+use crate::alloc;
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
 use crate::families::coop::coop_missing;
@@ -362,7 +363,7 @@ pub fn band_weight_len(spec: &Conv2dSpec, cfg: &BandConfig) -> u64 {
 /// k = kx'·block_k + c·S + ph for tap kx = kx'·S + ph of channel chunk·(block_k/S) + c
 /// (S = column stride); zeros for taps past KW, channels past C_in/g and columns past
 /// the group's C_out. For convolutions [`band_refusal`] accepts.
-pub fn pack_band_weights(spec: &Conv2dSpec, weight: &[f32], cfg: &BandConfig) -> Vec<f32> {
+pub fn pack_band_weights(spec: &Conv2dSpec, weight: &[f32], cfg: &BandConfig) -> Result<Vec<f32>> {
     let (kh, kw) = (spec.kernel[0] as usize, spec.kernel[1] as usize);
     let k = BandK::of(spec, cfg);
     let cp = cfg.block_k as usize;
@@ -371,7 +372,7 @@ pub fn pack_band_weights(spec: &Conv2dSpec, weight: &[f32], cfg: &BandConfig) ->
     let cin_g = spec.in_channels_per_group() as usize;
     let cout_g = spec.out_channels_per_group() as usize;
     let k_row = taps * cp;
-    let mut packed = vec![0.0f32; band_weight_len(spec, cfg) as usize];
+    let mut packed = alloc::zeroed_vec::<f32>(band_weight_len(spec, cfg) as usize, "the packed band weights")?;
     for g in 0..spec.groups as usize {
         for chunk in 0..chunks {
             for ky in 0..kh {
@@ -394,7 +395,7 @@ pub fn pack_band_weights(spec: &Conv2dSpec, weight: &[f32], cfg: &BandConfig) ->
             }
         }
     }
-    packed
+    Ok(packed)
 }
 
 /// The CPU twin of `band.wgsl`'s indexing: the same tiles (walked by nested
@@ -571,7 +572,7 @@ impl KernelConfig for BandKernel {
         band_weight_len(spec, &self.0).saturating_mul(2)
     }
     fn pack(&self, spec: &Conv2dSpec, weight: &[f32], _bias: &[f32]) -> Result<Packed> {
-        Ok(Packed { weight: f16_bytes(pack_band_weights(spec, weight, &self.0))?, extra: Vec::new(), out_scale: 1.0 })
+        Ok(Packed { weight: f16_bytes(pack_band_weights(spec, weight, &self.0)?)?, extra: Vec::new(), out_scale: 1.0 })
     }
     fn extra_bindings(&self) -> &'static [u32] {
         &[GRID_BINDING]
@@ -720,7 +721,7 @@ mod tests {
             )
             .unwrap_or_else(|e| panic!("{name}: {e}"));
             crate::reference::check_twin(&format!("{name} ({geometry:?})"), &problem, |x, w, bias| {
-                conv_band(&problem, &cfg, &geometry, x, &pack_band_weights(&spec, w, &cfg), bias)
+                conv_band(&problem, &cfg, &geometry, x, &pack_band_weights(&spec, w, &cfg).unwrap(), bias)
             });
         }
     }

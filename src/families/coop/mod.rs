@@ -6,8 +6,9 @@
 
 pub(crate) mod fragments;
 
+use crate::alloc;
 use crate::caps::{DeviceCaps, KernelLimits, COOP_NEEDS};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::families::tiled::{
     pack_weights, packed_weight_len, round_to_f16, tile_header, Gathered, TileConfig, GATHER_TABLE_BINDING, GATHER_WGSL,
 };
@@ -205,9 +206,16 @@ impl KernelConfig for CoopKernel {
         packed_weight_len(spec, &self.tile).saturating_mul(2 * self.halves())
     }
     fn pack(&self, spec: &Conv2dSpec, weight: &[f32], _bias: &[f32]) -> Result<Packed> {
-        let packed = pack_weights(spec, weight, &self.tile);
         if self.family.split {
-            let (bytes, scale) = split_weights(&packed);
+            // An infinite weight's low halves meet 0 · inf: f16x3 would give NaN where f32
+            // gives ±inf. Refused, as under f16, so that no kernel gives another answer.
+            if let Some(v) = weight.iter().find(|v| v.is_infinite()) {
+                return Err(Error::F16Range { what: "weight", detail: format!(", e.g. {v}") });
+            }
+        }
+        let packed = pack_weights(spec, weight, &self.tile)?;
+        if self.family.split {
+            let (bytes, scale) = split_weights(&packed)?;
             Ok(Packed { weight: bytes, extra: Vec::new(), out_scale: 1.0 / scale })
         } else {
             Ok(Packed { weight: f16_bytes(packed)?, extra: Vec::new(), out_scale: 1.0 })
@@ -242,8 +250,9 @@ impl KernelConfig for CoopKernel {
 /// Packed weights as f16 bytes, refusing values beyond f16's range.
 pub(crate) fn f16_bytes(mut packed: Vec<f32>) -> Result<Vec<u8>> {
     round_to_f16(&mut packed, "weight")?;
-    let bits: Vec<u16> = packed.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
-    Ok(bytemuck::cast_slice(&bits).to_vec())
+    let mut bytes = alloc::vec_with_capacity::<u8>(packed.len() * 2, "the packed f16 weights")?;
+    bytes.extend(packed.iter().flat_map(|&v| half::f16::from_f32(v).to_bits().to_le_bytes()));
+    Ok(bytes)
 }
 
 /// Packed weights split for the f16x3 kernel, with the power of two `scale` they were
@@ -255,7 +264,7 @@ pub(crate) fn f16_bytes(mut packed: Vec<f32>) -> Result<Vec<u8>> {
 /// keeps `hi` (±inf or NaN) and `lo = 0`; an infinite one makes NaN of the outputs it
 /// touches, where f32 may give ±inf (its products with the inputs' low halves are 0·inf or
 /// opposite infinities).
-pub(crate) fn split_weights(packed: &[f32]) -> (Vec<u8>, f32) {
+pub(crate) fn split_weights(packed: &[f32]) -> Result<(Vec<u8>, f32)> {
     let max = packed.iter().filter(|v| v.is_finite()).fold(0.0f32, |m, v| m.max(v.abs()));
     // f64: f32's log2 rounds values just under a power of two up to it.
     let exp = if max > 0.0 { 13 - (max as f64).log2().floor() as i32 } else { 0 };
@@ -266,13 +275,13 @@ pub(crate) fn split_weights(packed: &[f32]) -> (Vec<u8>, f32) {
         let lo = if v.is_finite() { half::f16::from_f64((x - hi.to_f64()) * 2048.0) } else { half::f16::ZERO };
         (hi.to_bits(), lo.to_bits())
     };
-    let split: Vec<(u16, u16)> = packed.iter().map(|&v| halves(v)).collect();
-    let mut bits = Vec::with_capacity(packed.len() * 2);
-    for quad in split.chunks(4) {
-        bits.extend(quad.iter().map(|h| h.0));
-        bits.extend(quad.iter().map(|h| h.1));
+    let mut bytes = alloc::vec_with_capacity::<u8>(packed.len() * 4, "the split f16x3 weights")?;
+    for quad in packed.chunks(4) {
+        let quad: Vec<(u16, u16)> = quad.iter().map(|&v| halves(v)).collect();
+        bytes.extend(quad.iter().flat_map(|h| h.0.to_le_bytes()));
+        bytes.extend(quad.iter().flat_map(|h| h.1.to_le_bytes()));
     }
-    (bytemuck::cast_slice(&bits).to_vec(), scale as f32)
+    Ok((bytes, scale as f32))
 }
 
 #[cfg(test)]
@@ -287,7 +296,7 @@ mod tests {
         let f16 = |bits: &[u8], i: usize| half::f16::from_bits(u16::from_le_bytes([bits[2 * i], bits[2 * i + 1]]));
         for magnitude in [1e-30f32, 1e-6, 0.05, 1.0, 3e4, 1e9] {
             let w: Vec<f32> = (0..24).map(|i| magnitude * ((i * 37 % 23) as f32 - 11.3) / 11.3).collect();
-            let (bits, scale) = split_weights(&w);
+            let (bits, scale) = split_weights(&w).unwrap();
             assert_eq!(bits.len(), w.len() * 4);
             assert_eq!(scale.log2().fract(), 0.0, "scale {scale} is not a power of two");
             let max = w.iter().fold(0.0f32, |m, v| m.max(v.abs())) * scale;
@@ -301,7 +310,7 @@ mod tests {
                 assert!(rel <= 2f64.powi(-22), "weight {v} (×{magnitude:e}): rebuilt {rebuilt}, rel {rel:e}");
             }
         }
-        let (bits, _) = split_weights(&[1.0, f32::INFINITY, f32::NAN, -2.0]);
+        let (bits, _) = split_weights(&[1.0, f32::INFINITY, f32::NAN, -2.0]).unwrap();
         assert!(f16(&bits, 1).is_infinite() && f16(&bits, 5).to_f32() == 0.0);
         assert!(f16(&bits, 2).is_nan() && f16(&bits, 6).to_f32() == 0.0);
     }

@@ -11,6 +11,7 @@
 //! (f32 accumulation). Configs are named `x1y4c1-w128`: output columns and rows per
 //! invocation, output channels per invocation, invocations per workgroup.
 
+use crate::alloc;
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
 use crate::families::tiled::round_to_f16;
@@ -227,7 +228,7 @@ impl KernelConfig for StripKernel {
         if self.family.operands.f16 {
             round_to_f16(&mut packed, "weight")?;
         }
-        Ok(Packed { weight: bytemuck::cast_slice(&packed).to_vec(), extra: Vec::new(), out_scale: 1.0 })
+        Ok(Packed { weight: alloc::bytes_of(&packed, "the packed weights")?, extra: Vec::new(), out_scale: 1.0 })
     }
     fn extra_bindings(&self) -> &'static [u32] {
         &[GRID_BINDING]
@@ -305,11 +306,7 @@ pub(crate) fn pack_weights(spec: &Conv2dSpec, weight: &[f32], cfg: &StripConfig)
     let cout_g = spec.out_channels_per_group() as usize;
     let pad = c_out_pad(spec, cfg) as usize;
     let len = packed_len(spec, cfg) as usize;
-    let mut packed = Vec::new();
-    packed
-        .try_reserve_exact(len)
-        .map_err(|_| Error::TooLarge(format!("{} B of packed depthwise weights on the host", len as u64 * 4)))?;
-    packed.resize(len, 0.0);
+    let mut packed = alloc::zeroed_vec::<f32>(len, "the packed depthwise weights")?;
     for g in 0..spec.groups as usize {
         let src = &weight[g * cout_g * k..][..cout_g * k];
         packed[g * pad * k..][..cout_g * k].copy_from_slice(src);

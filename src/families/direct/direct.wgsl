@@ -3,7 +3,9 @@
 // fallback when no tile config fits a device, and (until a depthwise family exists) the
 // kernel of depthwise convolutions, where the tiled kernels' blocks are mostly padding. With
 // f32 operands, or rounded to f16 by the precision module (the weights at upload).
-// CPU twin: src/reference.rs (conv2d).
+// CPU twin: src/reference.rs (conv2d). Padding is explicit zeros that enter the products,
+// as in every kernel: a padded tap of an infinite or NaN weight gives NaN (0 · inf), so the
+// result does not depend on which kernel runs (README, "Semantics of special values").
 
 #import params
 #import precision
@@ -40,15 +42,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     for (var ic = 0u; ic < p.c_in_per_group; ic++) {
         for (var ky = 0u; ky < p.kh; ky++) {
             let iy = i32(oy * p.stride_h + ky * p.dil_h) - i32(p.pad_top);
-            if (iy < 0 || iy >= i32(p.h)) {
-                continue;
-            }
+            let row_in = iy >= 0 && iy < i32(p.h);
             for (var kx = 0u; kx < p.kw; kx++) {
                 let ix = i32(ox * p.stride_w + kx * p.dil_w) - i32(p.pad_left);
-                if (ix < 0 || ix >= i32(p.w)) {
-                    continue;
+                // Padded taps multiply a zero (the load itself stays guarded).
+                var x = 0.0;
+                if (row_in && ix >= 0 && ix < i32(p.w)) {
+                    x = to_operand(input[in_base + (ic * p.h + u32(iy)) * p.w + u32(ix)]);
                 }
-                let x = to_operand(input[in_base + (ic * p.h + u32(iy)) * p.w + u32(ix)]);
                 acc = fma(x, weight[w_base + (ic * p.kh + ky) * p.kw + kx], acc);
             }
         }

@@ -3,6 +3,7 @@
 //! tiled kernels, the fallback where no tile config fits a device, and selection's kernel
 //! for depthwise convolutions too wide for the depthwise family (see `select::depthwise_rule`).
 
+use crate::alloc;
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
 use crate::families::tiled::round_to_f16;
@@ -93,11 +94,12 @@ impl KernelConfig for DirectKernel {
         spec.weight_len() as u64 * 4
     }
     fn pack(&self, _spec: &Conv2dSpec, weight: &[f32], _bias: &[f32]) -> Result<Packed> {
-        let mut weight = weight.to_vec();
-        if self.family.operands.f16 {
-            round_to_f16(&mut weight, "weight")?;
+        if !self.family.operands.f16 {
+            return Ok(Packed { weight: alloc::bytes_of(weight, "the weights")?, extra: Vec::new(), out_scale: 1.0 });
         }
-        Ok(Packed { weight: bytemuck::cast_slice(&weight).to_vec(), extra: Vec::new(), out_scale: 1.0 })
+        let mut weight = alloc::copy_of(weight, "the f16-rounded weights")?;
+        round_to_f16(&mut weight, "weight")?;
+        Ok(Packed { weight: alloc::bytes_of(&weight, "the weights")?, extra: Vec::new(), out_scale: 1.0 })
     }
     fn extra_bindings(&self) -> &'static [u32] {
         &[]

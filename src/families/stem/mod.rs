@@ -18,6 +18,7 @@
 //! whose K after the space-to-depth layout is small: few input channels per group, as in a
 //! network's first layer (AlexNet conv1: 27 K fragments, K = 432).
 
+use crate::alloc;
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
 use crate::families::coop::{coop_missing, f16_bytes};
@@ -394,14 +395,14 @@ pub fn stem_weight_len(spec: &Conv2dSpec, cfg: &StemConfig) -> u64 {
 /// Weights as the stem kernel reads them: `[group][k][n_pad]` with
 /// k = (ty·TX + tx)·CSP + (dy·SW + dx)·CG + c for tap (ky, kx) = (ty·SH + dy, tx·SW + dx) of
 /// channel c; zeros for taps past the kernel, pad slots and columns past the group's C_out.
-pub fn pack_stem_weights(spec: &Conv2dSpec, weight: &[f32], cfg: &StemConfig) -> Vec<f32> {
+pub fn pack_stem_weights(spec: &Conv2dSpec, weight: &[f32], cfg: &StemConfig) -> Result<Vec<f32>> {
     let k = StemK::of(spec, cfg);
     let (kh, kw) = (spec.kernel[0] as usize, spec.kernel[1] as usize);
     let (sh, sw, cg) = (k.stride[0] as usize, k.stride[1] as usize, k.cg as usize);
     let (tx_n, csp, n_pad) = (k.taps[1] as usize, k.csp as usize, k.n_pad as usize);
     let cout_g = spec.out_channels_per_group() as usize;
     let k_pad = k.k_pad() as usize;
-    let mut packed = vec![0.0f32; stem_weight_len(spec, cfg) as usize];
+    let mut packed = alloc::zeroed_vec::<f32>(stem_weight_len(spec, cfg) as usize, "the packed stem weights")?;
     for g in 0..spec.groups as usize {
         for n in 0..cout_g {
             for c in 0..cg {
@@ -416,18 +417,18 @@ pub fn pack_stem_weights(spec: &Conv2dSpec, weight: &[f32], cfg: &StemConfig) ->
             }
         }
     }
-    packed
+    Ok(packed)
 }
 
 /// The bias as the stem kernel's accumulators start from it: per group and 16 output
 /// channels one 16×16 row-major f32 matrix whose every row is those channels' bias (zeros
 /// past the group's C_out, and everywhere without a bias): `[group][n_pad / 16][16][16]`.
-pub fn pack_stem_bias(spec: &Conv2dSpec, bias: Option<&[f32]>, cfg: &StemConfig) -> Vec<f32> {
+pub fn pack_stem_bias(spec: &Conv2dSpec, bias: Option<&[f32]>, cfg: &StemConfig) -> Result<Vec<f32>> {
     let n_pad = StemK::of(spec, cfg).n_pad as usize;
     let cout_g = spec.out_channels_per_group() as usize;
-    let mut tiles = vec![0.0f32; spec.groups as usize * n_pad * 16];
+    let mut tiles = alloc::zeroed_vec::<f32>(spec.groups as usize * n_pad * 16, "the stem's bias tiles")?;
     let Some(bias) = bias else {
-        return tiles;
+        return Ok(tiles);
     };
     for g in 0..spec.groups as usize {
         for n in 0..cout_g {
@@ -437,7 +438,7 @@ pub fn pack_stem_bias(spec: &Conv2dSpec, bias: Option<&[f32]>, cfg: &StemConfig)
             }
         }
     }
-    tiles
+    Ok(tiles)
 }
 
 /// The CPU twin of `stem.wgsl`'s indexing: the same tiles (walked by nested
@@ -629,10 +630,10 @@ impl KernelConfig for StemKernel {
         stem_weight_len(spec, &self.0).saturating_mul(2)
     }
     fn pack(&self, spec: &Conv2dSpec, weight: &[f32], bias: &[f32]) -> Result<Packed> {
-        let tiles = pack_stem_bias(spec, Some(bias), &self.0);
+        let tiles = pack_stem_bias(spec, Some(bias), &self.0)?;
         Ok(Packed {
-            weight: f16_bytes(pack_stem_weights(spec, weight, &self.0))?,
-            extra: vec![(BIAS_TILES_BINDING, "wgconv bias tiles", bytemuck::cast_slice(&tiles).to_vec())],
+            weight: f16_bytes(pack_stem_weights(spec, weight, &self.0)?)?,
+            extra: vec![(BIAS_TILES_BINDING, "wgconv bias tiles", alloc::bytes_of(&tiles, "the stem's bias tiles")?)],
             out_scale: 1.0,
         })
     }
@@ -823,8 +824,8 @@ mod tests {
             let geometry = stem_geometry(&spec, problem.output.w, &cfg, &KernelLimits::with_workgroup_bytes(48 * 1024))
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
             crate::reference::check_twin(&format!("{name} ({geometry:?})"), &problem, |x, w, bias| {
-                let bias_tiles = pack_stem_bias(&spec, bias, &cfg);
-                conv_stem(&problem, &cfg, &geometry, x, &pack_stem_weights(&spec, w, &cfg), &bias_tiles)
+                let bias_tiles = pack_stem_bias(&spec, bias, &cfg).unwrap();
+                conv_stem(&problem, &cfg, &geometry, x, &pack_stem_weights(&spec, w, &cfg).unwrap(), &bias_tiles)
             });
         }
     }

@@ -5,6 +5,7 @@
 
 pub use crate::tile::{default_sweep, TileConfig};
 
+use crate::alloc;
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
 use crate::kernel::{
@@ -81,11 +82,11 @@ impl KernelConfig for TiledKernel {
         packed_weight_len(spec, &self.tile).saturating_mul(4)
     }
     fn pack(&self, spec: &Conv2dSpec, weight: &[f32], _bias: &[f32]) -> Result<Packed> {
-        let mut packed = pack_weights(spec, weight, &self.tile);
+        let mut packed = pack_weights(spec, weight, &self.tile)?;
         if self.family.operands.f16 {
             round_to_f16(&mut packed, "weight")?;
         }
-        Ok(Packed { weight: bytemuck::cast_slice(&packed).to_vec(), extra: Vec::new(), out_scale: 1.0 })
+        Ok(Packed { weight: alloc::bytes_of(&packed, "the packed weights")?, extra: Vec::new(), out_scale: 1.0 })
     }
     fn extra_bindings(&self) -> &'static [u32] {
         &[GATHER_TABLE_BINDING, GRID_BINDING]
@@ -178,7 +179,7 @@ impl Shaped for Gathered {
     }
     fn tables(&self) -> Result<Vec<(u32, &'static str, Vec<u8>)>> {
         let rows = gather_rows(&self.spec, self.hw.0, self.hw.1, self.tile.block_k)?;
-        Ok(vec![(GATHER_TABLE_BINDING, "wgconv gather table", bytemuck::cast_slice(&rows).to_vec())])
+        Ok(vec![(GATHER_TABLE_BINDING, "wgconv gather table", alloc::bytes_of(&rows, "the gather table")?)])
     }
     fn grid(&self, p: &ConvParams) -> Result<(Vec<u8>, u64)> {
         let c = &self.tile;
@@ -216,12 +217,12 @@ pub(crate) fn packed_weight_len(spec: &Conv2dSpec, cfg: &TileConfig) -> u64 {
 }
 
 /// Weights as the gathering kernels read them: `[groups][k_pad][n_pad]`, zeros beyond.
-pub(crate) fn pack_weights(spec: &Conv2dSpec, weight: &[f32], cfg: &TileConfig) -> Vec<f32> {
+pub(crate) fn pack_weights(spec: &Conv2dSpec, weight: &[f32], cfg: &TileConfig) -> Result<Vec<f32>> {
     let k = spec.k_total() as usize;
     let k_pad = spec.k_total().next_multiple_of(cfg.block_k) as usize;
     let cout_g = spec.out_channels_per_group() as usize;
     let n_pad = spec.out_channels_per_group().next_multiple_of(cfg.block_n) as usize;
-    let mut packed = vec![0.0f32; spec.groups as usize * k_pad * n_pad];
+    let mut packed = alloc::zeroed_vec::<f32>(spec.groups as usize * k_pad * n_pad, "the packed weights")?;
     for g in 0..spec.groups as usize {
         for n in 0..cout_g {
             let src = &weight[(g * cout_g + n) * k..][..k];
@@ -230,7 +231,7 @@ pub(crate) fn pack_weights(spec: &Conv2dSpec, weight: &[f32], cfg: &TileConfig) 
             }
         }
     }
-    packed
+    Ok(packed)
 }
 
 /// One gather-table row per k (padded to whole `block_k` steps): the element offset of
@@ -244,16 +245,16 @@ pub(crate) fn gather_rows(spec: &Conv2dSpec, h: u32, w: u32, block_k: u32) -> Re
         return Err(Error::TooLarge(format!("dilated kernel {}x{}", span_h + 1, span_w + 1)));
     }
     let k_pad = spec.k_total().next_multiple_of(block_k);
-    Ok((0..k_pad)
-        .map(|k| {
-            if k >= spec.k_total() {
-                return [0, OUT_OF_RANGE, OUT_OF_RANGE, 0];
-            }
-            let ic = k / (kh * kw);
-            let dy = ((k / kw) % kh * spec.dilation[0]) as i64;
-            let dx = ((k % kw) * spec.dilation[1]) as i64;
-            let off = ic as i64 * h as i64 * w as i64 + dy * w as i64 + dx;
-            [off as i32, dy as i32, dx as i32, 0]
-        })
-        .collect())
+    let mut rows = alloc::vec_with_capacity(k_pad as usize, "the gather table")?;
+    rows.extend((0..k_pad).map(|k| {
+        if k >= spec.k_total() {
+            return [0, OUT_OF_RANGE, OUT_OF_RANGE, 0];
+        }
+        let ic = k / (kh * kw);
+        let dy = ((k / kw) % kh * spec.dilation[0]) as i64;
+        let dx = ((k % kw) * spec.dilation[1]) as i64;
+        let off = ic as i64 * h as i64 * w as i64 + dy * w as i64 + dx;
+        [off as i32, dy as i32, dx as i32, 0]
+    }));
+    Ok(rows)
 }
