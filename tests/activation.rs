@@ -1,11 +1,14 @@
 //! The fused epilogue (bias + ReLU in the kernels' store) against the CPU reference:
-//! bias on/off × ReLU on/off on ragged shapes, for the default tiled kernel and the direct
+//! bias on/off × ReLU on/off on ragged shapes, for the default kernel (tiled or depthwise) and the direct
 //! kernel; and NaN propagation (a NaN in the input or the bias stays NaN through ReLU).
 
 mod common;
 use common::{direct_kernel, gpu, run_poisoned_with, TOL_F32};
 use rand::{Rng, SeedableRng};
-use wgconv::{reference, Activation, ConfigSource, Conv2d, Conv2dOptions, Conv2dSpec, Gpu, Kernel, Padding, Shape4};
+use wgconv::advanced::depthwise_rule_applies;
+use wgconv::{
+    reference, Activation, ConfigSource, Conv2d, Conv2dOptions, Conv2dSpec, Gpu, Kernel, Padding, Precision, Shape4,
+};
 
 fn rand_vec(len: usize, seed: u64) -> Vec<f32> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -66,7 +69,10 @@ fn bias_and_relu_on_and_off_match_reference() {
                     let conv = Conv2d::new(&gpu, spec, &w, bias.then_some(&b[..]), opts).unwrap();
                     let (kind, source) = (&conv.kernel().kernel, conv.kernel().source);
                     if !named {
-                        assert_eq!(kind.family(), "tiled", "{label}: default kernel is {kind}");
+                        // Groups of few channels run the depthwise family; the rest a tiled config.
+                        let narrow = depthwise_rule_applies(gpu.caps(), &spec, Precision::F32);
+                        let family = if narrow { "depthwise" } else { "tiled" };
+                        assert_eq!(kind.family(), family, "{label}: default kernel is {kind}");
                         assert_ne!(source, ConfigSource::Explicit);
                     }
                     assert_eq!(conv.activation(), activation);
