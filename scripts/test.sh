@@ -31,9 +31,22 @@ cargo test --workspace --all-targets --all-features --no-fail-fast "$@"
 # The doc examples (the no_run ones compiled, the others run).
 say "cargo test --workspace --doc --all-features"
 cargo test --workspace --doc --all-features
-# The README's example, run for real.
-say "cargo run -p wgconv --example basic"
-cargo run --quiet -p wgconv --example basic
+# The README's example and the bring-your-own-device one, run for real (the others are
+# built by --all-targets above).
+for ex in basic byod padding; do
+    say "cargo run -p wgconv --example $ex"
+    cargo run --quiet -p wgconv --example "$ex"
+done
+
+# --- Lints ----------------------------------------------------------------------------
+# Every target and feature, warnings as errors (clippy's incompatible_msrv lint also
+# refuses std APIs newer than the rust-version in Cargo.toml).
+say "cargo clippy --workspace --all-targets --all-features -- -D warnings"
+cargo clippy --workspace --all-targets --all-features -- -D warnings
+# The stated MSRV: no dependency asks for more, and the library builds with that toolchain
+# where rustup has it.
+say "bash scripts/msrv.sh"
+bash scripts/msrv.sh
 
 # --- Builds ---------------------------------------------------------------------------
 # The library without the tuner (its default feature) ...

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 /// keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(feature = "tune", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub enum Precision {
     /// f32 operands, f32 accumulation (relative L2 error ~1e-7 against f64).
     #[default]
@@ -64,7 +65,7 @@ impl std::str::FromStr for Precision {
             "f32" => Ok(Precision::F32),
             "f16" => Ok(Precision::F16Accum32),
             "f16x3" => Ok(Precision::F16x3),
-            _ => Err(Error::Parse(format!("unknown precision {s:?}: expected f32, f16 or f16x3"))),
+            _ => Err(Error::ConfigParse(format!("unknown precision {s:?}: expected f32, f16 or f16x3"))),
         }
     }
 }
@@ -291,7 +292,7 @@ impl Kernel {
     /// cannot: every refusal names the family and the limit.
     pub fn check(&self, spec: &Conv2dSpec, caps: &DeviceCaps) -> Result<()> {
         if let Some(why) = self.config.family().unavailable(caps) {
-            return Err(Error::Unsupported(format!("{self}: {why}")));
+            return Err(Error::unsupported(format!("{self}: {why}")));
         }
         let limits = caps.kernel_limits();
         self.config
@@ -303,7 +304,7 @@ impl Kernel {
     /// family refused.
     fn named(&self, e: Error) -> Error {
         match e {
-            Error::ConfigRefused { reason, .. } => Error::ConfigRefused { config: self.to_string(), reason },
+            Error::KernelRefused { reason, .. } => Error::KernelRefused { kernel: self.to_string(), reason },
             e => e,
         }
     }

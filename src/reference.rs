@@ -24,10 +24,10 @@ pub fn conv2d_images(
         return Err(Error::spec(format!("images {images:?} outside the batch of {}", problem.input.n)));
     }
     let s = &problem.spec;
-    check_len("input", problem.input.len() as usize, input.len())?;
-    check_len("weight", s.weight_len(), weight.len())?;
+    check_len("the input", problem.input.len() as usize, input.len())?;
+    check_len("the weight", s.weight_len(), weight.len())?;
     if let Some(b) = bias {
-        check_len("bias", s.out_channels as usize, b.len())?;
+        check_len("the bias", s.out_channels as usize, b.len())?;
     }
     let Shape4 { c: cin, h, w, .. } = problem.input;
     let Shape4 { c: cout, h: oh, w: ow, .. } = problem.output;
@@ -101,7 +101,7 @@ pub fn relative_l2(got: &[f32], want: &[f32]) -> f64 {
 
 fn check_len(what: &'static str, expected: usize, got: usize) -> Result<()> {
     if expected != got {
-        return Err(Error::WrongLength { what, expected, got });
+        return Err(Error::ShapeMismatch { what, unit: "elements", expected: expected as u64, got: got as u64 });
     }
     Ok(())
 }
