@@ -6,7 +6,7 @@
 
 use crate::error::{BufferIssue, Error, Result};
 use crate::gpu::Gpu;
-use crate::kernel::{bindings, ConvParams, Pipeline, Precision, Shaped, FLAG_RELU, GRID_BINDING};
+use crate::kernel::{bindings, ConvParams, Pipeline, Precision, Shaped, FLAG_RELU, GRID_BINDING, PAD_MODE_SHIFT};
 use crate::options::{Activation, Conv2dOptions, Selection};
 use crate::scope::ErrorScope;
 use crate::spec::{Conv2dSpec, ConvProblem, Shape4};
@@ -324,7 +324,8 @@ impl Conv2d {
                 k_total: s.k_total(),
                 in_offset,
                 out_offset,
-                flags: if self.activation == Activation::Relu { FLAG_RELU } else { 0 },
+                flags: (if self.activation == Activation::Relu { FLAG_RELU } else { 0 })
+                    | (s.padding_mode.code() << PAD_MODE_SHIFT),
                 out_scale: self.out_scale,
             };
             let (grid_bytes, workgroups) = prepared.shaped.grid(&params)?;

@@ -294,6 +294,20 @@ impl Kernel {
         if let Some(why) = self.config.family().unavailable(caps) {
             return Err(Error::unsupported(format!("{self}: {why}")));
         }
+        // Only the direct kernels and those gathering through tiled/gather.wgsl read a
+        // non-zero border from the input; the others' loaders know only zeros.
+        let gathers = ["tiled", "tiled-f16", "coop-f16", "coop-f16x3", "direct", "direct-f16"];
+        if spec.padding_mode != crate::spec::PaddingMode::Zeros && !gathers.contains(&self.family()) {
+            return Err(Error::KernelRefused {
+                kernel: self.to_string(),
+                reason: format!(
+                    "padding_mode {} is implemented by the direct and tiled kernels ({}), not by {}",
+                    spec.padding_mode,
+                    gathers.join(", "),
+                    self.family()
+                ),
+            });
+        }
         let limits = caps.kernel_limits();
         self.config
             .check_limits(&limits)
@@ -458,6 +472,8 @@ pub(crate) const GRID_BINDING: u32 = 7;
 
 /// `Params.flags` bit: apply ReLU after the bias.
 pub(crate) const FLAG_RELU: u32 = 1;
+/// `Params.flags` bits 1-2: the padding mode (`PaddingMode::code`; params.wgsl).
+pub(crate) const PAD_MODE_SHIFT: u32 = 1;
 
 /// Checks a workgroup count against u32 (one chunk's grid before folding).
 pub(crate) fn workgroups_u32(total: u64) -> Result<u32> {

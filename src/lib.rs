@@ -68,7 +68,7 @@ pub use gpu::shared_instance;
 pub use gpu::{AdapterName, Gpu, GpuOptions};
 pub use kernel::{Kernel, Precision};
 pub use options::{Activation, ConfigSource, Conv2dOptions, Selection};
-pub use spec::{AutoPad, Conv2dSpec, ConvProblem, Padding, Pair, Shape4};
+pub use spec::{AutoPad, Conv2dSpec, ConvProblem, Padding, PaddingMode, Pair, Shape4};
 pub use tile::TileConfig;
 /// The wgpu this crate is built against: devices, queues and buffers handed to
 /// [`Gpu::from_device`] and [`Conv2d::encode`] must come from this version.

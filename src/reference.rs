@@ -48,15 +48,16 @@ pub fn conv2d_images(
                         for ky in 0..kh {
                             let iy =
                                 (oy * s.stride[0] as usize + ky * s.dilation[0] as usize) as i64 - s.padding.top as i64;
-                            if iy < 0 || iy >= h as i64 {
+                            // The padding mode maps a border coordinate to the input's (zeros: none).
+                            let Some(iy) = s.padding_mode.source(iy, h as i64) else {
                                 continue;
-                            }
+                            };
                             for kx in 0..kw {
                                 let ix = (ox * s.stride[1] as usize + kx * s.dilation[1] as usize) as i64
                                     - s.padding.left as i64;
-                                if ix < 0 || ix >= w as i64 {
+                                let Some(ix) = s.padding_mode.source(ix, w as i64) else {
                                     continue;
-                                }
+                                };
                                 acc += xc[iy as usize * w + ix as usize] as f64 * wk[(ic * kh + ky) * kw + kx] as f64;
                             }
                         }

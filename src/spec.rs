@@ -103,6 +103,66 @@ pub enum AutoPad {
     Valid,
 }
 
+/// What the padded border holds (PyTorch's `padding_mode`). The kernels that implement the
+/// other modes (the direct and the gathering tiled kernels, f32 and f16) read the border
+/// from the input itself in their gather; the other families refuse them with
+/// [`crate::Error::KernelRefused`], and selection passes them by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "tune", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "tune", serde(rename_all = "lowercase"))]
+#[non_exhaustive]
+pub enum PaddingMode {
+    /// Zeros (PyTorch's default, ONNX's only mode).
+    #[default]
+    Zeros,
+    /// The input mirrored at its edge, the edge itself not repeated (`[2, 1 | 0, 1, 2 | 1, 0]`);
+    /// each side's padding must be smaller than the input along its axis.
+    Reflect,
+    /// The edge repeated (`[0, 0 | 0, 1, 2 | 2, 2]`).
+    Replicate,
+    /// The input wrapped around (`[1, 2 | 0, 1, 2 | 0, 1]`); each side's padding must not
+    /// exceed the input along its axis.
+    Circular,
+}
+
+impl PaddingMode {
+    /// The mode's code in the kernels' `Params.flags` (bits 1-2).
+    pub(crate) fn code(self) -> u32 {
+        match self {
+            PaddingMode::Zeros => 0,
+            PaddingMode::Reflect => 1,
+            PaddingMode::Replicate => 2,
+            PaddingMode::Circular => 3,
+        }
+    }
+
+    /// The input coordinate that a padded coordinate `i` reads, along an axis of `n`
+    /// (`None`: a zero). The CPU twin of `pad_coord` in `params.wgsl`.
+    pub fn source(self, i: i64, n: i64) -> Option<i64> {
+        if (0..n).contains(&i) {
+            return Some(i);
+        }
+        match self {
+            PaddingMode::Zeros => None,
+            // One reflection suffices: `problem` keeps the padding below n.
+            PaddingMode::Reflect => Some(if i < 0 { -i } else { 2 * (n - 1) - i }),
+            PaddingMode::Replicate => Some(i.clamp(0, n - 1)),
+            PaddingMode::Circular => Some(i.rem_euclid(n)),
+        }
+    }
+}
+
+impl std::fmt::Display for PaddingMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PaddingMode::Zeros => "zeros",
+            PaddingMode::Reflect => "reflect",
+            PaddingMode::Replicate => "replicate",
+            PaddingMode::Circular => "circular",
+        })
+    }
+}
+
 /// Padding on each side, ONNX `pads` order: top, left, bottom, right; or an [`AutoPad`]
 /// rule resolved against the input size. Converts from PyTorch's forms: `1` (all sides),
 /// `(1, 2)` (height, width), `[t, l, b, r]`, or an [`AutoPad`].
@@ -235,8 +295,11 @@ pub struct Conv2dSpec {
     pub kernel: [u32; 2],
     /// (SH, SW)
     pub stride: [u32; 2],
-    /// Zero padding on each side.
+    /// Padding on each side (or an [`AutoPad`] rule).
     pub padding: Padding,
+    /// What the padding holds (PyTorch's `padding_mode`; default zeros).
+    #[cfg_attr(feature = "tune", serde(default))]
+    pub padding_mode: PaddingMode,
     /// (DH, DW)
     pub dilation: [u32; 2],
     /// Groups: C_in and C_out are both divisible by it (C_in = groups: depthwise).
@@ -255,6 +318,7 @@ impl Conv2dSpec {
             kernel: [kernel, kernel],
             stride: [1, 1],
             padding: Padding::default(),
+            padding_mode: PaddingMode::Zeros,
             dilation: [1, 1],
             groups: 1,
             bias: false,
@@ -276,6 +340,12 @@ impl Conv2dSpec {
     /// [`Padding::same()`], [`Padding::valid()`], … (see [`Padding`]).
     pub fn padding(mut self, padding: impl Into<Padding>) -> Self {
         self.padding = padding.into();
+        self
+    }
+    /// What the padding holds: [`PaddingMode::Zeros`] (default), `Reflect`, `Replicate` or
+    /// `Circular`, as PyTorch's `padding_mode`.
+    pub fn padding_mode(mut self, mode: PaddingMode) -> Self {
+        self.padding_mode = mode;
         self
     }
     /// Dilation: `2` or `(2, 1)` (height, width).
@@ -337,6 +407,7 @@ impl Conv2dSpec {
                 non_negative("padding bottom", pads[2])?,
                 non_negative("padding right", pads[3])?,
             ),
+            padding_mode: PaddingMode::Zeros,
             dilation: [positive("dilation height", dilation[0])?, positive("dilation width", dilation[1])?],
             groups: positive("groups", groups)?,
             bias,
@@ -464,6 +535,29 @@ impl Conv2dSpec {
         );
         let oh = out_dim("output height", input.h, p.top, p.bottom, self.kernel[0], self.dilation[0], self.stride[0])?;
         let ow = out_dim("output width", input.w, p.left, p.right, self.kernel[1], self.dilation[1], self.stride[1])?;
+        // PyTorch's limits: a reflection must not reach past the opposite edge, a wrap not
+        // past a whole period.
+        let limit = match self.padding_mode {
+            PaddingMode::Reflect => Some((1, "smaller than")),
+            PaddingMode::Circular => Some((0, "at most")),
+            _ => None,
+        };
+        if let Some((strict, words)) = limit {
+            let sides = [
+                ("top", p.top, "height", input.h),
+                ("bottom", p.bottom, "height", input.h),
+                ("left", p.left, "width", input.w),
+                ("right", p.right, "width", input.w),
+            ];
+            for (side, pad, axis, size) in sides {
+                if pad as u64 + strict > size as u64 {
+                    return Err(Error::spec(format!(
+                        "padding_mode {}: the {side} padding {pad} must be {words} the input {axis} {size}",
+                        self.padding_mode
+                    )));
+                }
+            }
+        }
         // The problem's spec carries the padding resolved for this input: kernels read sizes.
         let spec = Conv2dSpec { padding: p, ..*self };
         Ok(ConvProblem { spec, input, output: Shape4::new(input.n, self.out_channels, oh, ow) })
@@ -506,7 +600,7 @@ impl std::fmt::Display for ConvProblem {
         let s = &self.spec;
         write!(
             f,
-            "{} -> {} k{}x{} s{},{} p{},{},{},{} d{},{} g{}{}",
+            "{} -> {} k{}x{} s{},{} p{},{},{},{}{} d{},{} g{}{}",
             self.input,
             self.output,
             s.kernel[0],
@@ -517,6 +611,7 @@ impl std::fmt::Display for ConvProblem {
             s.padding.left,
             s.padding.bottom,
             s.padding.right,
+            if s.padding_mode == PaddingMode::Zeros { String::new() } else { format!(" {}", s.padding_mode) },
             s.dilation[0],
             s.dilation[1],
             s.groups,

@@ -37,16 +37,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     var acc = bias[oc];
     let in_base = p.in_offset + (img * p.c_in + g * p.c_in_per_group) * p.h * p.w;
     let w_base = oc * p.k_total;
+    // Zeros skip the border; the other modes read it from the input (uniform: one branch).
+    let mode = pad_mode();
     for (var ic = 0u; ic < p.c_in_per_group; ic++) {
         for (var ky = 0u; ky < p.kh; ky++) {
-            let iy = i32(oy * p.stride_h + ky * p.dil_h) - i32(p.pad_top);
+            var iy = i32(oy * p.stride_h + ky * p.dil_h) - i32(p.pad_top);
             if (iy < 0 || iy >= i32(p.h)) {
-                continue;
+                if (mode == 0u) {
+                    continue;
+                }
+                iy = pad_coord(iy, i32(p.h), mode);
             }
             for (var kx = 0u; kx < p.kw; kx++) {
-                let ix = i32(ox * p.stride_w + kx * p.dil_w) - i32(p.pad_left);
+                var ix = i32(ox * p.stride_w + kx * p.dil_w) - i32(p.pad_left);
                 if (ix < 0 || ix >= i32(p.w)) {
-                    continue;
+                    if (mode == 0u) {
+                        continue;
+                    }
+                    ix = pad_coord(ix, i32(p.w), mode);
                 }
                 let x = to_operand(input[in_base + (ic * p.h + u32(iy)) * p.w + u32(ix)]);
                 acc = fma(x, weight[w_base + (ic * p.kh + ky) * p.kw + kx], acc);
