@@ -13,7 +13,6 @@
 //! minute on lavapipe. `cargo test --all-targets` runs each benchmark once (test mode).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput};
-use std::sync::Arc;
 use std::time::Duration;
 use wgconv::advanced::{select, sweep};
 use wgconv::{reference, Conv2d, Conv2dOptions, Conv2dSpec, Gpu, GpuOptions, Kernel, Padding, Precision, Shape4};
@@ -38,6 +37,7 @@ fn tolerance(p: Precision) -> f64 {
         Precision::F32 => 1e-5,
         Precision::F16Accum32 => 1e-3,
         Precision::F16x3 => 1e-6,
+        p => panic!("no bound for {p:?}"),
     }
 }
 

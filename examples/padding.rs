@@ -1,8 +1,10 @@
 //! Padding as PyTorch and ONNX write it: a number, a (height, width) pair, four sides, or a
 //! rule resolved against the input size (`Padding::same()` = PyTorch's `padding="same"` =
-//! ONNX `SAME_UPPER`; `same_lower()`, `valid()`). Run: `cargo run --example padding`.
+//! ONNX `SAME_UPPER`; `same_lower()`, `valid()`); and what the border holds, as PyTorch's
+//! `padding_mode` (zeros, reflect, replicate, circular: read from the input by the kernel).
+//! Run: `cargo run --example padding`.
 
-use wgconv::{reference, Conv2d, Conv2dOptions, Conv2dSpec, Gpu, Padding, Shape4};
+use wgconv::{reference, Conv2d, Conv2dOptions, Conv2dSpec, Gpu, Padding, PaddingMode, Shape4};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let gpu = Gpu::new()?;
@@ -31,6 +33,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
         if err.is_nan() || err > 1e-5 {
             return Err(format!("{name}: relative L2 error {err:e}").into());
+        }
+    }
+    // nn.Conv2d(2, 3, 3, padding=1, padding_mode=...)
+    for mode in [PaddingMode::Zeros, PaddingMode::Reflect, PaddingMode::Replicate, PaddingMode::Circular] {
+        let spec = Conv2dSpec::new(2, 3, 3).padding(1).padding_mode(mode);
+        let problem = spec.problem(shape)?;
+        let weight: Vec<f32> = (0..spec.weight_len()).map(|i| (i % 7) as f32 * 0.1 - 0.3).collect();
+        let conv = Conv2d::new(&gpu, spec, &weight, None, Conv2dOptions::default())?;
+        let got = conv.forward(&input, shape)?;
+        let err = reference::relative_l2(&got, &reference::conv2d(&problem, &input, &weight, None)?);
+        println!("padding_mode {:<9} -> {} (rel. L2 {err:.1e})", mode.to_string(), conv.kernel().kernel);
+        if err.is_nan() || err > 1e-5 {
+            return Err(format!("{mode}: relative L2 error {err:e}").into());
         }
     }
     Ok(())

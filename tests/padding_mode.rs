@@ -7,7 +7,8 @@ mod common;
 use common::*;
 use wgconv::{reference, Conv2d, Conv2dOptions, Conv2dSpec, Error, PaddingMode, Shape4};
 
-const MODES: [PaddingMode; 4] = [PaddingMode::Zeros, PaddingMode::Reflect, PaddingMode::Replicate, PaddingMode::Circular];
+const MODES: [PaddingMode; 4] =
+    [PaddingMode::Zeros, PaddingMode::Reflect, PaddingMode::Replicate, PaddingMode::Circular];
 
 #[test]
 fn reference_pads_as_pytorch() {
@@ -29,14 +30,18 @@ fn direct_tiled_and_default_kernels_match_the_reference() {
     let gpu = gpu();
     let cases = [
         (Conv2dSpec::new(3, 5, 3).padding(1), Shape4::new(2, 3, 7, 6)),
-        (Conv2dSpec::new(4, 6, 3).padding([2, 1, 1, 2]).stride((2, 1)).dilation((1, 2)).groups(2), Shape4::new(1, 4, 9, 8)),
+        (
+            Conv2dSpec::new(4, 6, 3).padding([2, 1, 1, 2]).stride((2, 1)).dilation((1, 2)).groups(2),
+            Shape4::new(1, 4, 9, 8),
+        ),
         (Conv2dSpec::new(2, 3, 5).kernel_hw((5, 3)).padding((2, 1)), Shape4::new(1, 2, 5, 4)),
     ];
     for (base, shape) in cases {
         for mode in MODES {
             let spec = base.padding_mode(mode);
             let problem = spec.problem(shape).unwrap();
-            let (x, w, b) = (randn(shape.len() as usize, 1), randn(spec.weight_len(), 2), randn(spec.out_channels as usize, 3));
+            let (x, w, b) =
+                (randn(shape.len() as usize, 1), randn(spec.weight_len(), 2), randn(spec.out_channels as usize, 3));
             let want = reference::conv2d(&problem, &x, &w, Some(&b)).unwrap();
             for kernel in [None, Some(direct_kernel()), Some(kernel("tiled"))] {
                 let conv = Conv2d::new(&gpu, spec, &w, Some(&b), Conv2dOptions::default().kernel(kernel)).unwrap();

@@ -489,7 +489,7 @@ const COPY_WORKGROUPS: u32 = 8192;
 pub fn measure_bandwidth(gpu: &Gpu, bytes: u64, copies: u32) -> Result<Bandwidth> {
     let copies = copies.clamp(1, wgconv::tune::timing::MAX_TIMED_RUNS);
     let limits = gpu.limits();
-    let bytes = bytes.min(limits.max_buffer_size).min(limits.max_storage_buffer_binding_size as u64) / 16 * 16;
+    let bytes = bytes.min(limits.max_buffer_size).min(limits.max_storage_buffer_binding_size) / 16 * 16;
     if bytes == 0 {
         return Err(Error::Tune("no buffer to measure the bandwidth with".into()));
     }

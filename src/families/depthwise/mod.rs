@@ -89,7 +89,7 @@ impl StripConfig {
         if acc > MAX_ACCUMULATORS as u64 {
             return refuse(format!("{acc} accumulators per invocation exceed {MAX_ACCUMULATORS}"));
         }
-        if self.workgroup % 32 != 0 {
+        if !self.workgroup.is_multiple_of(32) {
             return refuse(format!("{} invocations are not a whole number of 32-wide subgroups", self.workgroup));
         }
         Ok(())
