@@ -20,10 +20,10 @@ pub enum Activation {
 /// kernel) or a default changed by the builder methods.
 ///
 /// ```
-/// use wgconv::{Activation, Conv2dOptions, Precision};
+/// use wgconv::{Activation, Conv2dOptions, Kernel, Precision};
 /// let opts = Conv2dOptions::default().precision(Precision::F16Accum32).activation(Activation::Relu);
 /// assert!(opts.kernel.is_none()); // selection decides
-/// let named = Conv2dOptions::default().kernel("direct".parse()?);
+/// let named = Conv2dOptions::default().kernel("direct".parse::<Kernel>()?);
 /// # Ok::<(), wgconv::Error>(())
 /// ```
 #[derive(Debug, Clone, Default)]
