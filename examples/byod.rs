@@ -33,7 +33,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let y = device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("y"),
         size: out_bytes,
-        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+        // COPY_DST for your clear below; wgconv itself needs STORAGE only.
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
         mapped_at_creation: false,
     });
     let copy = device.create_buffer(&wgpu::BufferDescriptor {
