@@ -27,10 +27,11 @@ worst = []
 for i in seen:
     rv = ids[i].get("rust_version")
     if rv and tuple(int(x) for x in rv.split(".")) > msrv:
-        worst.append(f"{ids[i][\"name\"]} {ids[i][\"version\"]} needs {rv}")
+        pkg = ids[i]
+        worst.append("%s %s needs %s" % (pkg["name"], pkg["version"], rv))
 if worst:
     sys.exit("dependencies newer than the MSRV: " + "; ".join(worst))
-print(f"{len(seen)} crates (all features), none declares a rust-version above the MSRV")
+print(f"{len(seen)} crates (default features), none declares a rust-version above the MSRV")
 ' "$msrv"
 if rustup toolchain list 2>/dev/null | grep -q "^$msrv"; then
     cargo "+$msrv" check -p wgconv
