@@ -66,7 +66,11 @@ fn bias_and_relu_on_and_off_match_reference() {
                     let conv = Conv2d::new(&gpu, spec, &w, bias.then_some(&b[..]), opts).unwrap();
                     let (kind, source) = (&conv.kernel().kernel, conv.kernel().source);
                     if !named {
-                        assert_eq!(kind.family(), "tiled", "{label}: default kernel is {kind}");
+                        // Narrow groups (at most 8 input channels each) run the depthwise
+                        // family by selection's depthwise rule (since ab6c678); the others tiled.
+                        let family =
+                            if wgconv::advanced::depthwise_rule_applies(&spec) { "depthwise" } else { "tiled" };
+                        assert_eq!(kind.family(), family, "{label}: default kernel is {kind}");
                         assert_ne!(source, ConfigSource::Explicit);
                     }
                     assert_eq!(conv.activation(), activation);
