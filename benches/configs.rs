@@ -13,7 +13,6 @@
 //! minute on lavapipe. `cargo test --all-targets` runs each benchmark once (test mode).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput};
-use std::sync::Arc;
 use std::time::Duration;
 use wgconv::advanced::{select, sweep};
 use wgconv::{reference, Conv2d, Conv2dOptions, Conv2dSpec, Gpu, GpuOptions, Kernel, Padding, Precision, Shape4};
@@ -38,6 +37,7 @@ fn tolerance(p: Precision) -> f64 {
         Precision::F32 => 1e-5,
         Precision::F16Accum32 => 1e-3,
         Precision::F16x3 => 1e-6,
+        p => panic!("no bound for {p:?}"),
     }
 }
 
@@ -58,7 +58,7 @@ fn kernels(gpu: &Gpu, spec: &Conv2dSpec) -> Vec<Kernel> {
     kernels.extend(tiled.into_iter().filter(|k| *k != seed && fits(k)).take(SWEEP_CONFIGS));
     kernels.push(Kernel::parse("direct").expect("the direct kernel"));
     for precision in [Precision::F16Accum32, Precision::F16x3] {
-        let options = Conv2dOptions { precision, ..Default::default() };
+        let options = Conv2dOptions::default().precision(precision);
         match select(gpu.caps(), spec, &options) {
             Ok(s) => kernels.push(s.kernel),
             Err(e) => eprintln!("configs bench: no {precision} kernel: {e}"),
@@ -68,8 +68,8 @@ fn kernels(gpu: &Gpu, spec: &Conv2dSpec) -> Vec<Kernel> {
 }
 
 fn configs(c: &mut Criterion) {
-    let opts = GpuOptions { cooperative_matrix: true, ..Default::default() };
-    let gpu = Arc::new(Gpu::with_options(opts).expect("a wgpu adapter (lavapipe on a machine without GPU)"));
+    let opts = GpuOptions::default().cooperative_matrix(true);
+    let gpu = Gpu::with_options(opts).expect("a wgpu adapter (lavapipe on a machine without GPU)");
     let spec = Conv2dSpec::new(16, 32, 3).padding(Padding::uniform(1)).with_bias(true);
     let shape = Shape4::new(2, 16, 32, 32);
     let problem = spec.problem(shape).expect("a valid problem");
@@ -104,7 +104,7 @@ fn configs(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(2));
     group.throughput(Throughput::Elements(problem.flops() as u64));
     for kernel in kernels(&gpu, &spec) {
-        let opts = Conv2dOptions { kernel: Some(kernel.clone()), precision: kernel.precision(), ..Default::default() };
+        let opts = Conv2dOptions::default().kernel(kernel.clone()).precision(kernel.precision());
         let conv = Conv2d::new(&gpu, spec, &w, Some(&b), opts).unwrap_or_else(|e| panic!("{kernel}: {e}"));
         let plan = conv.plan(shape, &input, &output).unwrap_or_else(|e| panic!("{kernel}: {e}"));
         // A wrong kernel's time means nothing: check once before timing.

@@ -17,7 +17,7 @@ for spec in "$@"; do
     cache="$DIR/cache/$name"
     mkdir -p "$cache"
     __GL_SHADER_DISK_CACHE_PATH=$cache __GL_SHADER_DISK_CACHE_SKIP_CLEANUP=1 \
-        "$BIN" bench --precision "$precision" --configs "$config" 2>&1 | grep -E "^(tiled|coop|direct|auto)|error"
+        "$BIN" bench --preset alexnet-conv1 --precision "$precision" --configs "$config" 2>&1 | grep -E "^(tiled|coop|direct|auto)|error"
     blob=$(find "$cache" -name '*.bin' | head -1)
     [ -n "$blob" ] && cp "$blob" "$DIR/sass/$name.bin"
 done

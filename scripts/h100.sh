@@ -25,7 +25,9 @@ clock_summary() {
 }
 trap clock_summary EXIT
 "$BIN" info || true
-run() { echo "== wgconv bench $*"; "$BIN" bench "$@"; }
+# AlexNet conv1 is the main job's shape (bench's own default is a generic 3x3 layer); the
+# runs that name every shape flag override the preset's values.
+run() { echo "== wgconv bench $*"; "$BIN" bench --preset alexnet-conv1 "$@"; }
 run --json "$OUT/alexnet.json" --svg "$OUT/alexnet.svg" --direct ${BENCH_ARGS:-}
 [ "$MODE" = quick ] && exit 0
 run --precision f16 --json "$OUT/alexnet-f16.json"
@@ -37,16 +39,16 @@ echo "== fused bias+ReLU vs none (same config; a separate ReLU pass is timed by 
 run --configs "$BEST" --relu
 run --configs "$BEST"
 echo "== wgpu's runtime bounds checks on (WGCONV_RUNTIME_CHECKS=1) for the best config"
-WGCONV_RUNTIME_CHECKS=1 "$BIN" bench --configs "$BEST"
+WGCONV_RUNTIME_CHECKS=1 "$BIN" bench --preset alexnet-conv1 --configs "$BEST"
 echo "== wgconv tune: cold (--force), then from the cache"
 export WGCONV_CACHE_DIR=$(mktemp -d)
 TIMEFORMAT="cold tune: %R s wall (process, device and pipelines included)"
-time "$BIN" tune --force
+time "$BIN" tune --preset alexnet-conv1 --force
 TIMEFORMAT="cached tune: %R s wall (process start-up included)"
-time "$BIN" tune
+time "$BIN" tune --preset alexnet-conv1
 for p in f16 f16x3; do
     echo "== wgconv tune --precision $p (cold)"
-    "$BIN" tune --force --precision "$p" --json "$OUT/tune-$p.json"
+    "$BIN" tune --preset alexnet-conv1 --force --precision "$p" --json "$OUT/tune-$p.json"
 done
 run --batch 32 --in-channels 64 --out-channels 64 --height 56 --width 56 --kernel 3 --stride 1 --padding 1 \
     --json "$OUT/resnet3x3.json"

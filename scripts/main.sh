@@ -20,7 +20,7 @@ cargo build --release --quiet -p wgconv-cli
 BIN=target/release/wgconv
 "$BIN" info
 say "wgconv bench (AlexNet conv1): JSON $OUT/bench.json, chart $OUT/bench.svg"
-"$BIN" bench --json "$OUT/bench.json" --svg "$OUT/bench.svg" "$@"
+"$BIN" bench --preset alexnet-conv1 --json "$OUT/bench.json" --svg "$OUT/bench.svg" "$@"
 # Runs `wgconv "$@"`; where the adapter cannot run the asked precision (wgconv refuses it:
 # "f16x3 precision cannot run here ..."), says so and goes on.
 where_supported() {
@@ -37,12 +37,12 @@ where_supported() {
 # f32-accurate results from the matrix units (`--precision f16x3`), where the adapter has
 # cooperative matrices; elsewhere wgconv refuses that precision and this step says so.
 say "wgconv bench --precision f16x3 (AlexNet conv1): JSON $OUT/bench-f16x3.json"
-where_supported bench --precision f16x3 --json "$OUT/bench-f16x3.json" "$@"
+where_supported bench --preset alexnet-conv1 --precision f16x3 --json "$OUT/bench-f16x3.json" "$@"
 say "wgconv tune (AlexNet conv1, the config a default Conv2d starts from as the original)"
-"$BIN" tune --json "$OUT/tune.json"
+"$BIN" tune --preset alexnet-conv1 --json "$OUT/tune.json"
 # The other precisions' kernels tune on their own (each decision is cached per precision):
 # f16 on cooperative matrices or the f16 SIMT kernel, f16x3 on cooperative matrices only.
 for p in f16 f16x3; do
     say "wgconv tune --precision $p (AlexNet conv1, the kernel's default config as the original)"
-    where_supported tune --precision "$p" --json "$OUT/tune-$p.json"
+    where_supported tune --preset alexnet-conv1 --precision "$p" --json "$OUT/tune-$p.json"
 done

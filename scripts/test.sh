@@ -34,9 +34,23 @@ cargo test --workspace --exclude wgconv-web --all-targets --all-features --no-fa
 # The doc examples (the no_run ones compiled, the others run).
 say "cargo test --workspace --exclude wgconv-web --doc --all-features"
 cargo test --workspace --exclude wgconv-web --doc --all-features
-# The README's example, run for real.
-say "cargo run -p wgconv --example basic"
-cargo run --quiet -p wgconv --example basic
+# The README's example and the bring-your-own-device one, run for real (the others are
+# built by --all-targets above).
+for ex in basic byod padding; do
+    say "cargo run -p wgconv --example $ex"
+    cargo run --quiet -p wgconv --example "$ex"
+done
+
+# --- Lints ----------------------------------------------------------------------------
+# Every target and feature, warnings as errors (clippy's incompatible_msrv lint also
+# refuses std APIs newer than the rust-version in Cargo.toml).
+# (the browser package is linted for wasm32 by scripts/web.sh's build below).
+say "cargo clippy --workspace --exclude wgconv-web --all-targets --all-features -- -D warnings"
+cargo clippy --workspace --exclude wgconv-web --all-targets --all-features -- -D warnings
+# The stated MSRV: no dependency asks for more, and the library builds with that toolchain
+# where rustup has it.
+say "bash scripts/msrv.sh"
+bash scripts/msrv.sh
 
 # --- Builds ---------------------------------------------------------------------------
 # The library without the tuner (its default feature) ...

@@ -55,7 +55,6 @@ use crate::spec::ConvProblem;
 use crate::tile::TileConfig;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -153,7 +152,16 @@ impl DeviceKey {
 pub fn shader_hash() -> String {
     static HASH: OnceLock<String> = OnceLock::new();
     HASH.get_or_init(|| {
-        let mut h = Sha256::new();
+        // FNV-1a, 64 bits: a change detector, not a defence (no sha2 in the library's tree).
+        struct Fnv(u64);
+        impl Fnv {
+            fn update(&mut self, bytes: impl AsRef<[u8]>) {
+                for &b in bytes.as_ref() {
+                    self.0 = (self.0 ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+                }
+            }
+        }
+        let mut h = Fnv(0xcbf2_9ce4_8422_2325);
         for family in crate::families::FAMILIES {
             for kernel in family.sweep() {
                 let Ok(sources) = kernel.config().representative_sources() else {
@@ -167,7 +175,7 @@ pub fn shader_hash() -> String {
                 }
             }
         }
-        h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
+        format!("{:016x}", h.0)
     })
     .clone()
 }
@@ -324,9 +332,8 @@ impl TuningCache {
 
     /// Stores (inserts or replaces) the decision for `key`, atomically and under the lock.
     pub fn store(&self, key: &CacheKey, decision: &CachedDecision) -> Result<()> {
-        let io = |what: &str, e: std::io::Error| {
-            Error::Unsupported(format!("tuning cache {}: {what}: {e}", self.path.display()))
-        };
+        let io =
+            |what: &str, e: std::io::Error| Error::Cache(format!("tuning cache {}: {what}: {e}", self.path.display()));
         let dir = self.dir();
         fs::create_dir_all(&dir).map_err(|e| io("cannot create the directory", e))?;
         let lock = OpenOptions::new()
@@ -363,7 +370,7 @@ impl TuningCache {
                 "entries": entries,
             });
             let text = serde_json::to_string_pretty(&doc)
-                .map_err(|e| Error::Unsupported(format!("tuning cache: cannot serialise: {e}")))?;
+                .map_err(|e| Error::Cache(format!("tuning cache: cannot serialise: {e}")))?;
             let mut builder = tempfile::Builder::new();
             builder.prefix(TMP_PREFIX).suffix(TMP_SUFFIX);
             // tempfile's files are private (0600); the cache is meant to be shared.
@@ -434,11 +441,11 @@ fn parse_entry(raw: &Value) -> Option<(CacheKey, CachedDecision)> {
     // the SIMT kernels, a fragment layout for the cooperative ones).
     let check = |c: &TileConfig| -> Result<()> {
         let family = crate::families::family(&key.kernel)
-            .ok_or_else(|| Error::Parse(format!("unknown kernel family {:?}", key.kernel)))?;
+            .ok_or_else(|| Error::ConfigParse(format!("unknown kernel family {:?}", key.kernel)))?;
         let kernel = family
             .reference()
             .with_tile(*c)
-            .ok_or_else(|| Error::Unsupported(format!("kernel family {} has no tile config", key.kernel)))?;
+            .ok_or_else(|| Error::Cache(format!("kernel family {} has no tile config", key.kernel)))?;
         kernel.check_shape()
     };
     for cfg in [&decision.config, &decision.original] {

@@ -50,6 +50,7 @@ pub(crate) const COOP_NEEDS: &str = "(f16 A/B, f32 C, 16x16x16, subgroup size 32
 
 /// The capabilities of one device as wgconv's kernels see them.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct DeviceCaps {
     /// The adapter's name, e.g. "NVIDIA H100 80GB HBM3" or "llvmpipe (LLVM 15.0.6, 256 bits)".
     pub name: String,
@@ -73,6 +74,9 @@ pub struct DeviceCaps {
     /// Whether the adapter offers those cooperative matrices at all (enabled or not);
     /// `None` where the adapter is unknown (a device the caller created).
     pub coop_f16_offered: Option<bool>,
+    /// The features the adapter offers (the device may have enabled fewer); `None` where
+    /// the adapter is unknown (see [`crate::Gpu::from_device_with_adapter`]).
+    pub adapter_features: Option<wgpu::Features>,
 }
 
 impl DeviceCaps {
@@ -102,6 +106,7 @@ impl DeviceCaps {
             subgroup_size: (info.subgroup_min_size, info.subgroup_max_size),
             coop_f16,
             coop_f16_offered: None,
+            adapter_features: None,
         }
     }
 
@@ -117,6 +122,7 @@ impl DeviceCaps {
         let offered = coop_f16_supported(adapter);
         DeviceCaps {
             coop_f16_offered: Some(offered),
+            adapter_features: Some(adapter.features()),
             ..DeviceCaps::from_parts(&adapter.get_info(), features, adapter.limits(), coop)
         }
     }
@@ -126,6 +132,7 @@ impl DeviceCaps {
         let offered = coop_f16_supported(adapter);
         self.coop_f16 = self.coop_f16 && offered;
         self.coop_f16_offered = Some(offered);
+        self.adapter_features = Some(adapter.features());
         self
     }
 
@@ -147,12 +154,24 @@ impl DeviceCaps {
     }
     /// Why an f16 kernel cannot run here, if the device lacks `SHADER_F16`.
     pub(crate) fn shader_f16_missing(&self) -> Option<String> {
-        (!self.shader_f16()).then(|| {
-            format!(
-                "needs the SHADER_F16 feature, which the device on {} does not have (Gpu::new requests \
-                 it where the adapter offers it; a device of your own must list it in required_features)",
+        if self.shader_f16() {
+            return None;
+        }
+        let offered = self.adapter_features.map(|f| f.contains(wgpu::Features::SHADER_F16));
+        Some(match offered {
+            Some(false) => format!("needs the SHADER_F16 feature, which {} does not offer", self.name),
+            Some(true) => format!(
+                "needs the SHADER_F16 feature, which the device on {} was not created with although the \
+                 adapter offers it: add wgpu::Features::SHADER_F16 to DeviceDescriptor::required_features \
+                 (Gpu::new does)",
                 self.name
-            )
+            ),
+            None => format!(
+                "needs the SHADER_F16 feature, which the device on {} was not created with: if \
+                 adapter.features() contains wgpu::Features::SHADER_F16, add it to \
+                 DeviceDescriptor::required_features (Gpu::new does where the adapter offers it)",
+                self.name
+            ),
         })
     }
     /// Whether the device is NVIDIA's.

@@ -4,9 +4,9 @@
 //! are folded into two dimensions. Which kernel runs is `select`'s decision; how it runs is
 //! its family's (through the `KernelConfig` and `Shaped` traits).
 
-use crate::error::{Error, Result};
+use crate::error::{BufferIssue, Error, Result};
 use crate::gpu::Gpu;
-use crate::kernel::{bindings, ConvParams, Pipeline, Precision, Shaped, FLAG_RELU, GRID_BINDING};
+use crate::kernel::{bindings, ConvParams, Pipeline, Precision, Shaped, FLAG_RELU, GRID_BINDING, PAD_MODE_SHIFT};
 use crate::lru::Lru;
 use crate::options::{Activation, Conv2dOptions, Selection};
 use crate::scope::ErrorScope;
@@ -28,17 +28,16 @@ struct Prepared {
 /// A 2-D convolution bound to a device, with its weights resident there.
 ///
 /// ```no_run
-/// use std::sync::Arc;
 /// use wgconv::{Conv2d, Conv2dOptions, Conv2dSpec, Gpu, Padding, Shape4};
-/// let gpu = Arc::new(Gpu::new()?);
-/// let spec = Conv2dSpec::new(3, 8, 3).padding(Padding::uniform(1)).with_bias(true);
+/// let gpu = Gpu::new()?;
+/// let spec = Conv2dSpec::new(3, 8, 3).padding(Padding::same());
 /// let conv = Conv2d::new(&gpu, spec, &vec![0.1; spec.weight_len()], Some(&[0.0; 8]), Conv2dOptions::default())?;
 /// println!("{}", conv.kernel()); // the kernel, where the choice came from, and why
 /// let y = conv.forward(&vec![1.0; 2 * 3 * 16 * 16], Shape4::new(2, 3, 16, 16))?;
 /// # Ok::<(), wgconv::Error>(())
 /// ```
 pub struct Conv2d {
-    gpu: Arc<Gpu>,
+    gpu: Gpu,
     spec: Conv2dSpec,
     selection: Selection,
     activation: Activation,
@@ -56,6 +55,9 @@ pub struct Conv2d {
     forward_lock: Mutex<()>,
     /// The kernel composed per input (H, W), for the [`PREPARED_CAPACITY`] most recent sizes.
     prepared: Mutex<Lru<(u32, u32), Arc<Prepared>>>,
+    /// The layout of the one-buffer bind group that asks wgpu whether a buffer is this
+    /// device's (see `check_device`).
+    probe_layout: std::sync::OnceLock<wgpu::BindGroupLayout>,
 }
 
 /// The bind groups and grids of one `(input, output)` buffer pair: build once, encode many
@@ -110,7 +112,10 @@ pub(crate) fn images_per_chunk(problem: &ConvProblem, limits: &wgpu::Limits) -> 
 /// Splits `total` workgroups over x and y, each ≤ `max_per_dim`.
 pub(crate) fn fold_grid(total: u32, max_per_dim: u32) -> Result<[u32; 2]> {
     if max_per_dim == 0 {
-        return Err(Error::Unsupported("the device allows no workgroups per dimension".into()));
+        return Err(Error::Unsupported {
+            needs: "max_compute_workgroups_per_dimension".into(),
+            message: "the device allows no workgroups per dimension (max_compute_workgroups_per_dimension = 0)".into(),
+        });
     }
     let x = total.clamp(1, max_per_dim);
     let y = total.div_ceil(x);
@@ -127,27 +132,40 @@ fn storage_buffer(gpu: &Gpu, label: &'static str, contents: &[u8]) -> Result<wgp
 }
 
 impl Conv2d {
-    /// Uploads the weights (`[C_out, C_in/groups, KH, KW]`) and bias (`[C_out]`, present iff
-    /// `spec.bias`) and builds the kernel selection chose (see [`Conv2d::kernel`]).
+    /// Uploads the weights (`[C_out, C_in/groups, KH, KW]`) and the bias (`[C_out]`, or
+    /// `None` for none: its presence sets [`Conv2dSpec::bias`]) and builds the kernel
+    /// selection chose (see [`Conv2d::kernel`]). `gpu` is cloned (cheap: see [`Gpu`]).
     pub fn new(
-        gpu: &Arc<Gpu>,
-        spec: Conv2dSpec,
+        gpu: &Gpu,
+        mut spec: Conv2dSpec,
         weight: &[f32],
         bias: Option<&[f32]>,
         options: Conv2dOptions,
     ) -> Result<Self> {
         spec.validate()?;
         if weight.len() != spec.weight_len() {
-            return Err(Error::WrongLength { what: "weight", expected: spec.weight_len(), got: weight.len() });
+            return Err(Error::ShapeMismatch {
+                what: "the weight",
+                unit: "elements",
+                expected: spec.weight_len() as u64,
+                got: weight.len() as u64,
+            });
         }
-        match (spec.bias, bias) {
-            (true, None) => return Err(Error::spec("the spec has bias = true but no bias was given")),
-            (false, Some(_)) => return Err(Error::spec("a bias was given but the spec has bias = false")),
-            (_, Some(b)) if b.len() != spec.out_channels as usize => {
-                return Err(Error::WrongLength { what: "bias", expected: spec.out_channels as usize, got: b.len() })
+        match bias {
+            // `with_bias(true)` asked for a bias that is not there: a mistake, not a default.
+            None if spec.bias => return Err(Error::spec("the spec has bias = true but no bias was given")),
+            Some(b) if b.len() != spec.out_channels as usize => {
+                return Err(Error::ShapeMismatch {
+                    what: "the bias",
+                    unit: "elements",
+                    expected: spec.out_channels as u64,
+                    got: b.len() as u64,
+                })
             }
             _ => {}
         }
+        // The bias given decides, as PyTorch's module has one or not.
+        spec.bias = bias.is_some();
         let selection = crate::select::select_on(gpu, &spec, &options)?;
         let kernel = selection.kernel.config();
         gpu.check_buffer("the packed weights", kernel.packed_bytes(&spec), true)?;
@@ -194,6 +212,7 @@ impl Conv2d {
             range_snapshot,
             forward_lock: Mutex::new(()),
             prepared: Mutex::new(Lru::new(PREPARED_CAPACITY)),
+            probe_layout: std::sync::OnceLock::new(),
         })
     }
 
@@ -210,7 +229,7 @@ impl Conv2d {
         self.activation
     }
     /// The device it runs on.
-    pub fn gpu(&self) -> &Arc<Gpu> {
+    pub fn gpu(&self) -> &Gpu {
         &self.gpu
     }
 
@@ -236,11 +255,11 @@ impl Conv2d {
         for (_, label, bytes) in &tables {
             self.gpu.check_buffer(label, bytes.len() as u64, true)?;
         }
-        let pipeline = self.gpu.pipelines.get_or_build(
+        let pipeline = self.gpu.pipelines().get_or_build(
             &self.gpu.device,
             shaped.source()?,
             bindings(kernel),
-            self.gpu.runtime_checks,
+            self.gpu.runtime_checks(),
         )?;
         let tables = tables
             .iter()
@@ -252,25 +271,38 @@ impl Conv2d {
     }
 
     /// Bind groups for running on `input` (NCHW f32, `shape`) into `output`
-    /// (`[N, C_out, OH, OW]` f32). Both buffers need `STORAGE` usage.
+    /// (`[N, C_out, OH, OW]` f32): two different buffers of this op's device, both with
+    /// `STORAGE` usage. Anything else is refused with [`Error::Buffer`] before a bind group
+    /// is made (a buffer of another device is recognised where both devices come from
+    /// [`crate::shared_instance`], as every [`Gpu::new`] device does).
     pub fn plan(&self, shape: Shape4, input: &wgpu::Buffer, output: &wgpu::Buffer) -> Result<ConvPlan> {
         let problem = self.spec.problem(shape)?;
-        for (what, buf, elems) in [
-            ("input buffer (bytes)", input, problem.input.len()),
-            ("output buffer (bytes)", output, problem.output.len()),
-        ] {
-            if buf.size() < elems * 4 {
-                return Err(Error::WrongLength { what, expected: (elems * 4) as usize, got: buf.size() as usize });
-            }
+        // One buffer bound twice, read-only and read-write, is a usage conflict that wgpu
+        // reports only when the caller's encoder is finished (a panic there).
+        if input == output {
+            return Err(Error::Buffer { buffer: "output", issue: BufferIssue::SameAsInput });
+        }
+        for (what, buf, elems) in [("input", input, problem.input.len()), ("output", output, problem.output.len())] {
             if !buf.usage().contains(wgpu::BufferUsages::STORAGE) {
-                return Err(Error::Unsupported(format!("{what} lacks STORAGE usage")));
+                return Err(Error::Buffer {
+                    buffer: what,
+                    issue: BufferIssue::missing(wgpu::BufferUsages::STORAGE, buf),
+                });
             }
+            if buf.size() < elems * 4 {
+                return Err(Error::Buffer {
+                    buffer: what,
+                    issue: BufferIssue::TooSmall { needed: elems * 4, size: buf.size() },
+                });
+            }
+            self.check_device(what, buf)?;
         }
         let limits = self.gpu.device.limits();
         let per_chunk = images_per_chunk(&problem, &limits)?;
         let align = limits.min_storage_buffer_offset_alignment as u64;
         let prepared = self.prepared(&problem)?;
-        let s = &self.spec;
+        // The problem's spec: its padding is resolved for this input size.
+        let s = &problem.spec;
         let scope = ErrorScope::push(&self.gpu.device);
         let mut dispatches = Vec::new();
         let mut first = 0u32;
@@ -307,7 +339,8 @@ impl Conv2d {
                 k_total: s.k_total(),
                 in_offset,
                 out_offset,
-                flags: if self.activation == Activation::Relu { FLAG_RELU } else { 0 },
+                flags: (if self.activation == Activation::Relu { FLAG_RELU } else { 0 })
+                    | (s.padding_mode.code() << PAD_MODE_SHIFT),
                 out_scale: self.out_scale,
             };
             let (grid_bytes, workgroups) = prepared.shaped.grid(&params)?;
@@ -382,7 +415,7 @@ impl Conv2d {
                 Ok(guard) => guard,
                 Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
                 Err(std::sync::TryLockError::WouldBlock) => {
-                    return Err(Error::Unsupported(format!(
+                    return Err(Error::Busy(format!(
                         "another forward of this {} op is in flight: await it first, or use one Conv2d per task",
                         self.selection.kernel.precision()
                     )))
@@ -401,7 +434,12 @@ impl Conv2d {
     async fn forward_chunks(&self, input: &[f32], shape: Shape4) -> Result<Vec<f32>> {
         let problem = self.spec.problem(shape)?;
         if input.len() as u64 != problem.input.len() {
-            return Err(Error::WrongLength { what: "input", expected: problem.input.len() as usize, got: input.len() });
+            return Err(Error::ShapeMismatch {
+                what: "the input",
+                unit: "elements",
+                expected: problem.input.len(),
+                got: input.len() as u64,
+            });
         }
         let per_chunk = images_per_chunk(&problem, &self.gpu.device.limits())?;
         let (in_img, out_img) = (problem.input.per_image() as usize, problem.output.per_image() as usize);
@@ -446,6 +484,46 @@ impl Conv2d {
             }
         }
         Ok(out)
+    }
+
+    /// Refuses a buffer of another device. wgpu checks that a bind group's buffers belong to
+    /// its device (in one instance; buffer ids of separate instances can collide, which is
+    /// why `Gpu::new` opens every device on the shared instance): a bind group of this one
+    /// buffer, under an error scope, asks it.
+    fn check_device(&self, what: &'static str, buffer: &wgpu::Buffer) -> Result<()> {
+        let layout = self.probe_layout.get_or_init(|| {
+            self.gpu.device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                label: Some("wgconv buffer probe"),
+                entries: &[wgpu::BindGroupLayoutEntry {
+                    binding: 0,
+                    visibility: wgpu::ShaderStages::COMPUTE,
+                    ty: wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Storage { read_only: true },
+                        has_dynamic_offset: false,
+                        min_binding_size: None,
+                    },
+                    count: None,
+                }],
+            })
+        });
+        let scope = ErrorScope::push(&self.gpu.device);
+        // The caller checked that the buffer holds at least one element.
+        let size = wgpu::BufferSize::new(4);
+        let _probe = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("wgconv buffer probe"),
+            layout,
+            entries: &[wgpu::BindGroupEntry {
+                binding: 0,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset: 0, size }),
+            }],
+        });
+        match scope.finish("buffer check") {
+            Ok(()) => Ok(()),
+            Err(Error::Wgpu { message, .. }) if message.contains("doesn't match") => {
+                Err(Error::Buffer { buffer: what, issue: BufferIssue::ForeignDevice(self.gpu.info.name.clone()) })
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Whether an f16 or f16x3 kernel met an input value beyond f16's range since the last

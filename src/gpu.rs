@@ -3,7 +3,7 @@
 //! core (what the browser needs); the blocking calls wrap it outside wasm32.
 
 use crate::caps::{coop_f16_supported, wanted_features, DeviceCaps, KernelLimits};
-use crate::error::{Error, Result};
+use crate::error::{BufferIssue, Error, Result};
 use crate::kernel::PipelineCache;
 use crate::scope::ErrorScope;
 
@@ -11,8 +11,10 @@ use crate::scope::ErrorScope;
 /// piece through it (a multiple of wgpu's copy and map alignments).
 pub(crate) const READBACK_PIECE: u64 = 32 << 20;
 
-/// How to pick and open a device.
+/// How to pick and open a device: `GpuOptions::default().adapter("llvmpipe")`, or set the
+/// public fields on a default value.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct GpuOptions {
     /// Pick the first adapter whose name contains this (case-insensitive).
     /// Default: the `WGCONV_ADAPTER` environment variable.
@@ -31,6 +33,55 @@ pub struct GpuOptions {
     /// the only path of `Precision::F16x3`).
     /// Opt-in: wgpu marks the feature experimental (also `WGCONV_COOP=1`).
     pub cooperative_matrix: bool,
+}
+
+impl GpuOptions {
+    /// Picks the first adapter whose name contains `substring` (case-insensitive): a
+    /// `&str`, a `String` or an `Option<String>` (`None`: `WGCONV_ADAPTER`, else the best).
+    pub fn adapter(mut self, substring: impl Into<AdapterName>) -> Self {
+        self.adapter = substring.into().0;
+        self
+    }
+    /// Searches only these backends.
+    pub fn backends(mut self, backends: impl Into<Option<wgpu::Backends>>) -> Self {
+        self.backends = backends.into();
+        self
+    }
+    /// Requests these limits instead of the adapter's own.
+    pub fn limits(mut self, limits: impl Into<Option<wgpu::Limits>>) -> Self {
+        self.limits = limits.into();
+        self
+    }
+    /// Keeps wgpu's runtime bounds checks (see the field).
+    pub fn runtime_checks(mut self, on: bool) -> Self {
+        self.runtime_checks = on;
+        self
+    }
+    /// Enables cooperative matrices where the adapter offers them (see the field).
+    pub fn cooperative_matrix(mut self, on: bool) -> Self {
+        self.cooperative_matrix = on;
+        self
+    }
+}
+
+/// An adapter name substring, or none ([`GpuOptions::adapter`]'s argument).
+#[derive(Debug, Clone, Default)]
+pub struct AdapterName(pub Option<String>);
+
+impl From<&str> for AdapterName {
+    fn from(s: &str) -> Self {
+        AdapterName(Some(s.to_owned()))
+    }
+}
+impl From<String> for AdapterName {
+    fn from(s: String) -> Self {
+        AdapterName(Some(s))
+    }
+}
+impl From<Option<String>> for AdapterName {
+    fn from(s: Option<String>) -> Self {
+        AdapterName(s)
+    }
 }
 
 /// What wgconv knows about an adapter: reported by `wgconv info` and the benchmark.
@@ -63,15 +114,17 @@ impl AdapterSummary {
 }
 
 /// A device and queue wgconv runs on, created by wgconv or handed in by the caller.
+/// Cheap to clone: clones share the device, the queue and the pipeline cache.
 ///
 /// ```no_run
 /// use wgconv::{Gpu, GpuOptions};
 /// // The best adapter, with cooperative matrices where it offers them (opt-in: wgpu marks
 /// // the feature experimental).
-/// let gpu = Gpu::with_options(GpuOptions { cooperative_matrix: true, ..Default::default() })?;
+/// let gpu = Gpu::with_options(GpuOptions::default().cooperative_matrix(true))?;
 /// println!("{} (cooperative matrices: {})", gpu.caps().name, gpu.caps().coop_f16);
 /// # Ok::<(), wgconv::Error>(())
 /// ```
+#[derive(Clone)]
 pub struct Gpu {
     /// The device.
     pub device: wgpu::Device,
@@ -79,9 +132,54 @@ pub struct Gpu {
     pub queue: wgpu::Queue,
     /// The adapter's info.
     pub info: wgpu::AdapterInfo,
-    pub(crate) pipelines: PipelineCache,
-    pub(crate) runtime_checks: bool,
+    shared: std::sync::Arc<Shared>,
+}
+
+/// What clones of one `Gpu` share.
+struct Shared {
+    pipelines: PipelineCache,
+    runtime_checks: bool,
     caps: DeviceCaps,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu").field("adapter", &self.info.name).field("backend", &self.info.backend).finish()
+    }
+}
+
+/// The backends of the process-wide instance: every one but GL. wgpu's GL backend opens an
+/// EGL/WGL display and context when its instance is created and keeps them for the
+/// instance's life; a process-wide instance would hold them in every process, also those
+/// that never use GL. A GL request gets an instance of its own, so that buffers from
+/// another GL device are not recognised as foreign (see [`shared_instance`]).
+const SHARED_BACKENDS: wgpu::Backends = wgpu::Backends::PRIMARY;
+
+/// The wgpu instance every [`Gpu::new`] of this process opens its device on (all
+/// backends but GL). Create your own devices from it too: wgpu then knows which device
+/// each buffer belongs to, and [`crate::Conv2d::encode`] refuses a buffer of another device
+/// with [`crate::Error::Buffer`] (buffers of a device on a separate instance cannot be told
+/// apart from this one's).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn shared_instance() -> &'static wgpu::Instance {
+    static INSTANCE: std::sync::OnceLock<wgpu::Instance> = std::sync::OnceLock::new();
+    INSTANCE.get_or_init(|| new_instance(SHARED_BACKENDS))
+}
+
+fn new_instance(backends: wgpu::Backends) -> wgpu::Instance {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    desc.backends = backends;
+    wgpu::Instance::new(desc)
+}
+
+/// The instance to search `backends` on: the shared one unless GL is asked for (see
+/// `SHARED_BACKENDS`); on wasm32 one per call (wgpu's web types are not `Sync`).
+fn instance_for(backends: wgpu::Backends) -> wgpu::Instance {
+    #[cfg(not(target_arch = "wasm32"))]
+    if SHARED_BACKENDS.contains(backends) {
+        return shared_instance().clone();
+    }
+    new_instance(backends)
 }
 
 /// Adapter preference: discrete first, CPU last.
@@ -108,11 +206,20 @@ fn backend_rank(b: wgpu::Backend) -> u8 {
 
 /// Every adapter wgpu finds for the given backends (default: `WGPU_BACKEND`, else all).
 pub async fn enumerate_adapters_async(backends: Option<wgpu::Backends>) -> Vec<wgpu::Adapter> {
-    let backends = backends.or_else(wgpu::Backends::from_env).unwrap_or(wgpu::Backends::all());
-    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
-    desc.backends = backends;
-    let instance = wgpu::Instance::new(desc);
-    instance.enumerate_adapters(backends).await
+    let explicit = backends.or_else(wgpu::Backends::from_env);
+    let wanted = explicit.unwrap_or(wgpu::Backends::all());
+    let primary = wanted & SHARED_BACKENDS;
+    let mut adapters = Vec::new();
+    if !primary.is_empty() {
+        adapters = instance_for(primary).enumerate_adapters(primary).await;
+    }
+    // GL (an instance of its own, see `SHARED_BACKENDS`) where asked for, or where nothing
+    // else was found: it ranks last among adapters anyway.
+    let rest = wanted - SHARED_BACKENDS;
+    if !rest.is_empty() && (explicit.is_some() || adapters.is_empty()) {
+        adapters.extend(new_instance(rest).enumerate_adapters(rest).await);
+    }
+    adapters
 }
 
 /// [`enumerate_adapters_async`], blocking.
@@ -226,6 +333,14 @@ impl Gpu {
         Gpu::assemble(device, queue, info, caps, runtime_checks_from_env())
     }
 
+    /// [`Gpu::from_device`] for a device opened from `adapter`: refusals of features the
+    /// device lacks can then say whether the adapter offers them.
+    pub fn from_device_with_adapter(device: wgpu::Device, queue: wgpu::Queue, adapter: &wgpu::Adapter) -> Self {
+        let info = device.adapter_info();
+        let caps = DeviceCaps::of_device(&device).with_adapter(adapter);
+        Gpu::assemble(device, queue, info, caps, runtime_checks_from_env())
+    }
+
     fn assemble(
         device: wgpu::Device,
         queue: wgpu::Queue,
@@ -233,29 +348,34 @@ impl Gpu {
         caps: DeviceCaps,
         runtime_checks: bool,
     ) -> Self {
-        Gpu { device, queue, info, pipelines: PipelineCache::default(), runtime_checks, caps }
+        let shared = Shared { pipelines: PipelineCache::default(), runtime_checks, caps };
+        Gpu { device, queue, info, shared: std::sync::Arc::new(shared) }
     }
 
     /// How many compiled pipelines this device's cache holds (at most
     /// [`crate::advanced::PIPELINE_CACHE_CAPACITY`]; a `Conv2d` keeps its own alive too).
     pub fn cached_pipelines(&self) -> usize {
-        self.pipelines.len()
+        self.pipelines().len()
     }
 
     /// What the device can do, as the kernels and the selection see it.
     pub fn caps(&self) -> &DeviceCaps {
-        &self.caps
+        &self.shared.caps
+    }
+
+    pub(crate) fn pipelines(&self) -> &PipelineCache {
+        &self.shared.pipelines
     }
 
     /// Whether the kernels keep wgpu's runtime bounds checks (part of the tuning cache key).
     pub fn runtime_checks(&self) -> bool {
-        self.runtime_checks
+        self.shared.runtime_checks
     }
 
     /// Whether the f16 paths can use cooperative matrices on this device (see
     /// [`GpuOptions::cooperative_matrix`]).
     pub fn has_coop_f16(&self) -> bool {
-        self.caps.coop_f16
+        self.shared.caps.coop_f16
     }
 
     /// The adapter's name, backend and driver.
@@ -268,15 +388,15 @@ impl Gpu {
     }
     /// The limits kernel configs are checked against.
     pub fn kernel_limits(&self) -> KernelLimits {
-        self.caps.kernel_limits()
+        self.shared.caps.kernel_limits()
     }
     /// Whether GPU timestamps can be taken.
     pub fn has_timestamps(&self) -> bool {
-        self.caps.timestamps()
+        self.shared.caps.timestamps()
     }
     /// Whether the device is a CPU implementation (lavapipe, WARP, SwiftShader).
     pub fn is_cpu(&self) -> bool {
-        self.caps.is_cpu()
+        self.shared.caps.is_cpu()
     }
 
     /// Blocks until the queue is idle.
@@ -393,12 +513,15 @@ impl Gpu {
         if bytes == 0 {
             return Ok(());
         }
-        if !buffer.usage().contains(wgpu::BufferUsages::COPY_SRC) || offset.saturating_add(bytes) > buffer.size() {
-            return Err(Error::Unsupported(format!(
-                "cannot read {bytes} B at {offset} from a buffer of {} B with usage {:?}",
-                buffer.size(),
-                buffer.usage()
-            )));
+        if !buffer.usage().contains(wgpu::BufferUsages::COPY_SRC) {
+            return Err(Error::Buffer {
+                buffer: "read-back",
+                issue: BufferIssue::missing(wgpu::BufferUsages::COPY_SRC, buffer),
+            });
+        }
+        if offset.saturating_add(bytes) > buffer.size() {
+            let issue = BufferIssue::TooSmall { needed: offset.saturating_add(bytes), size: buffer.size() };
+            return Err(Error::Buffer { buffer: "read-back", issue });
         }
         // Through one staging buffer of at most READBACK_PIECE bytes, piece by piece: the
         // host then holds the output and one piece, not a second copy of the whole range.

@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 /// keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(feature = "tune", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub enum Precision {
     /// f32 operands, f32 accumulation (relative L2 error ~1e-7 against f64).
     #[default]
@@ -65,7 +66,7 @@ impl std::str::FromStr for Precision {
             "f32" => Ok(Precision::F32),
             "f16" => Ok(Precision::F16Accum32),
             "f16x3" => Ok(Precision::F16x3),
-            _ => Err(Error::Parse(format!("unknown precision {s:?}: expected f32, f16 or f16x3"))),
+            _ => Err(Error::ConfigParse(format!("unknown precision {s:?}: expected f32, f16 or f16x3"))),
         }
     }
 }
@@ -292,7 +293,21 @@ impl Kernel {
     /// cannot: every refusal names the family and the limit.
     pub fn check(&self, spec: &Conv2dSpec, caps: &DeviceCaps) -> Result<()> {
         if let Some(why) = self.config.family().unavailable(caps) {
-            return Err(Error::Unsupported(format!("{self}: {why}")));
+            return Err(Error::unsupported(format!("{self}: {why}")));
+        }
+        // Only the direct kernels and those gathering through tiled/gather.wgsl read a
+        // non-zero border from the input; the others' loaders know only zeros.
+        let gathers = ["tiled", "tiled-f16", "coop-f16", "coop-f16x3", "direct", "direct-f16"];
+        if spec.padding_mode != crate::spec::PaddingMode::Zeros && !gathers.contains(&self.family()) {
+            return Err(Error::KernelRefused {
+                kernel: self.to_string(),
+                reason: format!(
+                    "padding_mode {} is implemented by the direct and tiled kernels ({}), not by {}",
+                    spec.padding_mode,
+                    gathers.join(", "),
+                    self.family()
+                ),
+            });
         }
         let limits = caps.kernel_limits();
         self.config
@@ -305,7 +320,7 @@ impl Kernel {
     /// 128 MiB per binding): the kernel's storage buffers, and its packed weights, which
     /// are bound whole. (Inputs and outputs are split into batch chunks that fit instead.)
     fn check_bindings(&self, spec: &Conv2dSpec, limits: &wgpu::Limits) -> Result<()> {
-        let refuse = |reason: String| Error::ConfigRefused { config: self.to_string(), reason };
+        let refuse = |reason: String| Error::KernelRefused { kernel: self.to_string(), reason };
         let storage = bindings(self).iter().filter(|&&b| b != 0 && b != GRID_BINDING).count() as u32;
         if storage > limits.max_storage_buffers_per_shader_stage {
             return Err(refuse(format!(
@@ -338,7 +353,7 @@ impl Kernel {
     /// family refused.
     fn named(&self, e: Error) -> Error {
         match e {
-            Error::ConfigRefused { reason, .. } => Error::ConfigRefused { config: self.to_string(), reason },
+            Error::KernelRefused { reason, .. } => Error::KernelRefused { kernel: self.to_string(), reason },
             e => e,
         }
     }
@@ -492,6 +507,8 @@ pub(crate) const GRID_BINDING: u32 = 7;
 
 /// `Params.flags` bit: apply ReLU after the bias.
 pub(crate) const FLAG_RELU: u32 = 1;
+/// `Params.flags` bits 1-2: the padding mode (`PaddingMode::code`; params.wgsl).
+pub(crate) const PAD_MODE_SHIFT: u32 = 1;
 
 /// Checks a workgroup count against u32 (one chunk's grid before folding).
 pub(crate) fn workgroups_u32(total: u64) -> Result<u32> {
@@ -639,6 +656,7 @@ mod tests {
             subgroup_size: (32, 32),
             coop_f16: false,
             coop_f16_offered: None,
+            adapter_features: None,
         };
         let spec = Conv2dSpec::new(64, 64, 3);
         // Input, weight, bias, gather table and output: 5 storage buffers; 6 KiB of

@@ -2,24 +2,35 @@
 //! forward (NCHW f32) as WGSL compute shaders on wgpu, on Vulkan, Metal, DX12, GL, CPU
 //! drivers (lavapipe) and the browser's WebGPU.
 //!
-//! The API a newcomer needs: a [`Gpu`] (or your own device through [`Gpu::from_device`]),
-//! a [`Conv2dSpec`], and a [`Conv2d`] that runs it on host slices ([`Conv2d::forward`]) or
-//! encodes it into your command encoder ([`Conv2d::encode`]). [`Conv2dOptions`] names the
-//! [`Precision`] (an accuracy contract) and, if you want, the [`Kernel`]; otherwise
-//! selection picks one and [`Conv2d::kernel`] says which and why.
+//! # Quickstart
+//!
+//! A [`Gpu`] (or your own device through [`Gpu::from_device`]), a [`Conv2dSpec`] written
+//! as PyTorch's arguments, and a [`Conv2d`] that runs it on host slices
+//! ([`Conv2d::forward`]) or encodes it into your command encoder ([`Conv2d::encode`]):
 //!
 //! ```no_run
-//! use std::sync::Arc;
 //! use wgconv::{Conv2d, Conv2dOptions, Conv2dSpec, Gpu, Padding, Shape4};
-//! let gpu = Arc::new(Gpu::new()?);
-//! let spec = Conv2dSpec::new(3, 8, 3).padding(Padding::uniform(1)).with_bias(true);
-//! let weight = vec![0.1f32; spec.weight_len()];
-//! let bias = vec![0.0f32; 8];
+//! // nn.Conv2d(3, 8, kernel_size=3, stride=1, padding="same", bias=True)
+//! let gpu = Gpu::new()?;
+//! let spec = Conv2dSpec::new(3, 8, 3).padding(Padding::same());
+//! let weight = vec![0.1f32; spec.weight_len()]; // [C_out, C_in/groups, KH, KW]
+//! let bias = vec![0.0f32; 8]; // given: the op has a bias (None: it has none)
 //! let conv = Conv2d::new(&gpu, spec, &weight, Some(&bias), Conv2dOptions::default())?;
 //! let x = vec![1.0f32; 2 * 3 * 16 * 16];
 //! let y = conv.forward(&x, Shape4::new(2, 3, 16, 16))?; // [2, 8, 16, 16]
+//! println!("{}", conv.kernel()); // the kernel selection chose, and why
 //! # Ok::<(), wgconv::Error>(())
 //! ```
+//!
+//! Stride, dilation and kernel size take a number or a `(height, width)` pair
+//! (`.stride(2)`, `.stride((2, 1))`); padding a number, a pair, `[top, left, bottom, right]`
+//! or a rule resolved against the input size ([`Padding::same`], [`Padding::valid`],
+//! [`AutoPad`]). [`Conv2dOptions`] names the [`Precision`] (an accuracy contract) and, if
+//! you want, the [`Kernel`]. Every mistake comes back as an [`Error`] variant of its kind,
+//! before any GPU work is encoded.
+//!
+//! The examples (`cargo run --example NAME`): `basic` (host slices and your own encoder),
+//! `byod` (your device, your passes around wgconv's), `f16`, `padding`, `autotune`.
 //!
 //! Inside, a kernel family is a folder under `src/families/` behind the crate's `Family`
 //! trait and one line of its registry; `select` decides which kernel runs.
@@ -53,11 +64,13 @@ pub mod tune;
 
 pub use caps::{DeviceCaps, KernelLimits};
 pub use conv2d::{Conv2d, ConvPlan};
-pub use error::{Error, Result};
-pub use gpu::{Gpu, GpuOptions};
+pub use error::{BufferIssue, Error, Result};
+#[cfg(not(target_arch = "wasm32"))]
+pub use gpu::shared_instance;
+pub use gpu::{AdapterName, Gpu, GpuOptions};
 pub use kernel::{Kernel, Precision};
 pub use options::{Activation, ConfigSource, Conv2dOptions, Selection};
-pub use spec::{Conv2dSpec, ConvProblem, Padding, Shape4};
+pub use spec::{AutoPad, Conv2dSpec, ConvProblem, Padding, PaddingMode, Pair, Shape4};
 pub use tile::TileConfig;
 /// The wgpu this crate is built against: devices, queues and buffers handed to
 /// [`Gpu::from_device`] and [`Conv2d::encode`] must come from this version.
@@ -95,7 +108,7 @@ pub mod advanced {
     pub fn sweep(family: &str) -> Result<Vec<Kernel>> {
         crate::families::family(family)
             .map(|f| f.sweep())
-            .ok_or_else(|| crate::Error::Parse(format!("unknown kernel family {family:?}")))
+            .ok_or_else(|| crate::Error::ConfigParse(format!("unknown kernel family {family:?}")))
     }
 
     /// The families a benchmark of `precision` sweeps on a device: every registered family

@@ -7,6 +7,7 @@ use crate::spec::Shape4;
 /// The activation fused into the kernel's store, after the bias.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(feature = "tune", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub enum Activation {
     /// The convolution's output as it is.
     #[default]
@@ -15,14 +16,18 @@ pub enum Activation {
     Relu,
 }
 
-/// How a [`crate::Conv2d`] runs.
+/// How a [`crate::Conv2d`] runs: the default (f32, no activation, selection decides the
+/// kernel) or a default changed by the builder methods.
 ///
 /// ```
-/// use wgconv::{Conv2dOptions, Precision};
-/// let opts = Conv2dOptions { precision: Precision::F16Accum32, ..Default::default() };
+/// use wgconv::{Activation, Conv2dOptions, Kernel, Precision};
+/// let opts = Conv2dOptions::default().precision(Precision::F16Accum32).activation(Activation::Relu);
 /// assert!(opts.kernel.is_none()); // selection decides
+/// let named = Conv2dOptions::default().kernel("direct".parse::<Kernel>()?);
+/// # Ok::<(), wgconv::Error>(())
 /// ```
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct Conv2dOptions {
     /// The kernel to run (`"tiled:m64n96k16-t4x12-w4-s1".parse()?`); `None`: selection
     /// decides (see [`ConfigSource`]).
@@ -37,9 +42,33 @@ pub struct Conv2dOptions {
     pub tuning_key_input: Option<Shape4>,
 }
 
+impl Conv2dOptions {
+    /// Runs this kernel instead of selection's choice (`None`: selection decides).
+    pub fn kernel(mut self, kernel: impl Into<Option<Kernel>>) -> Self {
+        self.kernel = kernel.into();
+        self
+    }
+    /// Fuses this activation after the bias.
+    pub fn activation(mut self, activation: Activation) -> Self {
+        self.activation = activation;
+        self
+    }
+    /// The accuracy contract (see [`Precision`]).
+    pub fn precision(mut self, precision: Precision) -> Self {
+        self.precision = precision;
+        self
+    }
+    /// The input shape the op will run on, for the tuning cache's look-up.
+    pub fn tuning_key_input(mut self, input: impl Into<Option<Shape4>>) -> Self {
+        self.tuning_key_input = input.into();
+        self
+    }
+}
+
 /// Where the kernel of a `Conv2d` came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "tune", derive(serde::Serialize))]
+#[non_exhaustive]
 pub enum ConfigSource {
     /// Named by the caller.
     Explicit,
@@ -54,6 +83,7 @@ pub enum ConfigSource {
 
 /// The kernel a `Conv2d` runs, where the choice came from, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Selection {
     /// The kernel.
     pub kernel: Kernel,

@@ -26,10 +26,10 @@ pub fn conv2d_images(
         return Err(Error::spec(format!("images {images:?} outside the batch of {}", problem.input.n)));
     }
     let s = &problem.spec;
-    check_len("input", problem.input.len() as usize, input.len())?;
-    check_len("weight", s.weight_len(), weight.len())?;
+    check_len("the input", problem.input.len() as usize, input.len())?;
+    check_len("the weight", s.weight_len(), weight.len())?;
     if let Some(b) = bias {
-        check_len("bias", s.out_channels as usize, b.len())?;
+        check_len("the bias", s.out_channels as usize, b.len())?;
     }
     let Shape4 { c: cin, h, w, .. } = problem.input;
     let Shape4 { c: cout, h: oh, w: ow, .. } = problem.output;
@@ -50,15 +50,15 @@ pub fn conv2d_images(
                         for ky in 0..kh {
                             let iy =
                                 (oy * s.stride[0] as usize + ky * s.dilation[0] as usize) as i64 - s.padding.top as i64;
-                            let row_in = iy >= 0 && iy < h as i64;
+                            // The padding mode maps a border coordinate to the input's; zeros
+                            // mode: a padded tap multiplies an explicit zero.
+                            let iy = s.padding_mode.source(iy, h as i64);
                             for kx in 0..kw {
                                 let ix = (ox * s.stride[1] as usize + kx * s.dilation[1] as usize) as i64
                                     - s.padding.left as i64;
-                                // A padded tap multiplies an explicit zero.
-                                let x = if row_in && ix >= 0 && ix < w as i64 {
-                                    xc[iy as usize * w + ix as usize] as f64
-                                } else {
-                                    0.0
+                                let x = match (iy, s.padding_mode.source(ix, w as i64)) {
+                                    (Some(iy), Some(ix)) => xc[iy as usize * w + ix as usize] as f64,
+                                    _ => 0.0,
                                 };
                                 acc += x * wk[(ic * kh + ky) * kw + kx] as f64;
                             }
@@ -104,7 +104,7 @@ pub fn relative_l2(got: &[f32], want: &[f32]) -> f64 {
 
 fn check_len(what: &'static str, expected: usize, got: usize) -> Result<()> {
     if expected != got {
-        return Err(Error::WrongLength { what, expected, got });
+        return Err(Error::ShapeMismatch { what, unit: "elements", expected: expected as u64, got: got as u64 });
     }
     Ok(())
 }

@@ -50,7 +50,7 @@ pub(crate) fn select(
 ) -> Result<Selection> {
     if let Some(kernel) = &options.kernel {
         if kernel.precision() != options.precision {
-            return Err(Error::Unsupported(format!(
+            return Err(Error::InvalidOptions(format!(
                 "kernel {kernel} computes in {}, but {} was asked for",
                 kernel.precision(),
                 options.precision
@@ -102,7 +102,7 @@ pub(crate) fn select(
             source: ConfigSource::Fallback,
             reason: format!("no tiled config fits the device ({refusal}); the direct kernel"),
         }),
-        p => Err(Error::Unsupported(format!("no {p} kernel fits {}: {refusal}", caps.name))),
+        p => Err(Error::unsupported(format!("no {p} kernel fits {}: {refusal}", caps.name))),
     }
 }
 
@@ -319,7 +319,7 @@ pub(crate) fn default_kernel(caps: &DeviceCaps, precision: Precision) -> Result<
         }
         _ => "f16 precision cannot run here: it needs cooperative matrices or SHADER_F16",
     };
-    Err(Error::Unsupported(format!("{what}: {}", refusals.join("; "))))
+    Err(Error::unsupported(format!("{what}: {}", refusals.join("; "))))
 }
 
 #[cfg(test)]
@@ -344,6 +344,7 @@ mod tests {
             subgroup_size: (32, 32),
             coop_f16,
             coop_f16_offered: Some(coop_f16),
+            adapter_features: None,
         }
     }
 
@@ -359,7 +360,7 @@ mod tests {
         let gpu = caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, true);
         let cpu = caps(wgpu::DeviceType::Cpu, 0x10005, false);
         let dense = Conv2dSpec::new(64, 64, 3).padding(Padding::uniform(1));
-        let image = Conv2dSpec::new(3, 96, 11).stride(4, 4).padding(Padding::uniform(2));
+        let image = Conv2dSpec::new(3, 96, 11).stride((4, 4)).padding(Padding::uniform(2));
         let depthwise = Conv2dSpec::new(32, 32, 3).groups(32).padding(Padding::uniform(1));
         // f32 dense: the tile config of the kind of device.
         assert_eq!(pick(&gpu, dense, Precision::F32).kernel.to_string(), "tiled:m64n96k16-t4x12-w4-s1");
@@ -389,7 +390,7 @@ mod tests {
         assert_eq!(pick(&gpu, sixteen, Precision::F16Accum32).kernel.family(), "coop-f16");
         assert_eq!(pick(&gpu, Conv2dSpec::new(64, 64, 3).groups(2), Precision::F32).kernel.family(), "tiled");
         // A kernel too wide for the strip's registers: the direct kernel, and why.
-        let wide = Conv2dSpec::new(8, 8, 9).groups(8).dilation(8, 8);
+        let wide = Conv2dSpec::new(8, 8, 9).groups(8).dilation((8, 8));
         let s = pick(&gpu, wide, Precision::F32);
         assert!(s.kernel.family() == "direct" && s.reason.contains("row segments"), "{s}");
         // f16: the stem kernel on NVIDIA's cooperative matrices for image inputs, else the

@@ -169,7 +169,7 @@ impl TileConfig {
     }
 
     pub(crate) fn refuse(&self, reason: impl Into<String>) -> Error {
-        Error::ConfigRefused { config: self.to_string(), reason: reason.into() }
+        Error::KernelRefused { kernel: self.to_string(), reason: reason.into() }
     }
 
     /// Sizes beyond any device, refused first so that the products below cannot overflow
@@ -312,7 +312,7 @@ impl TileConfig {
     /// [`TileConfig::check_shape`] / [`TileConfig::validate`] say whether it can run, so a
     /// benchmark can list an impossible config as refused, with the reason.
     pub fn parse(s: &str) -> Result<Self> {
-        let bad = || Error::Parse(format!("cannot parse tile config {s:?}: expected e.g. m32n64k32-t4x4-w4-s2"));
+        let bad = || Error::ConfigParse(format!("cannot parse tile config {s:?}: expected e.g. m32n64k32-t4x4-w4-s2"));
         let parts: Vec<&str> = s.split('-').collect();
         if parts.len() != 4 {
             return Err(bad());

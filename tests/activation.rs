@@ -27,17 +27,17 @@ fn cases() -> Vec<(&'static str, Conv2dSpec, Shape4)> {
     vec![
         (
             "3->5 k3 s2,1 p1,0,2,1",
-            Conv2dSpec::new(3, 5, 3).stride(2, 1).padding(Padding::new(1, 0, 2, 1)),
+            Conv2dSpec::new(3, 5, 3).stride((2, 1)).padding(Padding::new(1, 0, 2, 1)),
             Shape4::new(2, 3, 9, 7),
         ),
         (
             "4->70 k2x3 s2 p1 g2",
-            Conv2dSpec::new(4, 70, 2).kernel_hw(2, 3).stride(2, 2).padding(Padding::uniform(1)).groups(2),
+            Conv2dSpec::new(4, 70, 2).kernel_hw((2, 3)).stride((2, 2)).padding(Padding::uniform(1)).groups(2),
             Shape4::new(1, 4, 6, 11),
         ),
         (
             "6->6 k3 d2 g3 p2,1,0,3",
-            Conv2dSpec::new(6, 6, 3).dilation(2, 2).groups(3).padding(Padding::new(2, 1, 0, 3)),
+            Conv2dSpec::new(6, 6, 3).dilation((2, 2)).groups(3).padding(Padding::new(2, 1, 0, 3)),
             Shape4::new(3, 6, 7, 5),
         ),
         ("8->33 k1", Conv2dSpec::new(8, 33, 1), Shape4::new(2, 8, 5, 3)),
@@ -65,7 +65,7 @@ fn bias_and_relu_on_and_off_match_reference() {
                 for kernel in kernels() {
                     let activation = if relu { Activation::Relu } else { Activation::None };
                     let named = kernel.is_some();
-                    let opts = Conv2dOptions { kernel, activation, tuning_key_input: None, ..Default::default() };
+                    let opts = Conv2dOptions::default().kernel(kernel).activation(activation).tuning_key_input(None);
                     let conv = Conv2d::new(&gpu, spec, &w, bias.then_some(&b[..]), opts).unwrap();
                     let (kind, source) = (&conv.kernel().kernel, conv.kernel().source);
                     if !named {
@@ -104,7 +104,7 @@ fn forward_applies_relu_too() {
     let x = rand_vec(shape.len() as usize, 7);
     let w = rand_vec(spec.weight_len(), 8);
     let b = rand_vec(spec.out_channels as usize, 9);
-    let opts = Conv2dOptions { activation: Activation::Relu, ..Default::default() };
+    let opts = Conv2dOptions::default().activation(Activation::Relu);
     let conv = Conv2d::new(&gpu, spec, &w, Some(&b), opts).unwrap();
     let got = conv.forward(&x, shape).unwrap();
     let problem = spec.problem(shape).unwrap();
@@ -154,7 +154,7 @@ fn nan_input_stays_nan_through_relu() {
             }
             for kernel in kernels() {
                 let activation = if relu { Activation::Relu } else { Activation::None };
-                let opts = Conv2dOptions { kernel, activation, tuning_key_input: None, ..Default::default() };
+                let opts = Conv2dOptions::default().kernel(kernel).activation(activation).tuning_key_input(None);
                 let conv = Conv2d::new(&gpu, spec, &w, bias.then_some(&b[..]), opts).unwrap();
                 let what = format!("{label} NaN input bias={bias} relu={relu} {}", conv.kernel().kernel);
                 let (got, poison) = run_poisoned(&gpu, &conv, &x, shape);
@@ -179,7 +179,7 @@ fn nan_bias_makes_its_channel_nan_through_relu() {
     let want: Vec<f32> =
         reference::conv2d(&problem, &x, &w, Some(&b)).unwrap().into_iter().map(reference::relu).collect();
     for kernel in kernels() {
-        let opts = Conv2dOptions { kernel, activation: Activation::Relu, tuning_key_input: None, ..Default::default() };
+        let opts = Conv2dOptions::default().kernel(kernel).activation(Activation::Relu).tuning_key_input(None);
         let conv = Conv2d::new(&gpu, spec, &w, Some(&b), opts).unwrap();
         let what = format!("{label} NaN bias {}", conv.kernel().kernel);
         let (got, _) = run_poisoned(&gpu, &conv, &x, shape);

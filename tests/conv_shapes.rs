@@ -63,52 +63,52 @@ macro_rules! shapes {
 shapes! {
     // Strides 1..5, square and not.
     stride1_pad1_3x3: S::new(3, 8, 3).padding(P::uniform(1)).with_bias(true), [2, 9, 9];
-    stride2_3x3: S::new(4, 8, 3).stride(2, 2).padding(P::uniform(1)), [2, 12, 11];
-    stride3_5x5: S::new(3, 6, 5).stride(3, 3).padding(P::uniform(2)).with_bias(true), [1, 16, 14];
-    stride4_4x4: S::new(2, 5, 4).stride(4, 4), [2, 19, 17];
-    stride5_3x3: S::new(2, 7, 3).stride(5, 5).padding(P::uniform(1)), [1, 23, 21];
-    stride_2x3: S::new(3, 4, 3).stride(2, 3), [1, 13, 16];
-    stride_5x1_asym_pad: S::new(2, 3, 2).stride(5, 1).padding(P::new(0, 1, 3, 0)), [2, 21, 6];
+    stride2_3x3: S::new(4, 8, 3).stride((2, 2)).padding(P::uniform(1)), [2, 12, 11];
+    stride3_5x5: S::new(3, 6, 5).stride((3, 3)).padding(P::uniform(2)).with_bias(true), [1, 16, 14];
+    stride4_4x4: S::new(2, 5, 4).stride((4, 4)), [2, 19, 17];
+    stride5_3x3: S::new(2, 7, 3).stride((5, 5)).padding(P::uniform(1)), [1, 23, 21];
+    stride_2x3: S::new(3, 4, 3).stride((2, 3)), [1, 13, 16];
+    stride_5x1_asym_pad: S::new(2, 3, 2).stride((5, 1)).padding(P::new(0, 1, 3, 0)), [2, 21, 6];
     // Asymmetric padding (ONNX pads: top, left, bottom, right).
-    asym_pad_1021: S::new(3, 17, 3).stride(2, 1).padding(P::new(1, 0, 2, 1)).with_bias(true), [2, 13, 11];
+    asym_pad_1021: S::new(3, 17, 3).stride((2, 1)).padding(P::new(1, 0, 2, 1)).with_bias(true), [2, 13, 11];
     asym_pad_0310: S::new(2, 6, 4).padding(P::new(0, 3, 1, 0)), [1, 8, 9];
     // Padding wider than the kernel: some outputs see only zeros (bias only).
     asym_pad_wider_than_kernel: S::new(1, 4, 3).padding(P::new(4, 0, 0, 5)).with_bias(true), [1, 5, 6];
     // Dilation 1..3.
-    dilation2: S::new(3, 8, 3).dilation(2, 2).padding(P::uniform(2)), [2, 12, 12];
-    dilation3: S::new(2, 5, 3).dilation(3, 3), [1, 15, 17];
-    dilation_3x1_stride2: S::new(3, 6, 3).dilation(3, 1).stride(2, 2).padding(P::symmetric(3, 1)).with_bias(true), [2, 14, 10];
-    dilation_1x2_kernel_5x3: S::new(2, 4, 5).kernel_hw(5, 3).dilation(1, 2), [1, 11, 12];
+    dilation2: S::new(3, 8, 3).dilation((2, 2)).padding(P::uniform(2)), [2, 12, 12];
+    dilation3: S::new(2, 5, 3).dilation((3, 3)), [1, 15, 17];
+    dilation_3x1_stride2: S::new(3, 6, 3).dilation((3, 1)).stride((2, 2)).padding(P::symmetric(3, 1)).with_bias(true), [2, 14, 10];
+    dilation_1x2_kernel_5x3: S::new(2, 4, 5).kernel_hw((5, 3)).dilation((1, 2)), [1, 11, 12];
     // Groups and depthwise.
     groups2: S::new(4, 6, 3).groups(2).padding(P::uniform(1)), [2, 8, 10];
-    groups3_stride2_bias: S::new(6, 9, 3).groups(3).stride(2, 2).with_bias(true), [1, 11, 12];
-    groups4_dilation2_asym_pad: S::new(8, 12, 3).groups(4).stride(2, 1).dilation(2, 2).padding(P::new(2, 1, 0, 3)), [2, 13, 9];
+    groups3_stride2_bias: S::new(6, 9, 3).groups(3).stride((2, 2)).with_bias(true), [1, 11, 12];
+    groups4_dilation2_asym_pad: S::new(8, 12, 3).groups(4).stride((2, 1)).dilation((2, 2)).padding(P::new(2, 1, 0, 3)), [2, 13, 9];
     depthwise_3x3: S::new(8, 8, 3).groups(8).padding(P::uniform(1)).with_bias(true), [2, 10, 10];
-    depthwise_multiplier2_5x5: S::new(4, 8, 5).groups(4).stride(2, 2).padding(P::uniform(2)), [1, 13, 11];
-    depthwise_stride2_dilation2: S::new(6, 6, 3).groups(6).stride(2, 2).dilation(2, 2).padding(P::uniform(2)), [1, 12, 12];
+    depthwise_multiplier2_5x5: S::new(4, 8, 5).groups(4).stride((2, 2)).padding(P::uniform(2)), [1, 13, 11];
+    depthwise_stride2_dilation2: S::new(6, 6, 3).groups(6).stride((2, 2)).dilation((2, 2)).padding(P::uniform(2)), [1, 12, 12];
     // C_out not a multiple of any tile.
     cout1: S::new(3, 1, 3).padding(P::uniform(1)).with_bias(true), [2, 9, 7];
     cout3: S::new(5, 3, 3), [1, 10, 12];
-    cout17: S::new(4, 17, 3).stride(2, 2).padding(P::uniform(1)), [2, 11, 9];
-    cout96: S::new(3, 96, 5).stride(2, 2).padding(P::uniform(2)).with_bias(true), [1, 15, 13];
+    cout17: S::new(4, 17, 3).stride((2, 2)).padding(P::uniform(1)), [2, 11, 9];
+    cout96: S::new(3, 96, 5).stride((2, 2)).padding(P::uniform(2)).with_bias(true), [1, 15, 13];
     cout96_groups3: S::new(6, 96, 3).groups(3).padding(P::uniform(1)), [1, 7, 9];
     // Kernel sizes: 1×1, 11×11, non-square kernels and inputs.
     k1x1: S::new(16, 24, 1).with_bias(true), [2, 7, 9];
-    k1x1_stride2_pad1: S::new(5, 17, 1).stride(2, 2).padding(P::uniform(1)), [1, 9, 8];
+    k1x1_stride2_pad1: S::new(5, 17, 1).stride((2, 2)).padding(P::uniform(1)), [1, 9, 8];
     k11x11_same: S::new(3, 16, 11).padding(P::uniform(5)), [1, 13, 12];
-    k11x11_stride4: S::new(3, 17, 11).stride(4, 4).padding(P::uniform(2)).with_bias(true), [2, 31, 27];
-    k1x7: S::new(3, 6, 1).kernel_hw(1, 7).padding(P::symmetric(0, 3)), [1, 6, 15];
-    k5x2_stride_1x2: S::new(2, 5, 5).kernel_hw(5, 2).stride(1, 2), [2, 9, 10];
-    wide_input_5x23: S::new(3, 7, 3).kernel_hw(3, 5).padding(P::symmetric(1, 2)), [1, 5, 23];
+    k11x11_stride4: S::new(3, 17, 11).stride((4, 4)).padding(P::uniform(2)).with_bias(true), [2, 31, 27];
+    k1x7: S::new(3, 6, 1).kernel_hw((1, 7)).padding(P::symmetric(0, 3)), [1, 6, 15];
+    k5x2_stride_1x2: S::new(2, 5, 5).kernel_hw((5, 2)).stride((1, 2)), [2, 9, 10];
+    wide_input_5x23: S::new(3, 7, 3).kernel_hw((3, 5)).padding(P::symmetric(1, 2)), [1, 5, 23];
     tall_input_25x4: S::new(2, 4, 3), [1, 25, 4];
     kernel_equals_input: S::new(3, 10, 7), [2, 7, 7];
     // Input smaller than the kernel, made up by padding.
     h_less_than_kh: S::new(2, 5, 5).padding(P::uniform(1)), [1, 3, 8];
-    h_less_than_kh_7x3: S::new(3, 4, 3).kernel_hw(7, 3).padding(P::new(2, 1, 2, 1)), [2, 4, 6];
+    h_less_than_kh_7x3: S::new(3, 4, 3).kernel_hw((7, 3)).padding(P::new(2, 1, 2, 1)), [2, 4, 6];
     hw_less_than_k: S::new(1, 3, 5).padding(P::uniform(2)).with_bias(true), [1, 2, 3];
     // Batch 1..3, C_in 1, many M and K tiles.
     batch1_cin1: S::new(1, 8, 3), [1, 6, 6];
-    batch3_stride2: S::new(3, 10, 3).padding(P::uniform(1)).stride(2, 2), [3, 10, 11];
+    batch3_stride2: S::new(3, 10, 3).padding(P::uniform(1)).stride((2, 2)), [3, 10, 11];
     many_m_tiles: S::new(3, 8, 3).padding(P::uniform(1)), [2, 24, 21];
     many_k_tiles: S::new(24, 10, 3).padding(P::uniform(1)).with_bias(true), [1, 6, 5];
     // AlexNet conv1 (3→96, 11×11, stride 4, padding 2, bias), N = 1.
@@ -151,7 +151,7 @@ fn shape_list_covers_the_cases() {
 /// and over the largest BLOCK_K allowed, 128: several K steps, so the stages wrap around).
 fn ragged_cases() -> Vec<Case> {
     let plain = S::new(15, 70, 3).padding(P::uniform(1)).with_bias(true);
-    let grouped = S::new(30, 38, 3).groups(2).stride(2, 2).dilation(2, 2).padding(P::new(2, 1, 1, 2));
+    let grouped = S::new(30, 38, 3).groups(2).stride((2, 2)).dilation((2, 2)).padding(P::new(2, 1, 1, 2));
     let cases = vec![
         Case::new("ragged", plain, Shape4::new(2, 15, 11, 13)),
         Case::new("ragged_grouped", grouped, Shape4::new(2, 30, 15, 17)),
@@ -202,17 +202,17 @@ fn forward_host_path() {
     let cases = [
         Case::new(
             "forward_asym",
-            S::new(3, 17, 3).stride(2, 1).padding(P::new(1, 0, 2, 1)).with_bias(true),
+            S::new(3, 17, 3).stride((2, 1)).padding(P::new(1, 0, 2, 1)).with_bias(true),
             Shape4::new(2, 3, 13, 11),
         ),
         Case::new(
             "forward_depthwise",
-            S::new(6, 12, 3).groups(6).dilation(2, 2).padding(P::uniform(2)),
+            S::new(6, 12, 3).groups(6).dilation((2, 2)).padding(P::uniform(2)),
             Shape4::new(3, 6, 9, 8),
         ),
         Case::new(
             "forward_11x11",
-            S::new(3, 96, 11).stride(4, 4).padding(P::uniform(2)).with_bias(true),
+            S::new(3, 96, 11).stride((4, 4)).padding(P::uniform(2)).with_bias(true),
             Shape4::new(1, 3, 35, 31),
         ),
     ];
@@ -233,7 +233,7 @@ fn bias_on_and_off() {
     let shape = Shape4::new(2, 5, 9, 10);
     let seed = test_seed();
     for groups in [1, 5] {
-        let base = S::new(5, 15, 3).groups(groups).stride(2, 1).padding(P::new(1, 2, 0, 1));
+        let base = S::new(5, 15, 3).groups(groups).stride((2, 1)).padding(P::new(1, 2, 0, 1));
         let without = Case::with_seed("bias_off", base.with_bias(false), shape, seed);
         let with = Case::with_seed("bias_on", base.with_bias(true), shape, seed);
         assert_eq!(without.w, with.w);
@@ -260,13 +260,13 @@ fn fused_relu() {
     let gpu = gpu();
     let case = Case::new(
         "relu",
-        S::new(4, 19, 3).stride(2, 2).padding(P::uniform(1)).with_bias(true),
+        S::new(4, 19, 3).stride((2, 2)).padding(P::uniform(1)).with_bias(true),
         Shape4::new(2, 4, 11, 10),
     );
     let want: Vec<f32> = case.want.iter().map(|&v| reference::relu(v)).collect();
     assert!(want.contains(&0.0) && want.iter().any(|&v| v > 0.0));
     for kind in [None, Some(direct_kernel())] {
-        let opts = Conv2dOptions { kernel: kind, activation: Activation::Relu, ..Default::default() };
+        let opts = Conv2dOptions::default().kernel(kind).activation(Activation::Relu);
         let conv = Conv2d::new(&gpu, case.spec, &case.w, case.b.as_deref(), opts).unwrap();
         assert_eq!(conv.activation(), Activation::Relu);
         let got = run_poisoned(&gpu, &conv, &case.x, case.shape);
@@ -279,7 +279,7 @@ fn fused_relu() {
 #[test]
 fn one_op_many_input_sizes() {
     let gpu = gpu();
-    let spec = S::new(3, 10, 3).stride(2, 1).dilation(1, 2).padding(P::new(1, 2, 1, 0)).with_bias(true);
+    let spec = S::new(3, 10, 3).stride((2, 1)).dilation((1, 2)).padding(P::new(1, 2, 1, 0)).with_bias(true);
     let seed = test_seed();
     let sizes = [[2, 9, 11], [1, 14, 7], [3, 5, 6], [2, 9, 11]];
     for kind in [None, Some(direct_kernel())] {

@@ -30,10 +30,10 @@ fn random_case(rng: &mut rand::rngs::StdRng, i: usize, seed: u64) -> Case {
         let pad = |r: &mut rand::rngs::StdRng| r.random_range(0..=3u32);
         let padding = Padding::new(pad(rng), pad(rng), pad(rng), pad(rng));
         let spec = Conv2dSpec::new(groups * cin_g, groups * cin_g * mult, kh)
-            .kernel_hw(kh, kw)
+            .kernel_hw((kh, kw))
             .groups(groups)
-            .stride(rng.random_range(1..=s), s)
-            .dilation(d, d)
+            .stride((rng.random_range(1..=s), s))
+            .dilation((d, d))
             .padding(padding)
             .with_bias(rng.random_bool(0.5));
         let n = if rng.random_bool(0.5) { 1 } else { 2 };
@@ -87,7 +87,7 @@ fn selected_by_default() {
         ("dw3", Conv2dSpec::new(8, 8, 3).groups(8).padding(Padding::uniform(1)).with_bias(true), [2, 10, 9], "x1y4c1"),
         (
             "dw5_m2_s2",
-            Conv2dSpec::new(4, 8, 5).groups(4).stride(2, 2).padding(Padding::uniform(2)),
+            Conv2dSpec::new(4, 8, 5).groups(4).stride((2, 2)).padding(Padding::uniform(2)),
             [1, 13, 11],
             "x1y4c2",
         ),
@@ -102,7 +102,7 @@ fn selected_by_default() {
         assert!(s.kernel.config_name().starts_with(cfg), "{name}: {s}");
         case.check_encode(&gpu, &conv);
         case.check_forward(&conv);
-        let opts = Conv2dOptions { activation: Activation::Relu, ..Default::default() };
+        let opts = Conv2dOptions::default().activation(Activation::Relu);
         let relu = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap();
         let want: Vec<f32> = case.want.iter().map(|&v| wgconv::reference::relu(v)).collect();
         assert_close(&case.label("relu"), &run_poisoned(&gpu, &relu, &case.x, case.shape), &want, TOL_F32);

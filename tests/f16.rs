@@ -13,7 +13,6 @@
 
 mod common;
 use common::*;
-use std::sync::Arc;
 use wgconv::advanced::{
     band_sweep, coop_sweep, default_sweep, depthwise_rule_applies, stem_is_default, stem_sweep, BandConfig, StemConfig,
 };
@@ -36,7 +35,7 @@ fn f16_options(kernel: Option<Kernel>, relu: bool) -> Conv2dOptions {
     options_at(Precision::F16Accum32, kernel, relu)
 }
 
-fn f16_conv(gpu: &Arc<Gpu>, case: &Case, kernel: Option<Kernel>, relu: bool) -> Conv2d {
+fn f16_conv(gpu: &Gpu, case: &Case, kernel: Option<Kernel>, relu: bool) -> Conv2d {
     let what = format!("f16 {kernel:?}");
     Conv2d::new(gpu, case.spec, &case.w, case.b.as_deref(), f16_options(kernel, relu))
         .unwrap_or_else(|e| panic!("{}: {e}", case.label(&what)))
@@ -229,22 +228,26 @@ fn mismatched_kind_and_precision_are_refused() {
     let (w, _) = params(&spec, 3);
     for kind in [tiled_kernel("tiled", TileConfig::seed()), direct_kernel()] {
         let err = Conv2d::new(&gpu, spec, &w, None, f16_options(Some(kind.clone()), false)).err();
-        assert!(matches!(err, Some(Error::Unsupported(_))), "{kind} with F16Accum32: {err:?}");
+        assert!(matches!(err, Some(Error::InvalidOptions(_))), "{kind} with F16Accum32: {err:?}");
     }
-    let opts = Conv2dOptions { kernel: Some(tiled_kernel("tiled-f16", TileConfig::seed())), ..Default::default() };
+    let opts = Conv2dOptions::default().kernel(tiled_kernel("tiled-f16", TileConfig::seed()));
     let err = Conv2d::new(&gpu, spec, &w, None, opts).err();
-    assert!(matches!(err, Some(Error::Unsupported(_))), "tiled-f16 with F32: {err:?}");
+    assert!(matches!(err, Some(Error::InvalidOptions(_))), "tiled-f16 with F32: {err:?}");
     if !gpu.has_coop_f16() {
         let kind = tiled_kernel("coop-f16", coop_sweep()[0]);
         let err = Conv2d::new(&gpu, spec, &w, None, f16_options(Some(kind.clone()), false)).err();
-        assert!(matches!(err, Some(Error::Unsupported(_))), "{kind} on a device without coop: {err:?}");
+        let needs = "EXPERIMENTAL_COOPERATIVE_MATRIX";
+        assert!(
+            matches!(&err, Some(Error::Unsupported { needs: n, .. }) if n == needs),
+            "{kind} without coop: {err:?}"
+        );
     }
 }
 
 #[test]
 fn coop_kernel_on_ragged_shapes() {
-    let opts = GpuOptions { cooperative_matrix: true, ..Default::default() };
-    let gpu = Arc::new(Gpu::with_options(opts).expect("a wgpu adapter"));
+    let opts = GpuOptions::default().cooperative_matrix(true);
+    let gpu = Gpu::with_options(opts).expect("a wgpu adapter");
     if !gpu.has_coop_f16() {
         eprintln!("skipped: {} has no cooperative matrices (f16 16x16x16, subgroup 32)", gpu.info.name);
         return;
@@ -291,7 +294,7 @@ fn coop_kernel_on_ragged_shapes() {
                 Ok(conv) => conv,
                 // Column dilation, a stride past the band depth, or a band beyond the device;
                 // dilation or too deep a K for the stem kernel.
-                Err(Error::ConfigRefused { reason, .. }) if is_band(kind) || is_stem(kind) => {
+                Err(Error::KernelRefused { reason, .. }) if is_band(kind) || is_stem(kind) => {
                     eprintln!("{name}: {kind} refused: {reason}");
                     continue;
                 }
@@ -317,7 +320,7 @@ fn coop_kernel_on_ragged_shapes() {
 #[test]
 fn nan_input_stays_nan_through_f16_and_relu() {
     let gpu = gpu();
-    let spec = S::new(3, 17, 3).stride(2, 1).padding(P::new(1, 0, 2, 1)).with_bias(true);
+    let spec = S::new(3, 17, 3).stride((2, 1)).padding(P::new(1, 0, 2, 1)).with_bias(true);
     let mut case = case("nan_f16", spec, [2, 13, 11], true);
     case.x[5 * 11 + 6] = f32::NAN;
     let last = case.x.len() - 1;
@@ -348,7 +351,7 @@ fn band_and_stem_kernels_spread_nan_at_most_to_the_widened_window() {
         return;
     }
     let (k, s, pad) = (11usize, 4usize, 2usize);
-    let spec = S::new(3, 17, k as u32).stride(s as u32, s as u32).padding(P::uniform(pad as u32)).with_bias(true);
+    let spec = S::new(3, 17, k as u32).stride((s as u32, s as u32)).padding(P::uniform(pad as u32)).with_bias(true);
     let mut case = case("nan_band", spec, [1, 31, 27], false);
     let (nan_c, nan_y, nan_x) = (1usize, 9usize, 12usize);
     case.x[(nan_c * 31 + nan_y) * 27 + nan_x] = f32::NAN;

@@ -8,7 +8,6 @@
 
 mod common;
 use common::*;
-use std::sync::Arc;
 use wgconv::advanced::coop_sweep;
 use wgconv::{reference, ConfigSource, Conv2d, Conv2dOptions, Error, Gpu};
 use wgconv::{Conv2dSpec as S, Kernel, Padding as P, Precision, Shape4};
@@ -21,7 +20,7 @@ fn options(kernel: Option<Kernel>, relu: bool) -> Conv2dOptions {
 }
 
 /// The device, or `None` (saying so) where it has no cooperative matrices.
-fn coop_gpu() -> Option<Arc<Gpu>> {
+fn coop_gpu() -> Option<Gpu> {
     let gpu = gpu();
     if gpu.has_coop_f16() {
         Some(gpu)
@@ -50,7 +49,7 @@ fn f16x3_is_refused_without_cooperative_matrices() {
     let (w, _) = params(&spec, 3);
     for kernel in [None, Some(tiled_kernel("coop-f16x3", coop_sweep()[0]))] {
         match Conv2d::new(&gpu, spec, &w, None, options(kernel.clone(), false)) {
-            Err(Error::Unsupported(msg)) => assert!(msg.contains("cooperative matrices"), "{msg}"),
+            Err(Error::Unsupported { message, .. }) => assert!(message.contains("cooperative matrices"), "{message}"),
             other => panic!("{kernel:?}: expected Unsupported, got {:?}", other.map(|c| c.kernel().clone())),
         }
     }
@@ -90,7 +89,7 @@ fn f16x3_on_ragged_shapes_at_f32_accuracy() {
 #[test]
 fn f16x3_alexnet_conv1_one_image() {
     let Some(gpu) = coop_gpu() else { return };
-    let spec = S::new(3, 96, 11).stride(4, 4).padding(P::uniform(2)).with_bias(true);
+    let spec = S::new(3, 96, 11).stride((4, 4)).padding(P::uniform(2)).with_bias(true);
     let case = Case::new("alexnet_conv1", spec, Shape4::new(1, 3, 224, 224));
     let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), options(None, false)).unwrap();
     let err = check(&gpu, &case, &conv, false);
@@ -139,7 +138,7 @@ fn f16x3_accuracy_over_input_magnitudes() {
 #[test]
 fn f16x3_flags_out_of_range_inputs_and_keeps_nan() {
     let Some(gpu) = coop_gpu() else { return };
-    let spec = S::new(3, 17, 3).stride(2, 1).padding(P::new(1, 0, 2, 1)).with_bias(true);
+    let spec = S::new(3, 17, 3).stride((2, 1)).padding(P::new(1, 0, 2, 1)).with_bias(true);
     let mut case = Case::new("range_nan", spec, Shape4::new(2, 3, 13, 11));
     let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), options(None, true)).unwrap();
     let mut x = case.x.clone();

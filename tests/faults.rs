@@ -75,7 +75,7 @@ fn pressure_forward() -> wgconv::Result<Option<String>> {
     let (spec, shape) = pressure_problem();
     let w: Vec<f32> = (0..spec.weight_len()).map(|i| (i % 7) as f32 * 0.25 - 0.5).collect();
     // The direct kernel: a tiled kernel would pad K = 2 and N = 8 to whole tiles (64× the work).
-    let opts = Conv2dOptions { kernel: Some(Kernel::parse("direct")?), ..Default::default() };
+    let opts = Conv2dOptions::default().kernel(Kernel::parse("direct")?);
     let conv = Conv2d::new(&gpu, spec, &w, None, opts)?;
     let len = (shape.n * shape.c * shape.h * shape.w) as usize;
     let mut x: Vec<f32> = Vec::new();
@@ -238,7 +238,7 @@ fn bounded_memory_child() {
     let mut full = 0.0;
     let mut ran = 0;
     for k in configs.into_iter().take(total) {
-        let opts = Conv2dOptions { kernel: Some(k.clone()), precision: k.precision(), ..Default::default() };
+        let opts = Conv2dOptions::default().kernel(k.clone()).precision(k.precision());
         let Ok(conv) = Conv2d::new(&gpu, spec, &w, b.as_deref(), opts) else { continue };
         conv.forward(&x, shape).unwrap();
         ran += 1;
@@ -419,7 +419,7 @@ fn special_values_in_every_family() {
             let problem = spec.problem(shape).unwrap();
             let (w0, b) = params(&spec, 11);
             let x0 = randn(problem.input.len() as usize, 12);
-            let opts = Conv2dOptions { kernel: Some(kernel.clone()), precision, ..Default::default() };
+            let opts = Conv2dOptions::default().kernel(kernel.clone()).precision(precision);
             // Can this family run this spec on this device at all (finite data)?
             if let Err(e) = Conv2d::new(&gpu, spec, &w0, b.as_deref(), opts.clone()) {
                 skipped.push(format!("{family} ({spec_name}): {e}"));

@@ -61,7 +61,7 @@ fn two_cold_tunes_agree_and_conv2d_runs_the_cached_decision() {
     let (spec, shape) = small();
     let problem = spec.problem(shape).unwrap();
     let opts =
-        TuneOptions { threshold_pct: 2.0, rounds: 15, warmup: 3, reps: 0, force: true, cache: Some(cache.clone()) };
+        TuneOptions::default().threshold_pct(2.0).rounds(15).warmup(3).reps(0).force(true).cache(Some(cache.clone()));
     let t = Instant::now();
     let start = tiled_kernel("tiled", original());
     let a = tune::tune(&gpu, &problem, &start, &opts, &mut noop).unwrap();
@@ -124,7 +124,7 @@ fn two_cold_tunes_agree_and_conv2d_runs_the_cached_decision() {
 
     // Cached: the same decision without measuring.
     let t = Instant::now();
-    let cached = tune::tune(&gpu, &problem, &start, &TuneOptions { force: false, ..opts.clone() }, &mut noop).unwrap();
+    let cached = tune::tune(&gpu, &problem, &start, &opts.clone().force(false), &mut noop).unwrap();
     assert!(cached.from_cache);
     assert_eq!(cached.report.chosen, b.report.chosen);
     eprintln!("cached lookup: {:.2} ms", t.elapsed().as_secs_f64() * 1e3);
@@ -135,14 +135,7 @@ fn two_cold_tunes_agree_and_conv2d_runs_the_cached_decision() {
 
     // A Conv2d keyed by this input runs the cached decision, says so, and is correct.
     let (w, bias) = params(&spec, 11);
-    let conv = Conv2d::new(
-        &gpu,
-        spec,
-        &w,
-        bias.as_deref(),
-        Conv2dOptions { tuning_key_input: Some(shape), ..Default::default() },
-    )
-    .unwrap();
+    let conv = Conv2d::new(&gpu, spec, &w, bias.as_deref(), Conv2dOptions::default().tuning_key_input(shape)).unwrap();
     assert_eq!((&conv.kernel().kernel, conv.kernel().source), (&chosen, ConfigSource::TuningCache));
     let x = randn(shape.len() as usize, 12);
     let want = reference_out(&problem, &x, &w, bias.as_deref());
@@ -150,14 +143,7 @@ fn two_cold_tunes_agree_and_conv2d_runs_the_cached_decision() {
 
     // Another input size is another key: the library default.
     let other = Shape4::new(2, 16, 32, 32);
-    let conv = Conv2d::new(
-        &gpu,
-        spec,
-        &w,
-        bias.as_deref(),
-        Conv2dOptions { tuning_key_input: Some(other), ..Default::default() },
-    )
-    .unwrap();
+    let conv = Conv2d::new(&gpu, spec, &w, bias.as_deref(), Conv2dOptions::default().tuning_key_input(other)).unwrap();
     assert_ne!(conv.kernel().source, ConfigSource::TuningCache);
 }
 
@@ -186,14 +172,13 @@ fn cached_config_the_device_refuses_is_never_used() {
     assert_eq!(cache.lookup(&key).map(|d| d.config), Some(huge));
     assert_eq!(tune::cached_decision(&gpu, &problem, Precision::F32), None);
     let (w, _) = params(&spec, 5);
-    let conv = Conv2d::new(&gpu, spec, &w, None, Conv2dOptions { tuning_key_input: Some(shape), ..Default::default() })
-        .unwrap();
+    let conv = Conv2d::new(&gpu, spec, &w, None, Conv2dOptions::default().tuning_key_input(shape)).unwrap();
     let (kind, source) = (&conv.kernel().kernel, conv.kernel().source);
     assert_ne!(source, ConfigSource::TuningCache);
     assert_ne!(kind, &huge_kernel);
     // And tune does not answer from it either: it measures (the original is refused, so it fails
     // with the reason instead of returning the refused config).
-    let opts = TuneOptions { rounds: 5, warmup: 1, force: false, cache: Some(cache.clone()), ..TuneOptions::default() };
+    let opts = TuneOptions::default().rounds(5).warmup(1).force(false).cache(Some(cache.clone()));
     let e = tune::tune(&gpu, &problem, &huge_kernel, &opts, &mut noop).unwrap_err();
     assert!(e.to_string().contains("refused"), "{e}");
 }
@@ -219,12 +204,13 @@ fn tune_at(precision: Precision) {
         Precision::F32 => 5,
         Precision::F16Accum32 => 6,
         Precision::F16x3 => 7,
+        p => panic!("no problem for {p:?}"),
     };
     let spec = Conv2dSpec::new(c_in, 32, 3).padding(Padding::uniform(1)).with_bias(true);
     let shape = Shape4::new(1, c_in, 24, 24);
     let problem = spec.problem(shape).unwrap();
     let opts =
-        TuneOptions { threshold_pct: 2.0, rounds: 5, warmup: 1, reps: 0, force: true, cache: Some(cache.clone()) };
+        TuneOptions::default().threshold_pct(2.0).rounds(5).warmup(1).reps(0).force(true).cache(Some(cache.clone()));
     let out = tune::tune(&gpu, &problem, &original, &opts, &mut noop).unwrap();
     eprintln!("{}\n{}{}", out.report.header(), out.report.table(), out.report.decision_line());
     assert_eq!((out.report.precision, out.report.kernel.as_str()), (precision, original.family()));
@@ -235,7 +221,7 @@ fn tune_at(precision: Precision) {
     assert_eq!(tune::cached_decision(&gpu, &problem, Precision::F32), None);
 
     let (w, bias) = params(&spec, 21);
-    let options = |precision| Conv2dOptions { tuning_key_input: Some(shape), precision, ..Default::default() };
+    let options = |precision| Conv2dOptions::default().tuning_key_input(shape).precision(precision);
     let conv = Conv2d::new(&gpu, spec, &w, bias.as_deref(), options(precision)).unwrap();
     assert_eq!((&conv.kernel().kernel, conv.kernel().source), (&chosen, ConfigSource::TuningCache));
     let x = randn(shape.len() as usize, 22);

@@ -33,7 +33,7 @@ fn anchor() -> TileConfig {
 }
 
 fn opts(threshold_pct: f64, rounds: u32) -> TuneOptions {
-    TuneOptions { threshold_pct, rounds, warmup: 0, reps: 1, force: false, cache: None }
+    TuneOptions::default().threshold_pct(threshold_pct).rounds(rounds).warmup(0).reps(1).force(false).cache(None)
 }
 
 fn lenient() -> KernelLimits {

@@ -1,15 +1,15 @@
 //! The arguments of `wgconv bench` and how its `--configs` entries name kernels: shared by
 //! the shape benchmark (`bench.rs`) and the network benchmark (`model.rs`).
 
-use crate::cli::{CliError, CliResult, PrecisionArg};
+use crate::cli::{CliError, CliResult, DeviceArgs, PrecisionArg};
 use crate::shape::ShapeArgs;
-use std::sync::Arc;
 use wgconv::advanced::{default_kernel, family_names};
 use wgconv::{Activation, Conv2d, Conv2dOptions, ConvProblem, Gpu, Kernel, Precision, Selection, TileConfig};
 
 #[derive(clap::Args, Debug)]
 #[command(
-    about = "Benchmark kernels (tile configs, kernel families) on one convolution (default: AlexNet conv1, N=256)",
+    about = "Benchmark kernels (tile configs, kernel families) on one convolution (default: a 3x3 same-padded \
+64->64 56x56 layer, N=256; --preset alexnet-conv1 for AlexNet conv1)",
     long_about = "Runs every kernel of the declared sweep (or --configs) on one problem: checks each against \
 the CPU reference on the first and last image (output poisoned with NaN first; a wrong kernel is marked, never \
 ranked), then times it with GPU timestamp queries (median, min, max over --runs after --warmup). The first \
@@ -34,10 +34,10 @@ image (image 0, NaN-poisoned output) and timed like the single-problem bench; th
 GB/s (input + weights + output, f32) and the % of the device's floor max(FLOPs / peak, bytes / bandwidth), \
 with the bandwidth measured at start by a large compute-shader copy. Network totals are Σ time × multiplicity. \
 --compare adds cuDNN's columns from scripts/cudnn_layers.py's JSON. --runs may go below 20 here (rough medians).",
-    after_help = "Examples:\n  wgconv bench\n  wgconv bench --batch 64 --json bench.json --svg bench.svg\n  \
+    after_help = "Examples:\n  wgconv bench\n  wgconv bench --preset alexnet-conv1 --batch 64 --json bench.json --svg bench.svg\n  \
 wgconv bench --configs auto,tiled:m32n64k32-t4x4-w4-s2,m64n96k16-t4x12-w4-s1,direct\n  \
 wgconv bench --precision f16 --configs auto,coop-stem-f16:m32n96-f2-h6,band:m128n96d16-w8-s1\n  \
-wgconv bench --in-channels 64 --out-channels 64 --height 56 --width 56 --kernel 3 --stride 1 --padding 1 --batch 32\n  \
+wgconv bench --in-channels 128 --out-channels 128 --height 28 --width 28 --stride 2 --batch 32 --backend vulkan\n  \
 wgconv bench --model resnet50 --json resnet50.json --svg resnet50.svg --compare cudnn_resnet50.json\n  \
 wgconv bench --model alexnet --batch 1 --layers conv3.3x3 --configs auto,direct"
 )]
@@ -50,7 +50,8 @@ pub struct Args {
         long,
         value_name = "NAME",
         conflicts_with_all = [
-            "in_channels", "out_channels", "height", "width", "kernel", "stride", "padding", "dilation", "groups", "no_bias"
+            "preset", "in_channels", "out_channels", "height", "width", "kernel", "stride", "padding", "dilation", "groups",
+            "no_bias"
         ]
     )]
     pub(crate) model: Option<String>,
@@ -94,9 +95,8 @@ pub struct Args {
     /// Write a chart of the sweep as SVG
     #[arg(long)]
     pub(crate) svg: Option<std::path::PathBuf>,
-    /// Adapter name substring (default: WGCONV_ADAPTER, else the best adapter)
-    #[arg(long)]
-    pub(crate) adapter: Option<String>,
+    #[command(flatten)]
+    pub(crate) device: DeviceArgs,
 }
 
 /// The short prefixes of `--configs` for the f16 kernels no tile config names, and the
@@ -139,7 +139,7 @@ pub(crate) fn parse_entry(entry: &str, precision: Precision, gpu: &Gpu) -> CliRe
 /// `--configs auto`. Built for real (with zero weights), so that it is the library's own
 /// selection, not a copy of it.
 pub(crate) fn auto_selection(
-    gpu: &Arc<Gpu>,
+    gpu: &Gpu,
     problem: &ConvProblem,
     precision: Precision,
     activation: Activation,
@@ -147,7 +147,7 @@ pub(crate) fn auto_selection(
     let spec = problem.spec;
     let weight = vec![0.0f32; spec.weight_len()];
     let bias = spec.bias.then(|| vec![0.0f32; spec.out_channels as usize]);
-    let options = Conv2dOptions { precision, activation, tuning_key_input: Some(problem.input), ..Default::default() };
+    let options = Conv2dOptions::default().precision(precision).activation(activation).tuning_key_input(problem.input);
     let conv = Conv2d::new(gpu, spec, &weight, bias.as_deref(), options)
         .map_err(|e| CliError(format!("--configs auto: {e}")))?;
     Ok(conv.kernel().clone())
@@ -172,14 +172,14 @@ pub(crate) fn write_outputs<R: serde::Serialize>(
 impl Args {
     /// The precision and activation asked for, and the device to run them on (cooperative
     /// matrices opted in for the f16 precisions).
-    pub(crate) fn open(&self) -> CliResult<(Precision, Activation, Arc<Gpu>)> {
+    pub(crate) fn open(&self) -> CliResult<(Precision, Activation, Gpu)> {
         let precision = Precision::from(self.precision);
         let activation = if self.relu { Activation::Relu } else { Activation::None };
-        let gpu = Arc::new(Gpu::with_options(wgconv::GpuOptions {
-            adapter: self.adapter.clone(),
-            cooperative_matrix: precision != Precision::F32,
-            ..Default::default()
-        })?);
+        let options = wgconv::GpuOptions::default()
+            .adapter(self.device.adapter.clone())
+            .backends(self.device.backends())
+            .cooperative_matrix(precision != Precision::F32);
+        let gpu = Gpu::with_options(options).map_err(|e| self.device.explain(e))?;
         Ok((precision, activation, gpu))
     }
 }

@@ -4,7 +4,6 @@
 
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
-use std::sync::Arc;
 use wgconv::advanced::AdapterSummary;
 use wgconv::tune::timing::{spin_up, time_plan, Clock, Summary};
 use wgconv::{
@@ -38,6 +37,8 @@ pub fn tolerance(p: Precision) -> f64 {
         Precision::F32 => F32_TOLERANCE,
         Precision::F16Accum32 => F16_TOLERANCE,
         Precision::F16x3 => F16X3_TOLERANCE,
+        // A precision newer than this tool: the f16 bound, the loosest it knows.
+        _ => F16_TOLERANCE,
     }
 }
 
@@ -210,7 +211,7 @@ fn randn(len: usize, rng: &mut rand::rngs::StdRng) -> Vec<f32> {
 /// Runs the sweep; `progress(i, n, kernel)` is called before each kernel. `auto`: the
 /// selection `--configs auto` stood for, reported beside the results.
 pub fn run(
-    gpu: &Arc<Gpu>,
+    gpu: &Gpu,
     opts: &BenchOptions,
     auto: Option<&Selection>,
     mut progress: impl FnMut(usize, usize, &str),
@@ -276,18 +277,16 @@ pub fn run(
             if let Err(e) = kernel.check(&spec, gpu.caps()) {
                 return Err(Outcome::Refused {
                     reason: match e {
-                        Error::ConfigRefused { reason, .. } => reason,
+                        Error::KernelRefused { reason, .. } => reason,
                         e => e.to_string(),
                     },
                 });
             }
             let check = || -> Result<(Conv2d, ConvPlan, f64)> {
-                let options = Conv2dOptions {
-                    kernel: Some(kernel.clone()),
-                    activation: opts.activation,
-                    precision: kernel.precision(),
-                    ..Default::default()
-                };
+                let options = Conv2dOptions::default()
+                    .kernel(kernel.clone())
+                    .activation(opts.activation)
+                    .precision(kernel.precision());
                 let conv = Conv2d::new(gpu, spec, &w, b.as_deref(), options)?;
                 let plan = conv.plan(problem.input, &in_buf, &out_buf)?;
                 for &img in &sampled {
@@ -323,7 +322,7 @@ pub fn run(
             Ok((conv, plan, err)) => (|| -> Result<Outcome> {
                 let (times, c) = time_plan(gpu, &plan, opts.warmup, opts.runs)?;
                 clock = Some(c);
-                let time = Summary::of(&times).ok_or_else(|| Error::Unsupported("no timings".into()))?;
+                let time = Summary::of(&times).ok_or_else(|| Error::Tune("no timings".into()))?;
                 if conv.take_range_flag()? {
                     return Ok(Outcome::Failed { reason: "input beyond f16's range".into() });
                 }
@@ -390,6 +389,7 @@ pub fn table(report: &BenchReport) -> String {
         match report.clock {
             Some(Clock::GpuTimestamps) => "GPU timestamps",
             Some(Clock::HostWallClock) => "host wall clock (no timestamp queries)",
+            Some(_) => "another clock",
             None => "no timings",
         }
     );
@@ -446,6 +446,7 @@ pub fn source_name(source: ConfigSource) -> &'static str {
         ConfigSource::TuningCache => "tuning cache",
         ConfigSource::Default => "default",
         ConfigSource::Fallback => "fallback",
+        _ => "other",
     }
 }
 
@@ -490,9 +491,9 @@ const COPY_WORKGROUPS: u32 = 8192;
 pub fn measure_bandwidth(gpu: &Gpu, bytes: u64, copies: u32) -> Result<Bandwidth> {
     let copies = copies.clamp(1, wgconv::tune::timing::MAX_TIMED_RUNS);
     let limits = gpu.limits();
-    let bytes = bytes.min(limits.max_buffer_size).min(limits.max_storage_buffer_binding_size as u64) / 16 * 16;
+    let bytes = bytes.min(limits.max_buffer_size).min(limits.max_storage_buffer_binding_size) / 16 * 16;
     if bytes == 0 {
-        return Err(Error::Unsupported("no buffer to measure the bandwidth with".into()));
+        return Err(Error::Tune("no buffer to measure the bandwidth with".into()));
     }
     let dev = &gpu.device;
     let (a, b, pipeline) = scoped(dev, "bandwidth buffers", || {
@@ -596,7 +597,7 @@ pub fn measure_bandwidth(gpu: &Gpu, bytes: u64, copies: u32) -> Result<Bandwidth
             }
             (times, Clock::HostWallClock)
         };
-        let time_ms = Summary::of(&times).ok_or_else(|| Error::Unsupported("no bandwidth timings".into()))?;
+        let time_ms = Summary::of(&times).ok_or_else(|| Error::Tune("no bandwidth timings".into()))?;
         Ok(Bandwidth { bytes, time_ms, gb_per_s: 2.0 * bytes as f64 / (time_ms.median * 1e-3) / 1e9, clock })
     })();
     a.destroy();

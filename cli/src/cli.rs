@@ -1,4 +1,4 @@
-//! What the subcommands share: the flags `--precision` and `--backend`, and the one error
+//! What the subcommands share: the flags `--precision`, `--adapter` and `--backend`, and the one error
 //! type (printed once, by `main`, as one line on stderr; the exit code is 1).
 
 /// `--precision` of `bench`, `tune` and `run`: wgconv's [`wgconv::Precision`] by its CLI name.
@@ -20,7 +20,7 @@ impl From<PrecisionArg> for wgconv::Precision {
     }
 }
 
-/// `--backend` of `run`, `tune` and `info`: a wgpu backend by its name.
+/// `--backend` of every subcommand: a wgpu backend by its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum BackendArg {
     Vulkan,
@@ -44,6 +44,33 @@ impl BackendArg {
             BackendArg::Metal => "metal",
             BackendArg::Dx12 => "dx12",
             BackendArg::Gl => "gl",
+        }
+    }
+}
+
+/// The device flags every subcommand takes (one definition: the same names, help and
+/// defaults everywhere).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct DeviceArgs {
+    /// Use the first adapter whose name contains this (case-insensitive; default: WGCONV_ADAPTER, else the best)
+    #[arg(long, value_name = "SUBSTRING")]
+    pub adapter: Option<String>,
+    /// Search only this wgpu backend (default: WGPU_BACKEND, else all)
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendArg>,
+}
+
+impl DeviceArgs {
+    /// The backends to search, where one was named.
+    pub fn backends(&self) -> Option<wgpu::Backends> {
+        self.backend.map(BackendArg::backends)
+    }
+    /// Names the flag that an adapter error comes from.
+    pub fn explain(&self, e: wgconv::Error) -> CliError {
+        match (&e, &self.adapter, self.backend) {
+            (wgconv::Error::NoAdapter(_), Some(sub), _) => CliError(format!("--adapter {sub}: {e}")),
+            (wgconv::Error::NoAdapter(_), None, Some(bk)) => CliError(format!("--backend {}: {e}", bk.name())),
+            _ => CliError(e.to_string()),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! `wgconv info`: every adapter wgpu finds, the one wgconv would pick and why, and per
 //! adapter the limits, features and tile configs that matter to wgconv.
 
-use crate::cli::{BackendArg, CliResult};
+use crate::cli::{CliResult, DeviceArgs};
 use serde::Serialize;
 use wgconv::advanced::{
     adapter_substring, choose_adapter, default_kernel, default_sweep, enumerate_adapters, AdapterSummary,
@@ -25,12 +25,8 @@ pub struct Args {
     /// Print the same information as JSON (stdout)
     #[arg(long)]
     json: bool,
-    /// Show which adapter this name substring would pick (default: WGCONV_ADAPTER)
-    #[arg(long, value_name = "SUBSTRING")]
-    adapter: Option<String>,
-    /// Search only this wgpu backend (default: WGPU_BACKEND, else all)
-    #[arg(long, value_enum)]
-    backend: Option<BackendArg>,
+    #[command(flatten)]
+    device: DeviceArgs,
 }
 
 #[derive(Serialize)]
@@ -161,7 +157,7 @@ fn describe(index: usize, adapter: &wgpu::Adapter, chosen: bool) -> AdapterRepor
             c.validate(&kl).err().map(|e| Refusal {
                 config: c.name(),
                 reason: match e {
-                    wgconv::Error::ConfigRefused { reason, .. } => reason,
+                    wgconv::Error::KernelRefused { reason, .. } => reason,
                     e => e.to_string(),
                 },
             })
@@ -308,9 +304,9 @@ fn print_text(r: &Report) {
 }
 
 pub fn main(args: Args) -> CliResult {
-    let adapters = enumerate_adapters(args.backend.map(BackendArg::backends));
+    let adapters = enumerate_adapters(args.device.backends());
     let infos: Vec<_> = adapters.iter().map(|a| a.get_info()).collect();
-    let substring = adapter_substring(args.adapter.as_deref());
+    let substring = adapter_substring(args.device.adapter.as_deref());
     let (chosen, reason) = match choose_adapter(&infos, substring.as_deref()) {
         Ok((i, why)) => (Some(i), why),
         Err(e) => (None, e.to_string()),

@@ -12,7 +12,6 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use wgconv::advanced::{default_kernel, sweep, AdapterSummary};
 use wgconv::tune::timing::{Clock, Summary, MAX_TIMED_RUNS};
 use wgconv::{Activation, Conv2dSpec, ConvProblem, Gpu, Kernel, Padding, Precision, Shape4};
@@ -60,7 +59,7 @@ pub struct Layer {
 impl Layer {
     pub fn spec(&self) -> wgconv::Result<Conv2dSpec> {
         let spec = Conv2dSpec::new(self.c_in, self.c_out, self.k)
-            .stride(self.stride, self.stride)
+            .stride((self.stride, self.stride))
             .padding(Padding::uniform(self.pad))
             .groups(self.groups)
             .with_bias(false);
@@ -505,7 +504,7 @@ pub fn main(args: Args) -> CliResult {
 /// candidates (the default first; a kernel named twice runs once), the reference on image 0.
 #[allow(clippy::too_many_arguments)]
 fn bench_layer(
-    gpu: &Arc<Gpu>,
+    gpu: &Gpu,
     args: &Args,
     layer: &Layer,
     batch: u32,
@@ -695,6 +694,7 @@ pub fn table(report: &ModelReport) -> String {
         match report.clock {
             Some(Clock::GpuTimestamps) => "GPU timestamps",
             Some(Clock::HostWallClock) => "host wall clock (no timestamp queries)",
+            Some(_) => "another clock",
             None => "no timings",
         },
         report.runs,

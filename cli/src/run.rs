@@ -3,10 +3,9 @@
 //! Everything about the inputs and flags is checked before a GPU is opened, so a refusal
 //! is exactly one line on stderr; the output is written atomically (see [`crate::npy`]).
 
-use crate::cli::{BackendArg, CliError, CliResult, PrecisionArg};
+use crate::cli::{CliError, CliResult, DeviceArgs, PrecisionArg};
 use crate::npy::{self, PendingOutput};
 use std::path::PathBuf;
-use std::sync::Arc;
 use wgconv::advanced::{default_kernel, family_names};
 use wgconv::tune::timing;
 use wgconv::{
@@ -62,12 +61,8 @@ pub struct Args {
     /// Output Y: float32 [N, C_out, OH, OW] .npy (replaced atomically)
     #[arg(long, value_name = "Y.npy")]
     output: PathBuf,
-    /// Use the first adapter whose name contains this (case-insensitive; default: WGCONV_ADAPTER, else the best)
-    #[arg(long, value_name = "SUBSTRING")]
-    adapter: Option<String>,
-    /// Search only this wgpu backend (default: WGPU_BACKEND, else all)
-    #[arg(long, value_enum)]
-    backend: Option<BackendArg>,
+    #[command(flatten)]
+    device: DeviceArgs,
     /// Force the kernel: a tile config such as m32n64k32-t4x4-w4-s2 (run by the
     /// --precision's default family on this device), `direct`, or a kernel's full name
     /// family:config such as coop-f16:m64n96k16-t4x12-w4-s1 (it must compute at --precision)
@@ -163,6 +158,7 @@ fn describe_source(source: ConfigSource) -> &'static str {
         ConfigSource::TuningCache => "from the tuning cache",
         ConfigSource::Default => "library default: no tuning-cache decision for this problem",
         ConfigSource::Fallback => "fallback: the default does not fit this device; no tuning-cache decision",
+        _ => "another source (see --verbose's reason)",
     }
 }
 
@@ -261,19 +257,11 @@ pub fn main(a: Args) -> CliResult {
     let output = PendingOutput::create(&a.output, "--output")?;
 
     // 4. The GPU.
-    let backends = a.backend.map(BackendArg::backends);
-    let gpu_options = GpuOptions {
-        adapter: a.adapter.clone(),
-        backends,
-        cooperative_matrix: precision != Precision::F32,
-        ..Default::default()
-    };
-    let gpu = Gpu::with_options(gpu_options).map_err(|e| match (&e, &a.adapter, a.backend) {
-        (Error::NoAdapter(_), Some(sub), _) => CliError(format!("--adapter {sub}: {e}")),
-        (Error::NoAdapter(_), None, Some(bk)) => CliError(format!("--backend {}: {e}", bk.name())),
-        _ => CliError(e.to_string()),
-    })?;
-    let gpu = Arc::new(gpu);
+    let gpu_options = GpuOptions::default()
+        .adapter(a.device.adapter.clone())
+        .backends(a.device.backends())
+        .cooperative_matrix(precision != Precision::F32);
+    let gpu = Gpu::with_options(gpu_options).map_err(|e| a.device.explain(e))?;
     if a.verbose {
         let s = gpu.summary();
         let driver = [s.driver.trim(), s.driver_info.trim()].join(" ");
@@ -295,10 +283,11 @@ pub fn main(a: Args) -> CliResult {
         Some(ConfigArg::Kernel(k)) => Some(k),
         None => None,
     };
-    let options = Conv2dOptions { kernel, activation, precision, tuning_key_input: Some(shape) };
+    let options =
+        Conv2dOptions::default().kernel(kernel).activation(activation).precision(precision).tuning_key_input(shape);
     let conv = Conv2d::new(&gpu, spec, &w.data, b.as_ref().map(|b| &b.data[..]), options).map_err(|e| match e {
         // The named kernel does not fit the device or the convolution.
-        Error::ConfigRefused { .. } | Error::Unsupported(_) if a.config.is_some() => {
+        Error::KernelRefused { .. } | Error::Unsupported { .. } if a.config.is_some() => {
             CliError(format!("--config {}: {e}", a.config.as_deref().unwrap_or_default()))
         }
         e => CliError(e.to_string()),
@@ -366,6 +355,7 @@ fn gpu_time(gpu: &Gpu, conv: &Conv2d, shape: Shape4, x: &[f32]) -> String {
              including submission",
             times[0]
         ),
+        Ok((times, clock)) => format!("GPU time: {:.3} ms ({clock:?}, 1 run)", times[0]),
         Err(e) => format!("GPU time: not measured ({e})"),
     }
 }

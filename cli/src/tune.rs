@@ -1,10 +1,9 @@
 //! `wgconv tune`: the micro-tuning stage for one shape (see `wgconv::tune`), with the
 //! decision table, the tuning cache, and how long it took.
 
-use crate::cli::{BackendArg, CliError, CliResult, PrecisionArg};
+use crate::cli::{CliError, CliResult, DeviceArgs, PrecisionArg};
 use crate::shape::ShapeArgs;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Instant;
 use wgconv::advanced::{
     adapter_substring, choose_adapter, default_kernel, enumerate_adapters, family_names, runtime_checks_from_env,
@@ -27,16 +26,17 @@ says so): stages +-1 within 2..=4, and half or double the warps only where an oc
 never change. Candidates are timed with GPU timestamps in interleaved rounds (A B C, B C A, ...) on \
 random normal inputs. A candidate replaces the original only if its median is at least --threshold % \
 faster AND stable: its inter-quartile range lies entirely below the original's (q3 < original q1).\n\n\
-The decision is stored in the tuning cache (WGCONV_CACHE_DIR, else the platform cache dir \
-/wgconv/tuning.json), keyed by adapter, driver, backend, wgconv version, shader hash, shape and kernel (each precision's own); a \
+The decision is stored in the tuning cache (WGCONV_CACHE_DIR/tuning.json, else \
+<platform cache dir>/wgconv/tuning.json, e.g. ~/.cache/wgconv/tuning.json on Linux), keyed by adapter, driver, backend, wgconv version, shader hash, shape and kernel (each precision's own); a \
 Conv2d built with tuning_key_input (and `wgconv run`) uses it. A later `wgconv tune` of the same shape \
 and original answers from the cache without opening a device; --force measures again.\n\n\
-Default shape: AlexNet conv1 (3->96, 11x11, stride 4, padding 2, bias, 224x224), N = 256 on a GPU, \
-N = 2 on a CPU adapter (lavapipe runs ~1 GFLOP/s).",
+Default shape: a generic 3x3 layer (64->64, 56x56, stride 1, padding 1 (same), bias); --preset alexnet-conv1 \
+for AlexNet conv1 (3->96, 11x11, stride 4, padding 2, bias, 224x224). N = 256 on a GPU, N = 2 on a CPU \
+adapter (lavapipe runs ~1 GFLOP/s).",
     after_help = "Examples:\n  wgconv tune\n  wgconv tune --force --threshold 1.5 --rounds 21 --json tune.json\n  \
 wgconv tune --config m64n64k16-t4x8-w4-s3\n  wgconv tune --precision f16x3\n  \
 wgconv tune --precision f16 --config coop-f16:m64n96k16-t4x12-w4-s1\n  \
-wgconv tune --batch 8 --in-channels 64 --height 56 --width 56 --out-channels 64 --kernel 3 --stride 1 --padding 1"
+wgconv tune --preset alexnet-conv1\n  wgconv tune --batch 8 --in-channels 128 --height 28 --width 28 --out-channels 128"
 )]
 pub struct Args {
     #[command(flatten)]
@@ -66,12 +66,8 @@ pub struct Args {
     /// Also write the report as JSON to this file
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// Use the first adapter whose name contains this (case-insensitive; default: WGCONV_ADAPTER, else the best)
-    #[arg(long, value_name = "SUBSTRING")]
-    adapter: Option<String>,
-    /// Search only this wgpu backend (default: WGPU_BACKEND, else all)
-    #[arg(long, value_enum)]
-    backend: Option<BackendArg>,
+    #[command(flatten)]
+    device: DeviceArgs,
 }
 
 #[derive(serde::Serialize)]
@@ -100,22 +96,20 @@ pub fn main(a: Args) -> CliResult {
     let spec = a.shape.spec()?;
     let precision = Precision::from(a.precision);
     let config = a.config.as_deref().map(|name| parse_config(name, precision)).transpose()?;
-    let input = |n: u32| Shape4::new(n, spec.in_channels, a.shape.height, a.shape.width);
+    let (height, width) = a.shape.hw();
+    let input = |n: u32| Shape4::new(n, spec.in_channels, height, width);
     if let Some(b) = a.shape.batch {
         spec.problem(input(b))?;
     }
 
     // 2. The adapter (no device yet: a cached decision needs none).
-    let backends = a.backend.map(BackendArg::backends);
+    let backends = a.device.backends();
     let t_enum = Instant::now();
     let adapters = enumerate_adapters(backends);
     let enum_ms = t_enum.elapsed().as_secs_f64() * 1e3;
     let infos: Vec<_> = adapters.iter().map(|x| x.get_info()).collect();
-    let (idx, _) =
-        choose_adapter(&infos, adapter_substring(a.adapter.as_deref()).as_deref()).map_err(|e| match &a.adapter {
-            Some(sub) => CliError(format!("--adapter {sub}: {e}")),
-            None => CliError(e.to_string()),
-        })?;
+    let (idx, _) = choose_adapter(&infos, adapter_substring(a.device.adapter.as_deref()).as_deref())
+        .map_err(|e| a.device.explain(e))?;
     let info = infos[idx].clone();
     let limits = KernelLimits::from(&adapters[idx].limits());
     // The device opened below, as the adapter says it would be (cooperative matrices opted
@@ -209,24 +203,22 @@ pub fn main(a: Args) -> CliResult {
 
     // 4. Cold: a device, the stage, the decision.
     // The same choice, restricted to the chosen adapter's backend.
-    let gpu = Gpu::with_options(GpuOptions {
-        adapter: a.adapter.clone(),
-        backends: Some(wgpu::Backends::from(info.backend)),
-        cooperative_matrix: precision != Precision::F32,
-        ..Default::default()
-    })?;
+    let options = GpuOptions::default()
+        .adapter(a.device.adapter.clone())
+        .backends(wgpu::Backends::from(info.backend))
+        .cooperative_matrix(precision != Precision::F32);
+    let gpu = Gpu::with_options(options)?;
     if gpu.info.name != info.name {
         return Err(CliError(format!("opened {} but chose {}: pass --adapter", gpu.info.name, info.name)));
     }
-    let gpu = Arc::new(gpu);
-    let opts = TuneOptions {
-        threshold_pct: a.threshold,
-        rounds: a.rounds,
-        warmup: a.warmup,
-        reps: 0,
-        force: true, // the lookup above already missed (or --force)
-        cache: cache.clone(),
-    };
+
+    let opts = TuneOptions::default()
+        .threshold_pct(a.threshold)
+        .rounds(a.rounds)
+        .warmup(a.warmup)
+        .reps(0) // force: the lookup above already missed (or --force)
+        .force(true)
+        .cache(cache.clone());
     let bar = indicatif::ProgressBar::new(1);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} {msg} ({elapsed})")

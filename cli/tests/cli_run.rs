@@ -140,7 +140,7 @@ fn flags(v: &[&str]) -> Vec<String> {
 fn bias_relu_asymmetric_padding_and_stride() {
     let dir = tempfile::tempdir().unwrap();
     let case = Case {
-        spec: Conv2dSpec::new(3, 5, 3).stride(2, 1).padding(Padding::new(1, 0, 2, 1)).with_bias(true),
+        spec: Conv2dSpec::new(3, 5, 3).stride((2, 1)).padding(Padding::new(1, 0, 2, 1)).with_bias(true),
         input: Shape4::new(2, 3, 9, 7),
         relu: true,
         flags: flags(&["--stride", "2,1", "--padding", "1,0,2,1"]),
@@ -154,7 +154,7 @@ fn bias_relu_asymmetric_padding_and_stride() {
 fn groups_dilation_rectangular_kernel_verbose() {
     let dir = tempfile::tempdir().unwrap();
     let case = Case {
-        spec: Conv2dSpec::new(4, 6, 3).kernel_hw(3, 2).dilation(2, 1).groups(2).padding(Padding::symmetric(2, 1)),
+        spec: Conv2dSpec::new(4, 6, 3).kernel_hw((3, 2)).dilation((2, 1)).groups(2).padding(Padding::symmetric(2, 1)),
         input: Shape4::new(1, 4, 8, 10),
         relu: false,
         flags: flags(&["--dilation", "2,1", "--groups", "2", "--padding", "2,1", "--verbose"]),
@@ -176,7 +176,7 @@ fn groups_dilation_rectangular_kernel_verbose() {
 fn direct_kernel_forced_by_config() {
     let dir = tempfile::tempdir().unwrap();
     let case = Case {
-        spec: Conv2dSpec::new(2, 3, 5).stride(3, 3).padding(Padding::uniform(2)).with_bias(true),
+        spec: Conv2dSpec::new(2, 3, 5).stride((3, 3)).padding(Padding::uniform(2)).with_bias(true),
         input: Shape4::new(3, 2, 11, 13),
         relu: false,
         flags: flags(&["--stride", "3", "--padding", "2", "--config", "direct", "-v"]),
@@ -634,7 +634,7 @@ fn run_help_explains_with_examples() {
 fn precisions_run_their_own_kernels() {
     let dir = tempfile::tempdir().unwrap();
     let case = |precision: &str| Case {
-        spec: Conv2dSpec::new(3, 8, 5).stride(2, 2).padding(Padding::uniform(2)).with_bias(true),
+        spec: Conv2dSpec::new(3, 8, 5).stride((2, 2)).padding(Padding::uniform(2)).with_bias(true),
         input: Shape4::new(2, 3, 17, 15),
         relu: false,
         flags: flags(&["--stride", "2", "--padding", "2", "--precision", precision, "--verbose"]),

@@ -66,7 +66,7 @@ pub(crate) fn parse(name: &str) -> Result<Kernel> {
         None => (name, None),
     };
     let family = family(fam).ok_or_else(|| {
-        Error::Parse(format!("unknown kernel family {fam:?} in {name:?}: expected one of {}", names().join(", ")))
+        Error::ConfigParse(format!("unknown kernel family {fam:?} in {name:?}: expected one of {}", names().join(", ")))
     })?;
     match config {
         Some(c) => family.parse(c),

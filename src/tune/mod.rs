@@ -138,7 +138,6 @@ use crate::tile::TileConfig;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::time::Instant;
 
 /// The most candidates one stage measures (the original included).
@@ -175,6 +174,7 @@ of the candidates with gain >= threshold the nearest is meant, displaced by a fa
 /// Which occupancy profile an adapter gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum ProfileName {
     /// [`OccupancyProfile::NVIDIA`].
     Nvidia,
@@ -408,7 +408,7 @@ fn stage_neighbours(s: u32) -> Vec<u32> {
 pub fn check_tunable(kernel: &Kernel) -> Result<()> {
     match kernel.tile() {
         Some(_) => Ok(()),
-        None => Err(Error::Unsupported(format!("the tuner tunes the tiled kernels, not {}", kernel.family()))),
+        None => Err(Error::Tune(format!("the tuner tunes the tiled kernels, not {}", kernel.family()))),
     }
 }
 
@@ -425,12 +425,11 @@ fn retile(kernel: &Kernel, tile: TileConfig) -> Kernel {
 /// that way.
 fn with_warps(kernel: &Kernel, warps: u32) -> Result<Kernel> {
     let Some(tile) = kernel.tile() else {
-        return Err(Error::Unsupported(format!("{kernel} has no warp count to change")));
+        return Err(Error::Tune(format!("{kernel} has no warp count to change")));
     };
     let tile =
         if kernel.operand_halves().is_some() { tile.with_fragment_warps(warps)? } else { tile.with_warps(warps)? };
-    let retiled =
-        kernel.with_tile(tile).ok_or_else(|| Error::Unsupported(format!("{kernel} has no warp count to change")))?;
+    let retiled = kernel.with_tile(tile).ok_or_else(|| Error::Tune(format!("{kernel} has no warp count to change")))?;
     retiled.check_shape()?;
     Ok(retiled)
 }
@@ -470,7 +469,7 @@ pub fn candidates(original: &Kernel, profile: &OccupancyProfile) -> CandidateSet
     let neighbours = [w / 2, w.saturating_mul(2)];
     for w2 in neighbours.into_iter().filter(|v| TUNE_WARPS.contains(v) && *v != w) {
         let label = format!("warps {w}→{w2}");
-        match with_warps(&kernel, w2).and_then(|k| k.tile().ok_or_else(|| Error::Unsupported("no config".into()))) {
+        match with_warps(&kernel, w2).and_then(|k| k.tile().ok_or_else(|| Error::Tune("no config".into()))) {
             Err(e) => skipped.push(Skipped {
                 config: None,
                 label: format!("m{}n{}k{}-w{w2}-s{s}", original.block_m, original.block_n, original.block_k),
@@ -550,7 +549,7 @@ fn tile_word(kernel: &Kernel) -> &'static str {
 
 fn refusal_reason(e: &Error) -> String {
     match e {
-        Error::ConfigRefused { reason, .. } => reason.clone(),
+        Error::KernelRefused { reason, .. } => reason.clone(),
         other => other.to_string(),
     }
 }
@@ -581,6 +580,7 @@ pub trait Measure {
 
 /// How a stage runs.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct TuneOptions {
     /// Percent, within [`THRESHOLD_RANGE_PCT`].
     pub threshold_pct: f64,
@@ -610,11 +610,42 @@ impl Default for TuneOptions {
 }
 
 impl TuneOptions {
+    /// The decision threshold in percent.
+    pub fn threshold_pct(mut self, pct: f64) -> Self {
+        self.threshold_pct = pct;
+        self
+    }
+    /// Interleaved rounds.
+    pub fn rounds(mut self, rounds: u32) -> Self {
+        self.rounds = rounds;
+        self
+    }
+    /// Untimed runs per candidate.
+    pub fn warmup(mut self, warmup: u32) -> Self {
+        self.warmup = warmup;
+        self
+    }
+    /// Runs per sample (0: from a pilot run).
+    pub fn reps(mut self, reps: u32) -> Self {
+        self.reps = reps;
+        self
+    }
+    /// Ignores the cache's decision.
+    pub fn force(mut self, force: bool) -> Self {
+        self.force = force;
+        self
+    }
+    /// Where decisions are read and stored (`None`: no cache).
+    pub fn cache(mut self, cache: Option<TuningCache>) -> Self {
+        self.cache = cache;
+        self
+    }
+
     /// Refuses a threshold outside [`THRESHOLD_RANGE_PCT`] and fewer than [`MIN_ROUNDS`]
     /// rounds.
     pub fn check(&self) -> Result<()> {
         if !THRESHOLD_RANGE_PCT.contains(&self.threshold_pct) {
-            return Err(Error::Unsupported(format!(
+            return Err(Error::InvalidOptions(format!(
                 "threshold must be within {}–{} %, got {}",
                 THRESHOLD_RANGE_PCT.start(),
                 THRESHOLD_RANGE_PCT.end(),
@@ -622,7 +653,7 @@ impl TuneOptions {
             )));
         }
         if self.rounds < MIN_ROUNDS {
-            return Err(Error::Unsupported(format!("at least {MIN_ROUNDS} rounds are needed, got {}", self.rounds)));
+            return Err(Error::InvalidOptions(format!("at least {MIN_ROUNDS} rounds are needed, got {}", self.rounds)));
         }
         Ok(())
     }
@@ -631,6 +662,7 @@ impl TuneOptions {
 /// The verdict on one row of the report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Verdict {
     /// The original, and it stays.
     Keep,
@@ -772,7 +804,7 @@ pub fn gain_pct(candidate: &Summary, original: &Summary) -> f64 {
 ///    threshold: see the module docs.)
 pub fn decide(rows: &mut [CandidateReport], threshold_pct: f64) -> Result<usize> {
     let Some(orig) = rows.first().and_then(|r| r.summary()) else {
-        return Err(Error::Unsupported("the original config has no measurements".into()));
+        return Err(Error::Tune("the original config has no measurements".into()));
     };
     let mut eligible: Vec<(usize, f64, Summary)> = Vec::new();
     for (i, row) in rows.iter_mut().enumerate().skip(1) {
@@ -926,7 +958,7 @@ pub fn run_stage(
 ) -> Result<StageResult> {
     opts.check()?;
     let Some(original) = set.candidates.first().map(|c| c.config) else {
-        return Err(Error::Unsupported("no candidates".into()));
+        return Err(Error::Tune("no candidates".into()));
     };
     let mut rows: Vec<CandidateReport> = set.candidates.iter().map(blank_row).collect();
     let k = rows.len() as u64;
@@ -935,9 +967,10 @@ pub fn run_stage(
     let mut live: Vec<usize> = Vec::new();
     for (i, c) in set.candidates.iter().enumerate() {
         progress(done, total, &format!("building {}", c.config));
-        let kernel = set.original.with_tile(c.config).ok_or_else(|| {
-            Error::Unsupported(format!("the tuner tunes the tiled kernels, not {}", set.original.family()))
-        });
+        let kernel = set
+            .original
+            .with_tile(c.config)
+            .ok_or_else(|| Error::Tune(format!("the tuner tunes the tiled kernels, not {}", set.original.family())));
         let check = kernel.and_then(|k| match limits {
             Some(l) => k.check_limits(l),
             None => k.check_shape(),
@@ -949,7 +982,7 @@ pub fn run_stage(
             Ok(()) => live.push(i),
             Err(reason) => {
                 if i == 0 {
-                    return Err(Error::Unsupported(format!("the original config {}: {reason}", c.config)));
+                    return Err(Error::Tune(format!("the original config {}: {reason}", c.config)));
                 }
                 rows[i].verdict = Verdict::Excluded;
                 rows[i].reason = reason;
@@ -976,14 +1009,14 @@ pub fn run_stage(
                 Ok(ms) if ms.is_finite() && ms > 0.0 => rows[i].samples_ms.push(ms),
                 Ok(ms) => {
                     if i == 0 {
-                        return Err(Error::Unsupported(format!("the original config {cfg} measured {ms} ms")));
+                        return Err(Error::Tune(format!("the original config {cfg} measured {ms} ms")));
                     }
                     rows[i].verdict = Verdict::Excluded;
                     rows[i].reason = format!("implausible time {ms} ms");
                 }
                 Err(e) => {
                     if i == 0 {
-                        return Err(Error::Unsupported(format!("the original config {cfg} failed to run: {e}")));
+                        return Err(Error::Tune(format!("the original config {cfg} failed to run: {e}")));
                     }
                     rows[i].verdict = Verdict::Excluded;
                     rows[i].reason = format!("failed while measuring: {e}");
@@ -1052,7 +1085,7 @@ pub const SAMPLE_MS_CPU: f64 = 15.0;
 /// the original's family, at its precision), shared random-normal input and an output
 /// buffer, GPU timestamps (host clock where the device has none, marked in the report).
 pub struct GpuMeasure {
-    gpu: Arc<Gpu>,
+    gpu: Gpu,
     problem: ConvProblem,
     family: Kernel,
     weight: Vec<f32>,
@@ -1067,16 +1100,29 @@ pub struct GpuMeasure {
 
 /// Standard-normal values from a fixed seed (never zeros; deterministic).
 pub fn randn(len: usize, seed: u64) -> Vec<f32> {
-    use rand::{Rng, SeedableRng};
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    (0..len).map(|_| rng.sample::<f32, _>(rand_distr::StandardNormal)).collect()
+    // Box–Muller on fastrand (already in the tree through tempfile) keeps rand and
+    // rand_distr out of a library user's build; timing data needs no better generator.
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut out = Vec::with_capacity(len);
+    while out.len() < len {
+        let u1 = 1.0 - rng.f64(); // (0, 1]: ln stays finite
+        let r = (-2.0 * u1.ln()).sqrt();
+        let theta = std::f64::consts::TAU * rng.f64();
+        for v in [r * theta.cos(), r * theta.sin()] {
+            // Never zero (see above): a zero would be an all-zero product's blind spot.
+            if out.len() < len && v != 0.0 {
+                out.push(v as f32);
+            }
+        }
+    }
+    out
 }
 
 impl GpuMeasure {
     /// Allocates the input (standard normal; a block of 2^20 + 7 values repeated, so that
     /// large batches need not draw 10^8 numbers), the output and the weights. `family`:
     /// the kernel every config runs in (its own config is not used).
-    pub fn new(gpu: &Arc<Gpu>, problem: &ConvProblem, family: &Kernel, warmup: u32, reps: u32) -> Result<Self> {
+    pub fn new(gpu: &Gpu, problem: &ConvProblem, family: &Kernel, warmup: u32, reps: u32) -> Result<Self> {
         let spec = &problem.spec;
         let weight = randn(spec.weight_len(), 0x5eed_0001);
         let bias = spec.bias.then(|| randn(spec.out_channels as usize, 0x5eed_0002));
@@ -1106,7 +1152,7 @@ impl GpuMeasure {
     }
 
     fn sample(&mut self, cfg: &TileConfig, runs: u32) -> Result<Vec<f64>> {
-        let (_, plan) = self.prepared.get(cfg).ok_or_else(|| Error::Unsupported(format!("{cfg} was not prepared")))?;
+        let (_, plan) = self.prepared.get(cfg).ok_or_else(|| Error::Tune(format!("{cfg} was not prepared")))?;
         let (times, clock) = timing::time_plan(&self.gpu, plan, 0, runs)?;
         self.clock = Some(clock);
         Ok(times)
@@ -1115,10 +1161,8 @@ impl GpuMeasure {
 
 impl Measure for GpuMeasure {
     fn prepare(&mut self, cfg: &TileConfig) -> Result<()> {
-        let kernel = self
-            .family
-            .with_tile(*cfg)
-            .ok_or_else(|| Error::Unsupported(format!("{} has no tile config", self.family)))?;
+        let kernel =
+            self.family.with_tile(*cfg).ok_or_else(|| Error::Tune(format!("{} has no tile config", self.family)))?;
         let precision = kernel.precision();
         let opts = Conv2dOptions { kernel: Some(kernel), precision, ..Default::default() };
         let conv = Conv2d::new(&self.gpu, self.problem.spec, &self.weight, self.bias.as_deref(), opts)?;
@@ -1143,7 +1187,7 @@ impl Measure for GpuMeasure {
     fn measure(&mut self, cfg: &TileConfig) -> Result<f64> {
         let reps = self.reps.max(1);
         let times = self.sample(cfg, reps)?;
-        Summary::of(&times).map(|s| s.min).ok_or_else(|| Error::Unsupported(format!("{cfg}: no usable time")))
+        Summary::of(&times).map(|s| s.min).ok_or_else(|| Error::Tune(format!("{cfg}: no usable time")))
     }
     fn clock(&self) -> String {
         match self.clock {
@@ -1225,7 +1269,7 @@ pub fn lookup(
 /// [`crate::Kernel::with_tile`] for another start) is the family a `Conv2d` later looks
 /// the decision up under.
 pub fn tune(
-    gpu: &Arc<Gpu>,
+    gpu: &Gpu,
     problem: &ConvProblem,
     original: &Kernel,
     opts: &TuneOptions,
@@ -1235,7 +1279,7 @@ pub fn tune(
     check_tunable(original)?;
     original.check_shape()?;
     let Some(original_cfg) = original.tile() else {
-        return Err(Error::Unsupported(format!("{original} has no tile config")));
+        return Err(Error::Tune(format!("{original} has no tile config")));
     };
     let limits = gpu.kernel_limits();
     if !opts.force {
@@ -1270,7 +1314,7 @@ pub fn tune(
         rows: stage.rows,
         notes: stage.notes,
         elapsed_ms: t0.elapsed().as_secs_f64() * 1e3,
-        tuned_at: chrono::Local::now().to_rfc3339(),
+        tuned_at: rfc3339_utc(std::time::SystemTime::now()),
     };
     let store_error = match &opts.cache {
         None => Some(format!("no cache location (set {})", cache::DIR_ENV)),
@@ -1510,7 +1554,7 @@ mod tests {
         fn measure(&mut self, cfg: &TileConfig) -> Result<f64> {
             self.1 += 1;
             let jitter = (self.1 % 3) as f64 * 1e-4;
-            self.0.get(cfg).map(|t| t + jitter).ok_or_else(|| Error::Unsupported(format!("{cfg}")))
+            self.0.get(cfg).map(|t| t + jitter).ok_or_else(|| Error::Tune(format!("{cfg}")))
         }
     }
 
@@ -1534,5 +1578,34 @@ mod tests {
         let r = run_stage(&set, Some(&limits), &mut times(None), &opts, &mut |_, _, _| {}).unwrap();
         assert_eq!(r.chosen, set.candidates[0].config);
         assert_eq!(r.rows[0].verdict, Verdict::Keep);
+    }
+}
+
+/// A time as RFC 3339 in UTC, to the second (`2026-11-26T10:49:24Z`): the tuning report's
+/// stamp, without a calendar crate in the library's dependencies.
+pub fn rfc3339_utc(t: std::time::SystemTime) -> String {
+    let secs = t.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+#[cfg(test)]
+mod time_tests {
+    #[test]
+    fn rfc3339_of_known_instants() {
+        let at = |s| super::rfc3339_utc(std::time::UNIX_EPOCH + std::time::Duration::from_secs(s));
+        assert_eq!(at(0), "1970-01-01T00:00:00Z");
+        assert_eq!(at(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(at(1_795_690_164), "2026-11-26T10:49:24Z");
     }
 }

@@ -8,6 +8,7 @@ use crate::scope::ErrorScope;
 
 /// Where a time came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub enum Clock {
     /// Timestamp queries around the compute pass.
     GpuTimestamps,
@@ -32,7 +33,7 @@ fn submit(gpu: &Gpu, plan: &ConvPlan) {
 /// host clock around each submission and wait ([`Clock::HostWallClock`]).
 pub fn time_plan(gpu: &Gpu, plan: &ConvPlan, warmup: u32, runs: u32) -> Result<(Vec<f64>, Clock)> {
     if runs == 0 || runs > MAX_TIMED_RUNS {
-        return Err(Error::Unsupported(format!("time_plan times 1 to {MAX_TIMED_RUNS} runs, not {runs}")));
+        return Err(Error::InvalidOptions(format!("time_plan times 1 to {MAX_TIMED_RUNS} runs, not {runs}")));
     }
     for _ in 0..warmup {
         submit(gpu, plan);

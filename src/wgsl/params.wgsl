@@ -17,6 +17,25 @@ struct Params {
 
 // flags (the host sets only bits below 16)
 const FLAG_RELU: u32 = 1u;
+// Bits 1-2: the padding mode (0 zeros, 1 reflect, 2 replicate, 3 circular); the host keeps
+// every padding below the input size (reflect) or at most it (circular).
+const PAD_MODE_SHIFT: u32 = 1u;
+
+fn pad_mode() -> u32 {
+    return (p.flags >> PAD_MODE_SHIFT) & 3u;
+}
+
+// The input coordinate a padded coordinate `i` reads along an axis of `n` under a non-zero
+// padding mode (CPU twin: PaddingMode::source in src/spec.rs).
+fn pad_coord(i: i32, n: i32, mode: u32) -> i32 {
+    if (mode == 1u) {
+        return select(select(i, 2 * (n - 1) - i, i >= n), -i, i < 0);
+    }
+    if (mode == 2u) {
+        return clamp(i, 0, n - 1);
+    }
+    return ((i % n) + n) % n;
+}
 
 @group(0) @binding(0) var<uniform> p: Params;
 

@@ -4,7 +4,7 @@
 
 use rand::{Rng, SeedableRng};
 use rand_distr::StandardNormal;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use wgconv::{
     reference, Conv2d, Conv2dOptions, Conv2dSpec, ConvProblem, Gpu, GpuOptions, Kernel, Padding, Precision, Shape4,
 };
@@ -37,11 +37,11 @@ pub fn direct_kernel() -> Kernel {
 /// The test binary's one device (one device per process: creating several at once hangs
 /// NVIDIA's Linux driver). Cooperative matrices are enabled where the adapter has them, so
 /// the f16 tests reach the matrix-unit kernel there; f32 kernels are unaffected.
-pub fn gpu() -> Arc<Gpu> {
-    static GPU: OnceLock<Arc<Gpu>> = OnceLock::new();
+pub fn gpu() -> Gpu {
+    static GPU: OnceLock<Gpu> = OnceLock::new();
     GPU.get_or_init(|| {
-        let opts = GpuOptions { cooperative_matrix: true, ..Default::default() };
-        Arc::new(Gpu::with_options(opts).expect("a wgpu adapter (lavapipe in CI)"))
+        let opts = GpuOptions::default().cooperative_matrix(true);
+        Gpu::with_options(opts).expect("a wgpu adapter (lavapipe in CI)")
     })
     .clone()
 }
@@ -63,6 +63,7 @@ pub fn precision_tolerance(precision: Precision) -> f64 {
         Precision::F32 => TOL_F32,
         Precision::F16Accum32 => TOL_F16,
         Precision::F16x3 => TOL_F16X3,
+        p => panic!("no tolerance for {p:?}"),
     }
 }
 
@@ -177,14 +178,14 @@ impl Case {
     }
 
     /// Builds the op on `gpu` (`kernel: None`: the library's default choice).
-    pub fn conv(&self, gpu: &Arc<Gpu>, kernel: Option<Kernel>) -> Conv2d {
+    pub fn conv(&self, gpu: &Gpu, kernel: Option<Kernel>) -> Conv2d {
         self.conv_at(gpu, kernel, Precision::F32)
     }
 
     /// Builds the op at a precision (`kernel: None`: the library's default for it).
-    pub fn conv_at(&self, gpu: &Arc<Gpu>, kernel: Option<Kernel>, precision: Precision) -> Conv2d {
+    pub fn conv_at(&self, gpu: &Gpu, kernel: Option<Kernel>, precision: Precision) -> Conv2d {
         let what = format!("{kernel:?}");
-        let opts = Conv2dOptions { kernel, precision, ..Default::default() };
+        let opts = Conv2dOptions::default().kernel(kernel).precision(precision);
         Conv2d::new(gpu, self.spec, &self.w, self.b.as_deref(), opts)
             .unwrap_or_else(|e| panic!("{}: {e}", self.label(&what)))
     }
@@ -207,7 +208,7 @@ impl Case {
 /// Options for an op at a precision: a kernel (`None`: the library's choice), ReLU or none.
 pub fn options_at(precision: Precision, kernel: Option<Kernel>, relu: bool) -> Conv2dOptions {
     let activation = if relu { wgconv::Activation::Relu } else { wgconv::Activation::None };
-    Conv2dOptions { kernel, activation, precision, ..Default::default() }
+    Conv2dOptions::default().kernel(kernel).activation(activation).precision(precision)
 }
 
 /// A reduced-precision op (f16, f16x3) through `encode` into NaN-poisoned output and through
@@ -242,12 +243,12 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 /// A device on the same adapter as [`gpu`] with some limits lowered (`lower` edits a copy
 /// of the adapter's limits, so every other limit stays what the adapter allows).
-pub fn gpu_with_limits(lower: impl FnOnce(&mut wgpu::Limits)) -> Arc<Gpu> {
+pub fn gpu_with_limits(lower: impl FnOnce(&mut wgpu::Limits)) -> Gpu {
     let base = gpu();
     let mut limits = base.limits();
     lower(&mut limits);
-    let opts = GpuOptions { adapter: Some(base.info.name.clone()), limits: Some(limits), ..Default::default() };
-    Arc::new(Gpu::with_options(opts).expect("a device with lowered limits"))
+    let opts = GpuOptions::default().adapter(base.info.name.clone()).limits(limits);
+    Gpu::with_options(opts).expect("a device with lowered limits")
 }
 
 /// Ragged shapes for the f16 and f16x3 tests: strides, asymmetric padding, dilation, groups /
@@ -257,12 +258,17 @@ pub fn ragged_shapes() -> Vec<(&'static str, Conv2dSpec, [u32; 3], bool)> {
     vec![
         (
             "stride2x1_asym_pad_cout17_bias",
-            Conv2dSpec::new(3, 17, 3).stride(2, 1).padding(Padding::new(1, 0, 2, 1)).with_bias(true),
+            Conv2dSpec::new(3, 17, 3).stride((2, 1)).padding(Padding::new(1, 0, 2, 1)).with_bias(true),
             [2, 13, 11],
             false,
         ),
-        ("dilation2_relu_n3", Conv2dSpec::new(3, 8, 3).dilation(2, 2).padding(Padding::uniform(2)), [3, 12, 12], true),
-        ("groups3_stride2_bias", Conv2dSpec::new(6, 9, 3).groups(3).stride(2, 2).with_bias(true), [1, 11, 12], false),
+        (
+            "dilation2_relu_n3",
+            Conv2dSpec::new(3, 8, 3).dilation((2, 2)).padding(Padding::uniform(2)),
+            [3, 12, 12],
+            true,
+        ),
+        ("groups3_stride2_bias", Conv2dSpec::new(6, 9, 3).groups(3).stride((2, 2)).with_bias(true), [1, 11, 12], false),
         (
             "depthwise_3x3_bias_relu",
             Conv2dSpec::new(8, 8, 3).groups(8).padding(Padding::uniform(1)).with_bias(true),
@@ -270,28 +276,28 @@ pub fn ragged_shapes() -> Vec<(&'static str, Conv2dSpec, [u32; 3], bool)> {
             true,
         ),
         ("cout1_bias", Conv2dSpec::new(3, 1, 3).padding(Padding::uniform(1)).with_bias(true), [2, 9, 7], false),
-        ("cout3_stride3x2_relu", Conv2dSpec::new(5, 3, 3).stride(3, 2), [1, 10, 12], true),
+        ("cout3_stride3x2_relu", Conv2dSpec::new(5, 3, 3).stride((3, 2)), [1, 10, 12], true),
         (
             "cout96_5x5_stride2_bias",
-            Conv2dSpec::new(3, 96, 5).stride(2, 2).padding(Padding::uniform(2)).with_bias(true),
+            Conv2dSpec::new(3, 96, 5).stride((2, 2)).padding(Padding::uniform(2)).with_bias(true),
             [1, 15, 13],
             false,
         ),
         (
             "k1x1_stride2_pad1_cout17_n3",
-            Conv2dSpec::new(16, 17, 1).stride(2, 2).padding(Padding::uniform(1)),
+            Conv2dSpec::new(16, 17, 1).stride((2, 2)).padding(Padding::uniform(1)),
             [3, 9, 8],
             false,
         ),
         (
             "k11_stride4_cout17_bias_relu",
-            Conv2dSpec::new(3, 17, 11).stride(4, 4).padding(Padding::uniform(2)).with_bias(true),
+            Conv2dSpec::new(3, 17, 11).stride((4, 4)).padding(Padding::uniform(2)).with_bias(true),
             [2, 31, 27],
             true,
         ),
         (
             "groups4_dilation2_asym_pad",
-            Conv2dSpec::new(8, 12, 3).groups(4).stride(2, 1).dilation(2, 2).padding(Padding::new(2, 1, 0, 3)),
+            Conv2dSpec::new(8, 12, 3).groups(4).stride((2, 1)).dilation((2, 2)).padding(Padding::new(2, 1, 0, 3)),
             [2, 13, 9],
             false,
         ),

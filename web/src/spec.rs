@@ -48,9 +48,9 @@ impl SpecArgs {
         };
         let groups = optional_u32(v, "groups")?.unwrap_or(1);
         let spec = Conv2dSpec::new(in_c, out_c, kh)
-            .kernel_hw(kh, kw)
-            .stride(sh, sw)
-            .dilation(dh, dw)
+            .kernel_hw((kh, kw))
+            .stride((sh, sw))
+            .dilation((dh, dw))
             .padding(padding)
             .groups(groups)
             .with_bias(flag(v, "bias")?);

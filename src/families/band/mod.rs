@@ -57,7 +57,7 @@ impl BandConfig {
     }
 
     fn refuse(&self, reason: impl Into<String>) -> Error {
-        Error::ConfigRefused { config: format!("coop-band-f16:{self}"), reason: reason.into() }
+        Error::KernelRefused { kernel: format!("coop-band-f16:{self}"), reason: reason.into() }
     }
 
     /// Invocations per workgroup.
@@ -114,7 +114,7 @@ impl BandConfig {
 
     /// Parses the name back.
     pub fn parse(s: &str) -> Result<Self> {
-        let bad = || Error::Parse(format!("cannot parse row-band config {s:?}: expected e.g. m128n96d16-w8-s1"));
+        let bad = || Error::ConfigParse(format!("cannot parse row-band config {s:?}: expected e.g. m128n96d16-w8-s1"));
         let num = |t: &str| t.parse::<u32>().map_err(|_| bad());
         let parts: Vec<&str> = s.split('-').collect();
         let [mnd, w, st] = parts[..] else {
@@ -267,10 +267,13 @@ pub fn representative_shapes(cfg: &BandConfig) -> Vec<BandShape> {
     use crate::spec::{Padding, Shape4};
     let limits = KernelLimits::with_workgroup_bytes(48 * 1024);
     let problems = [
-        (Conv2dSpec::new(3, 96, 11).stride(4, 4).padding(Padding::uniform(2)), Shape4::new(1, 3, 224, 224)),
+        (Conv2dSpec::new(3, 96, 11).stride((4, 4)).padding(Padding::uniform(2)), Shape4::new(1, 3, 224, 224)),
         (Conv2dSpec::new(64, 64, 3).padding(Padding::uniform(1)), Shape4::new(1, 64, 56, 56)),
         (Conv2dSpec::new(256, 64, 1), Shape4::new(1, 256, 28, 28)),
-        (Conv2dSpec::new(3, 64, 7).stride(2, 2).dilation(2, 1).padding(Padding::uniform(3)), Shape4::new(1, 3, 64, 64)),
+        (
+            Conv2dSpec::new(3, 64, 7).stride((2, 2)).dilation((2, 1)).padding(Padding::uniform(3)),
+            Shape4::new(1, 3, 64, 64),
+        ),
     ];
     problems
         .iter()
@@ -310,7 +313,7 @@ pub fn band_geometry(
     limits: &KernelLimits,
 ) -> Result<BandGeometry> {
     if let Some(reason) = band_refusal(spec, cfg) {
-        return Err(Error::ConfigRefused { config: cfg.to_string(), reason });
+        return Err(Error::KernelRefused { kernel: cfg.to_string(), reason });
     }
     let frags = cfg.block_m / 16;
     let sh = spec.stride[0];
@@ -343,8 +346,8 @@ pub fn band_geometry(
             band_elems: band_elems as u32,
         });
     }
-    Err(Error::ConfigRefused {
-        config: cfg.to_string(),
+    Err(Error::KernelRefused {
+        kernel: cfg.to_string(),
         reason: format!(
             "the row-band kernel's band needs {} B of workgroup memory at its smallest, the device has {} B beside its weight stages and scratch",
             smallest.saturating_mul(2),
@@ -687,7 +690,7 @@ mod tests {
         let cases: Vec<(&str, Conv2dSpec, Shape4, BandConfig)> = vec![
             (
                 "alexnet_like",
-                Conv2dSpec::new(3, 20, 11).stride(4, 4).padding(Padding::uniform(2)).with_bias(true),
+                Conv2dSpec::new(3, 20, 11).stride((4, 4)).padding(Padding::uniform(2)).with_bias(true),
                 Shape4::new(2, 3, 63, 75),
                 BandConfig::REFERENCE,
             ),
@@ -699,7 +702,7 @@ mod tests {
             ),
             (
                 "chunks_groups_rowdil",
-                Conv2dSpec::new(40, 34, 3).groups(2).stride(2, 3).dilation(2, 1).padding(Padding::uniform(2)),
+                Conv2dSpec::new(40, 34, 3).groups(2).stride((2, 3)).dilation((2, 1)).padding(Padding::uniform(2)),
                 Shape4::new(2, 40, 17, 40),
                 BandConfig::new(128, 96, 16, 4, 1),
             ),
@@ -728,7 +731,7 @@ mod tests {
 
     #[test]
     fn geometry_narrows_rows_to_fit_and_refuses_what_cannot() {
-        let spec = Conv2dSpec::new(3, 96, 11).stride(4, 4).padding(Padding::uniform(2));
+        let spec = Conv2dSpec::new(3, 96, 11).stride((4, 4)).padding(Padding::uniform(2));
         let cfg = BandConfig::REFERENCE;
         let g = band_geometry(&spec, 55, 55, &cfg, &KernelLimits::with_workgroup_bytes(48 * 1024)).unwrap();
         assert_eq!((g.fx, g.wg_rows, g.band_rows, g.band_cols, g.k.k_frags, g.k.chunks), (4, 2, 15, 57, 3, 1));
@@ -737,9 +740,9 @@ mod tests {
         let used = g.band_elems as u64 * 2 + cfg.band_scratch_bytes() + weight_stage_bytes(&cfg, g.k.k_frags);
         assert!(g.fx < 4 && used <= 40 * 1024, "{g:?}");
         assert!(band_geometry(&spec, 55, 55, &cfg, &KernelLimits::with_workgroup_bytes(8 * 1024)).is_err());
-        let dilated = Conv2dSpec::new(3, 8, 3).dilation(1, 2);
+        let dilated = Conv2dSpec::new(3, 8, 3).dilation((1, 2));
         assert!(band_refusal(&dilated, &cfg).is_some());
-        let strided = Conv2dSpec::new(3, 8, 3).stride(1, 17);
+        let strided = Conv2dSpec::new(3, 8, 3).stride((1, 17));
         assert!(band_refusal(&strided, &cfg).is_some());
     }
 }

@@ -28,8 +28,8 @@ pub(crate) fn fragment_layout(
             best = Some((wm, wn, fm, fn_));
         }
     }
-    best.ok_or_else(|| Error::ConfigRefused {
-        config: config.to_string(),
+    best.ok_or_else(|| Error::KernelRefused {
+        kernel: config.to_string(),
         reason: format!(
             "{warps} warps cannot split {frags_m}x{frags_n} 16x16 fragments into at most {max_fragments} per warp"
         ),

@@ -43,9 +43,16 @@ pub(crate) fn coop_missing(caps: &DeviceCaps) -> Option<String> {
     }
     Some(match caps.coop_f16_offered {
         Some(false) => format!("needs cooperative matrices {COOP_NEEDS}, which {} does not offer", caps.name),
-        _ => format!(
-            "needs cooperative matrices {COOP_NEEDS}, which the device on {} was not created with \
-             (GpuOptions::cooperative_matrix or WGCONV_COOP=1 opts in where the adapter offers them)",
+        Some(true) => format!(
+            "needs cooperative matrices {COOP_NEEDS}, which the device on {} was not created with although \
+             the adapter offers them: GpuOptions::cooperative_matrix (or WGCONV_COOP=1) opts in; a device of \
+             your own needs wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX in required_features",
+            caps.name
+        ),
+        None => format!(
+            "needs cooperative matrices {COOP_NEEDS}, which the device on {} was not created with: where \
+             the adapter offers them, GpuOptions::cooperative_matrix (or WGCONV_COOP=1) opts in; a device \
+             of your own needs wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX in required_features",
             caps.name
         ),
     })

@@ -67,7 +67,7 @@ impl StripConfig {
     /// Parses a name of [`StripConfig::name`]'s form.
     pub fn parse(s: &str) -> Result<StripConfig> {
         let bad = || {
-            Error::Parse(format!(
+            Error::ConfigParse(format!(
                 "depthwise config {s:?}: expected x<columns>y<rows>c<channels>-w<invocations>, e.g. x1y4c1-w128"
             ))
         };
@@ -82,7 +82,7 @@ impl StripConfig {
 
     /// Device-independent checks.
     pub fn check_shape(&self) -> Result<()> {
-        let refuse = |reason: String| Err(Error::ConfigRefused { config: self.name(), reason });
+        let refuse = |reason: String| Err(Error::KernelRefused { kernel: self.name(), reason });
         if self.x == 0 || self.y == 0 || self.c == 0 || self.workgroup == 0 {
             return refuse("every count must be at least 1".into());
         }
@@ -169,7 +169,7 @@ pub(crate) struct StripKernel {
 
 impl StripKernel {
     fn refuse(&self, reason: String) -> Error {
-        Error::ConfigRefused { config: self.cfg.name(), reason }
+        Error::KernelRefused { kernel: self.cfg.name(), reason }
     }
 }
 
@@ -238,7 +238,7 @@ impl KernelConfig for StripKernel {
         Ok(Box::new(Strips { cfg: self.cfg, spec: problem.spec, source: self.source(&problem.spec) }))
     }
     fn representative_sources(&self) -> Result<Vec<String>> {
-        let dw = |k, s, d| Conv2dSpec::new(32, 32, k).groups(32).stride(s, s).dilation(d, d);
+        let dw = |k, s, d| Conv2dSpec::new(32, 32, k).groups(32).stride((s, s)).dilation((d, d));
         [dw(3, 1, 1), dw(5, 2, 1), dw(3, 1, 2)].iter().map(|spec| self.source(spec)).collect()
     }
     fn invocations(&self) -> u32 {
@@ -474,12 +474,12 @@ mod tests {
         let dw = |c, m, k| Conv2dSpec::new(c, c * m, k).groups(c);
         let cases = [
             ("dw3", dw(5, 1, 3).padding(Padding::uniform(1)).with_bias(true), [2, 9, 11]),
-            ("dw5_s2", dw(3, 1, 5).stride(2, 2).padding(Padding::uniform(2)), [1, 13, 10]),
-            ("dw3_m3_d2", dw(4, 3, 3).dilation(2, 2).padding(Padding::new(2, 1, 0, 3)).with_bias(true), [1, 10, 9]),
-            ("dw7_s2x1", dw(2, 2, 7).stride(2, 1).padding(Padding::new(3, 3, 1, 2)), [2, 12, 15]),
+            ("dw5_s2", dw(3, 1, 5).stride((2, 2)).padding(Padding::uniform(2)), [1, 13, 10]),
+            ("dw3_m3_d2", dw(4, 3, 3).dilation((2, 2)).padding(Padding::new(2, 1, 0, 3)).with_bias(true), [1, 10, 9]),
+            ("dw7_s2x1", dw(2, 2, 7).stride((2, 1)).padding(Padding::new(3, 3, 1, 2)), [2, 12, 15]),
             ("dw1", dw(6, 1, 1), [1, 5, 7]),
             ("grouped_4", Conv2dSpec::new(8, 12, 3).groups(2).padding(Padding::uniform(1)).with_bias(true), [1, 7, 6]),
-            ("dw_1x5", dw(3, 1, 1).kernel_hw(1, 5).padding(Padding::new(0, 2, 0, 2)), [1, 4, 9]),
+            ("dw_1x5", dw(3, 1, 1).kernel_hw((1, 5)).padding(Padding::new(0, 2, 0, 2)), [1, 4, 9]),
         ];
         for (name, spec, [n, h, w]) in cases {
             let problem = spec.problem(Shape4::new(n, spec.in_channels, h, w)).unwrap();
@@ -501,7 +501,7 @@ mod tests {
         let wide = Conv2dSpec::new(64, 64, 3).groups(2);
         let e = k.config().check_spec(&wide, &limits).unwrap_err().to_string();
         assert!(e.contains("32 input channels per group"), "{e}");
-        let dilated = Conv2dSpec::new(4, 4, 9).groups(4).dilation(8, 8);
+        let dilated = Conv2dSpec::new(4, 4, 9).groups(4).dilation((8, 8));
         let e = k.config().check_spec(&dilated, &limits).unwrap_err().to_string();
         assert!(e.contains("row segments of 65 values"), "{e}");
         let big = Conv2dSpec::new(4, 16, 7).groups(4);

@@ -39,15 +39,26 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     var acc = bias[oc];
     let in_base = p.in_offset + (img * p.c_in + g * p.c_in_per_group) * p.h * p.w;
     let w_base = oc * p.k_total;
+    // Zeros: a padded tap multiplies an explicit zero (IEEE: 0 × inf = NaN, as every kernel
+    // and the reference); the other modes read the border from the input (uniform: one branch).
+    let mode = pad_mode();
     for (var ic = 0u; ic < p.c_in_per_group; ic++) {
         for (var ky = 0u; ky < p.kh; ky++) {
-            let iy = i32(oy * p.stride_h + ky * p.dil_h) - i32(p.pad_top);
-            let row_in = iy >= 0 && iy < i32(p.h);
+            var iy = i32(oy * p.stride_h + ky * p.dil_h) - i32(p.pad_top);
+            var row_in = iy >= 0 && iy < i32(p.h);
+            if (!row_in && mode != 0u) {
+                iy = pad_coord(iy, i32(p.h), mode);
+                row_in = true;
+            }
             for (var kx = 0u; kx < p.kw; kx++) {
-                let ix = i32(ox * p.stride_w + kx * p.dil_w) - i32(p.pad_left);
-                // Padded taps multiply a zero (the load itself stays guarded).
+                var ix = i32(ox * p.stride_w + kx * p.dil_w) - i32(p.pad_left);
+                var col_in = ix >= 0 && ix < i32(p.w);
+                if (!col_in && mode != 0u) {
+                    ix = pad_coord(ix, i32(p.w), mode);
+                    col_in = true;
+                }
                 var x = 0.0;
-                if (row_in && ix >= 0 && ix < i32(p.w)) {
+                if (row_in && col_in) {
                     x = to_operand(input[in_base + (ic * p.h + u32(iy)) * p.w + u32(ix)]);
                 }
                 acc = fma(x, weight[w_base + (ic * p.kh + ky) * p.kw + kx], acc);

@@ -41,7 +41,7 @@ impl Family for Direct {
         if config.is_empty() {
             Ok(self.reference())
         } else {
-            Err(Error::Parse(format!("the {} kernel has no config, got {config:?}", self.name())))
+            Err(Error::ConfigParse(format!("the {} kernel has no config, got {config:?}", self.name())))
         }
     }
     fn reference(&'static self) -> Kernel {
@@ -76,8 +76,8 @@ impl KernelConfig for DirectKernel {
     }
     fn check_limits(&self, limits: &KernelLimits) -> Result<()> {
         if WORKGROUP > limits.invocations_per_workgroup.min(limits.workgroup_size_x) {
-            return Err(Error::ConfigRefused {
-                config: self.family.name().into(),
+            return Err(Error::KernelRefused {
+                kernel: self.family.name().into(),
                 reason: format!(
                     "{WORKGROUP} invocations exceed the device's {} per workgroup ({})",
                     limits.invocations_per_workgroup.min(limits.workgroup_size_x),

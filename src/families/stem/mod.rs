@@ -85,7 +85,7 @@ impl StemConfig {
     }
 
     fn refuse(&self, reason: impl Into<String>) -> Error {
-        Error::ConfigRefused { config: format!("coop-stem-f16:{self}"), reason: reason.into() }
+        Error::KernelRefused { kernel: format!("coop-stem-f16:{self}"), reason: reason.into() }
     }
 
     /// Warps per workgroup: the multiplying ones and the helpers.
@@ -156,7 +156,7 @@ impl StemConfig {
 
     /// Parses the name back.
     pub fn parse(s: &str) -> Result<Self> {
-        let bad = || Error::Parse(format!("cannot parse stem config {s:?}: expected e.g. m32n96-f2-h6"));
+        let bad = || Error::ConfigParse(format!("cannot parse stem config {s:?}: expected e.g. m32n96-f2-h6"));
         let num = |t: &str| t.parse::<u32>().map_err(|_| bad());
         let parts: Vec<&str> = s.split('-').collect();
         let [mn, f, h] = parts[..] else {
@@ -341,7 +341,7 @@ pub fn stem_refusal(spec: &Conv2dSpec, cfg: &StemConfig) -> Option<String> {
 /// not apply or its workgroup memory exceeds the device's.
 pub fn stem_geometry(spec: &Conv2dSpec, ow: u32, cfg: &StemConfig, limits: &KernelLimits) -> Result<StemGeometry> {
     if let Some(reason) = stem_refusal(spec, cfg) {
-        return Err(Error::ConfigRefused { config: cfg.to_string(), reason });
+        return Err(Error::KernelRefused { kernel: cfg.to_string(), reason });
     }
     cfg.stem_layout()?;
     let k = StemK::of(spec, cfg);
@@ -353,8 +353,8 @@ pub fn stem_geometry(spec: &Conv2dSpec, ow: u32, cfg: &StemConfig, limits: &Kern
     };
     let bytes = geometry.workgroup_bytes(cfg);
     if bytes > limits.workgroup_storage_bytes as u64 {
-        return Err(Error::ConfigRefused {
-            config: cfg.to_string(),
+        return Err(Error::KernelRefused {
+            kernel: cfg.to_string(),
             reason: format!(
                 "the stem kernel needs {bytes} B of workgroup memory here, the device has {} B",
                 limits.workgroup_storage_bytes
@@ -373,8 +373,8 @@ pub fn representative_shapes(cfg: &StemConfig) -> Vec<StemShape> {
     use crate::spec::{Padding, Shape4};
     let limits = KernelLimits::with_workgroup_bytes(48 * 1024);
     let problems = [
-        (Conv2dSpec::new(3, 96, 11).stride(4, 4).padding(Padding::uniform(2)), Shape4::new(1, 3, 224, 224)),
-        (Conv2dSpec::new(3, 64, 7).stride(2, 2).padding(Padding::uniform(3)), Shape4::new(1, 3, 224, 224)),
+        (Conv2dSpec::new(3, 96, 11).stride((4, 4)).padding(Padding::uniform(2)), Shape4::new(1, 3, 224, 224)),
+        (Conv2dSpec::new(3, 64, 7).stride((2, 2)).padding(Padding::uniform(3)), Shape4::new(1, 3, 224, 224)),
         (Conv2dSpec::new(4, 16, 3).padding(Padding::uniform(1)), Shape4::new(1, 4, 9, 13)),
     ];
     problems
@@ -796,7 +796,7 @@ mod tests {
         let cases: Vec<(&str, Conv2dSpec, Shape4, StemConfig)> = vec![
             (
                 "alexnet_like",
-                Conv2dSpec::new(3, 20, 11).stride(4, 4).padding(Padding::uniform(2)).with_bias(true),
+                Conv2dSpec::new(3, 20, 11).stride((4, 4)).padding(Padding::uniform(2)).with_bias(true),
                 Shape4::new(2, 3, 63, 75),
                 StemConfig::REFERENCE,
             ),
@@ -808,7 +808,7 @@ mod tests {
             ),
             (
                 "groups_stride_2x3_wide",
-                Conv2dSpec::new(4, 34, 5).groups(2).stride(2, 3).padding(Padding::uniform(2)),
+                Conv2dSpec::new(4, 34, 5).groups(2).stride((2, 3)).padding(Padding::uniform(2)),
                 Shape4::new(2, 4, 17, 110),
                 StemConfig::new(32, 48, 1, 3),
             ),
@@ -857,7 +857,7 @@ mod tests {
 
     #[test]
     fn alexnet_geometry_and_refusals() {
-        let spec = Conv2dSpec::new(3, 96, 11).stride(4, 4).padding(Padding::uniform(2));
+        let spec = Conv2dSpec::new(3, 96, 11).stride((4, 4)).padding(Padding::uniform(2));
         let cfg = StemConfig::REFERENCE;
         let g = stem_geometry(&spec, 55, &cfg, &KernelLimits::with_workgroup_bytes(48 * 1024)).unwrap();
         assert_eq!((g.k.slots, g.k.csp, g.k.cst, g.k.taps, g.k.k_frags), (48, 48, 56, [3, 3], 27));
@@ -871,6 +871,6 @@ mod tests {
         assert!(stem_geometry(&spec, 55, &cfg, &KernelLimits::with_workgroup_bytes(40 * 1024)).is_err());
         let deep = Conv2dSpec::new(64, 64, 3).padding(Padding::uniform(1));
         assert!(stem_refusal(&deep, &cfg).unwrap().contains("36"), "{:?}", stem_refusal(&deep, &cfg));
-        assert!(stem_refusal(&Conv2dSpec::new(3, 8, 3).dilation(2, 1), &cfg).is_some());
+        assert!(stem_refusal(&Conv2dSpec::new(3, 8, 3).dilation((2, 1)), &cfg).is_some());
     }
 }
