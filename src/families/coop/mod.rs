@@ -10,7 +10,8 @@ use crate::alloc;
 use crate::caps::{DeviceCaps, KernelLimits, COOP_NEEDS};
 use crate::error::{Error, Result};
 use crate::families::tiled::{
-    pack_weights, packed_weight_len, round_to_f16, tile_header, Gathered, TileConfig, GATHER_TABLE_BINDING, GATHER_WGSL,
+    border_taps, has_padding_mode, pack_weights, packed_weight_len, round_to_f16, tile_header, Gathered, TileConfig,
+    GATHER_TABLE_BINDING, GATHER_WGSL,
 };
 use crate::kernel::{compose, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Target, GRID_BINDING};
 use crate::spec::{Conv2dSpec, ConvProblem};
@@ -153,7 +154,8 @@ impl CoopKernel {
         }
     }
 
-    fn source(&self) -> Result<String> {
+    /// The kernel's WGSL; `modes`: with the padding modes' border loads.
+    fn source(&self, modes: bool) -> Result<String> {
         let (wm, wn, fm, fn_) = self.tile.coop_layout()?;
         let mut header = tile_header(&self.tile);
         header.push_str(&format!(
@@ -177,6 +179,7 @@ impl CoopKernel {
             },
         );
         generated.push(("config", header));
+        generated.push(border_taps(modes));
         compose(
             "coop",
             &[
@@ -232,10 +235,10 @@ impl KernelConfig for CoopKernel {
         &[GATHER_TABLE_BINDING, GRID_BINDING]
     }
     fn shape(&self, problem: &ConvProblem, _limits: &KernelLimits) -> Result<Box<dyn Shaped>> {
-        Ok(Box::new(Gathered::new(problem, self.tile, self.source())))
+        Ok(Box::new(Gathered::new(problem, self.tile, self.source(has_padding_mode(problem)))))
     }
     fn representative_sources(&self) -> Result<Vec<String>> {
-        Ok(vec![self.source()?])
+        Ok(vec![self.source(false)?, self.source(true)?])
     }
     fn invocations(&self) -> u32 {
         self.tile.invocations()

@@ -16,6 +16,18 @@ use crate::spec::{Conv2dSpec, ConvProblem};
 
 /// The operand loaders the tiled and cooperative kernels share.
 pub(crate) const GATHER_WGSL: &str = include_str!("gather.wgsl");
+const BORDER_TAPS_WGSL: &str = include_str!("border_taps.wgsl");
+
+/// The `border_taps` module of `gather.wgsl`: the padding modes' border loads where the
+/// problem's mode is not zeros (`modes`), else nothing.
+pub(crate) fn border_taps(modes: bool) -> (&'static str, String) {
+    ("border_taps", if modes { BORDER_TAPS_WGSL.to_string() } else { String::new() })
+}
+
+/// Whether a problem needs the padding modes' border loads.
+pub(crate) fn has_padding_mode(problem: &ConvProblem) -> bool {
+    problem.spec.padding_mode != crate::spec::PaddingMode::Zeros
+}
 const TILED_WGSL: &str = include_str!("tiled.wgsl");
 
 /// The SIMT tiled family, with f32 or f16-rounded operands.
@@ -92,11 +104,11 @@ impl KernelConfig for TiledKernel {
         &[GATHER_TABLE_BINDING, GRID_BINDING]
     }
     fn shape(&self, problem: &ConvProblem, _limits: &KernelLimits) -> Result<Box<dyn Shaped>> {
-        Ok(Box::new(Gathered::new(problem, self.tile, self.source())))
+        Ok(Box::new(Gathered::new(problem, self.tile, self.source(has_padding_mode(problem)))))
     }
     fn representative_sources(&self) -> Result<Vec<String>> {
         self.tile.check_shape()?;
-        Ok(vec![self.source()?])
+        Ok(vec![self.source(false)?, self.source(true)?])
     }
     fn invocations(&self) -> u32 {
         self.tile.invocations()
@@ -113,11 +125,12 @@ impl KernelConfig for TiledKernel {
 }
 
 impl TiledKernel {
-    fn source(&self) -> Result<String> {
+    /// The kernel's WGSL; `modes`: with the padding modes' border loads.
+    fn source(&self, modes: bool) -> Result<String> {
         compose(
             "tiled",
             &[("tiled", TILED_WGSL), ("gather", GATHER_WGSL)],
-            vec![("config", tile_header(&self.tile))],
+            vec![("config", tile_header(&self.tile)), border_taps(modes)],
             self.family.precision(),
             false,
         )
