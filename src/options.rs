@@ -38,7 +38,9 @@ pub struct Conv2dOptions {
     /// f32-accurate f16x3 on cooperative matrices; see [`Precision`].
     pub precision: Precision,
     /// The input shape the op will run on, where known: selection then also consults the
-    /// tuning cache (its key includes the batch and size).
+    /// tuning cache (its key includes the batch and size) and, for f32 on a GPU, picks the
+    /// tile config for the problem's size (the shape rule of `src/select.rs`). The op still
+    /// runs any input size.
     pub tuning_key_input: Option<Shape4>,
 }
 
@@ -58,7 +60,8 @@ impl Conv2dOptions {
         self.precision = precision;
         self
     }
-    /// The input shape the op will run on, for the tuning cache's look-up.
+    /// The input shape the op will run on: for the tuning cache's look-up and the f32 shape
+    /// rule (see the field).
     pub fn tuning_key_input(mut self, input: impl Into<Option<Shape4>>) -> Self {
         self.tuning_key_input = input.into();
         self
