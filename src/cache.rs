@@ -248,6 +248,10 @@ impl CacheKey {
     }
 }
 
+/// A decision tuned at batch m is reused for batch n (same everything else) when
+/// max(m, n) ≤ `BATCH_REUSE_FACTOR` × min(m, n) ([`TuningCache::lookup_near`]).
+pub const BATCH_REUSE_FACTOR: u32 = 2;
+
 /// What the tuner decided for one key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CachedDecision {
@@ -323,6 +327,31 @@ impl TuningCache {
             Some((k, d)) if &k == key => Some(d),
             _ => None,
         })
+    }
+
+    /// The decision for `key`, else the one for the nearest batch within
+    /// [`BATCH_REUSE_FACTOR`]× of `key`'s with everything else equal (device, software,
+    /// kernel family, channels, input size, kernel, stride, padding, dilation, groups), with
+    /// the batch it was measured at. Tile choice depends on the output's size mostly through
+    /// the number of workgroups, which a factor of 2 in batch changes less than the configs'
+    /// differences; beyond it a new tune is needed.
+    pub fn lookup_near(&self, key: &CacheKey) -> Option<(CachedDecision, u32)> {
+        let doc = self.read()?;
+        let n = key.shape.n;
+        let mut nearest: Option<(u32, u32, CachedDecision)> = None;
+        for (k, d) in doc.entries.iter().rev().filter_map(parse_entry) {
+            let m = k.shape.n;
+            let same_but_batch =
+                k.device == key.device && k.kernel == key.kernel && ShapeKey { n, ..k.shape } == key.shape;
+            let (lo, hi) = (m.min(n), m.max(n));
+            if !same_but_batch || hi > lo.saturating_mul(BATCH_REUSE_FACTOR) {
+                continue;
+            }
+            if nearest.as_ref().is_none_or(|(distance, _, _)| hi - lo < *distance) {
+                nearest = Some((hi - lo, m, d));
+            }
+        }
+        nearest.map(|(_, m, d)| (d, m))
     }
 
     /// Every well-formed entry (for tests and diagnostics).
@@ -463,14 +492,14 @@ fn parse_entry(raw: &Value) -> Option<(CacheKey, CachedDecision)> {
 /// ignored with a warning). Reads the cache at its default location ([`default_dir`]); a
 /// missing or unreadable cache, or a family without tiles, is a miss. What `Conv2d`
 /// consults while it selects its kernel.
-pub(crate) fn cached_decision(gpu: &Gpu, problem: &ConvProblem, default: &Kernel) -> Option<Kernel> {
+pub(crate) fn cached_decision(gpu: &Gpu, problem: &ConvProblem, default: &Kernel) -> Option<(Kernel, u32)> {
     default.tile()?;
     let cache = TuningCache::open_default()?;
     let key = CacheKey::new(DeviceKey::new(&gpu.info, gpu.runtime_checks()), problem, default);
-    let d = cache.lookup(&key)?;
+    let (d, batch) = cache.lookup_near(&key)?;
     let kernel = default.with_tile(d.config)?;
     match kernel.check_limits(&gpu.kernel_limits()) {
-        Ok(()) => Some(kernel),
+        Ok(()) => Some((kernel, batch)),
         Err(e) => {
             log::warn!(
                 "tuning cache {}: cached config refused by the device, ignoring it: {e}",

@@ -29,14 +29,25 @@ pub(crate) fn select_on(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -
 /// The tuning cache's decision for the spec at the input shape the options name, measured
 /// on `default`'s family (a missing or unreadable cache is a miss).
 #[cfg(feature = "tune")]
-fn cached(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions, default: &Kernel) -> Option<Kernel> {
+fn cached(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions, default: &Kernel) -> Option<(Kernel, String)> {
     let problem = spec.problem(options.tuning_key_input?).ok()?;
-    crate::cache::cached_decision(gpu, &problem, default)
+    let (kernel, batch) = crate::cache::cached_decision(gpu, &problem, default)?;
+    let reason = if batch == problem.input.n {
+        "the tuner's decision for this device, shape and precision".to_string()
+    } else {
+        format!(
+            "the tuner's decision for this device, shape and precision at batch {batch}, reused at batch {} \
+             (within {}x)",
+            problem.input.n,
+            crate::cache::BATCH_REUSE_FACTOR
+        )
+    };
+    Some((kernel, reason))
 }
 
 /// Without the `tune` feature there is no tuning cache.
 #[cfg(not(feature = "tune"))]
-fn cached(_gpu: &Gpu, _spec: &Conv2dSpec, _options: &Conv2dOptions, _default: &Kernel) -> Option<Kernel> {
+fn cached(_gpu: &Gpu, _spec: &Conv2dSpec, _options: &Conv2dOptions, _default: &Kernel) -> Option<(Kernel, String)> {
     None
 }
 
@@ -46,7 +57,7 @@ pub(crate) fn select(
     caps: &DeviceCaps,
     spec: &Conv2dSpec,
     options: &Conv2dOptions,
-    cached: impl FnOnce(&Kernel) -> Option<Kernel>,
+    cached: impl FnOnce(&Kernel) -> Option<(Kernel, String)>,
 ) -> Result<Selection> {
     if let Some(kernel) = &options.kernel {
         if kernel.precision() != options.precision {
@@ -70,13 +81,9 @@ pub(crate) fn select(
         return Ok(Selection { kernel, source: ConfigSource::Default, reason });
     }
     let (default, why) = rule_kernel(caps, options.precision)?;
-    if let Some(kernel) = cached(&default) {
+    if let Some((kernel, reason)) = cached(&default) {
         if kernel.family() == default.family() && kernel.check(spec, caps).is_ok() {
-            return Ok(Selection {
-                kernel,
-                source: ConfigSource::TuningCache,
-                reason: "the tuner's decision for this device, shape and precision".into(),
-            });
+            return Ok(Selection { kernel, source: ConfigSource::TuningCache, reason });
         }
     }
     let problem = options.tuning_key_input.and_then(|input| spec.problem(input).ok());
@@ -441,11 +448,11 @@ mod tests {
         let gpu = caps(wgpu::DeviceType::DiscreteGpu, 0x1002, false);
         let spec = Conv2dSpec::new(64, 64, 3);
         let tuned: Kernel = "tiled:m128n64k8-t8x8-w4-s1".parse().unwrap();
-        let s = select(&gpu, &spec, &Conv2dOptions::default(), |_| Some(tuned.clone())).unwrap();
+        let s = select(&gpu, &spec, &Conv2dOptions::default(), |_| Some((tuned.clone(), "tuned".into()))).unwrap();
         assert_eq!((s.kernel, s.source), (tuned, ConfigSource::TuningCache));
         // A decision of another family is not this precision's: ignored.
         let other: Kernel = "direct".parse().unwrap();
-        let s = select(&gpu, &spec, &Conv2dOptions::default(), |_| Some(other.clone())).unwrap();
+        let s = select(&gpu, &spec, &Conv2dOptions::default(), |_| Some((other.clone(), "tuned".into()))).unwrap();
         assert_eq!(s.source, ConfigSource::Default);
     }
 

@@ -141,9 +141,22 @@ fn two_cold_tunes_agree_and_conv2d_runs_the_cached_decision() {
     let want = reference_out(&problem, &x, &w, bias.as_deref());
     assert_close("tuned conv", &run_poisoned(&gpu, &conv, &x, shape), &want, TOL_F32);
 
-    // Another input size is another key: the library default.
-    let other = Shape4::new(2, 16, 32, 32);
+    // Another input size (height and width) is another key: the library default.
+    let other = Shape4::new(1, 16, 24, 24);
     let conv = Conv2d::new(&gpu, spec, &w, bias.as_deref(), Conv2dOptions::default().tuning_key_input(other)).unwrap();
+    assert_ne!(conv.kernel().source, ConfigSource::TuningCache);
+
+    // Another batch within 2× of the tuned one: the decision is reused, and the reason says
+    // from which batch; 3× away: a new tune is needed, so the library default.
+    let doubled = Shape4 { n: shape.n * 2, ..shape };
+    let conv =
+        Conv2d::new(&gpu, spec, &w, bias.as_deref(), Conv2dOptions::default().tuning_key_input(doubled)).unwrap();
+    let s = conv.kernel();
+    assert_eq!((&s.kernel, s.source), (&chosen, ConfigSource::TuningCache), "{s}");
+    assert!(s.reason.contains(&format!("at batch {}, reused at batch {}", shape.n, doubled.n)), "{s}");
+    let tripled = Shape4 { n: shape.n * 3, ..shape };
+    let conv =
+        Conv2d::new(&gpu, spec, &w, bias.as_deref(), Conv2dOptions::default().tuning_key_input(tripled)).unwrap();
     assert_ne!(conv.kernel().source, ConfigSource::TuningCache);
 }
 

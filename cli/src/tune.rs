@@ -28,7 +28,7 @@ random normal inputs. A candidate replaces the original only if its median is at
 faster AND stable: its inter-quartile range lies entirely below the original's (q3 < original q1).\n\n\
 The decision is stored in the tuning cache (WGCONV_CACHE_DIR/tuning.json, else \
 <platform cache dir>/wgconv/tuning.json, e.g. ~/.cache/wgconv/tuning.json on Linux), keyed by adapter, driver, backend, wgconv version, shader hash, shape and kernel (each precision's own); a \
-Conv2d built with tuning_key_input (and `wgconv run`) uses it. A later `wgconv tune` of the same shape \
+Conv2d built with tuning_key_input (and `wgconv run`) uses it, also at batches within 2x of the tuned one. A later `wgconv tune` of the same shape \
 and original answers from the cache without opening a device; --force measures again.\n\n\
 Default shape: a generic 3x3 layer (64->64, 56x56, stride 1, padding 1 (same), bias); --preset alexnet-conv1 \
 for AlexNet conv1 (3->96, 11x11, stride 4, padding 2, bias, 224x224). N = 256 on a GPU, N = 2 on a CPU \

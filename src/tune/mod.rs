@@ -1366,12 +1366,14 @@ fn minimal_report(gpu: &Gpu, problem: &ConvProblem, original: &Kernel, d: &Cache
 /// measured on the family of the precision's default kernel here
 /// (`wgconv::advanced::default_kernel`: f16 is `coop-f16` or `tiled-f16` depending on
 /// whether cooperative matrices are enabled), and only if the device accepts it
-/// ([`crate::Kernel::check_limits`]). What a `Conv2d` with `Conv2dOptions::tuning_key_input`
+/// ([`crate::Kernel::check_limits`]); where this batch was not tuned, the nearest tuned batch
+/// within [`cache::BATCH_REUSE_FACTOR`]× ([`cache::TuningCache::lookup_near`]). What a
+/// `Conv2d` with `Conv2dOptions::tuning_key_input`
 /// consults (unless the stem rule picks its kernel first). Reads the cache at its default
 /// location ([`cache::default_dir`]); a missing or unreadable cache is a miss.
 pub fn cached_decision(gpu: &Gpu, problem: &ConvProblem, precision: Precision) -> Option<Kernel> {
     let (default, _) = crate::select::default_kernel(gpu.caps(), precision).ok()?;
-    cache::cached_decision(gpu, problem, &default)
+    cache::cached_decision(gpu, problem, &default).map(|(kernel, _)| kernel)
 }
 
 // ---------------------------------------------------------------------------------------
