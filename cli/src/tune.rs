@@ -36,6 +36,7 @@ adapter (lavapipe runs ~1 GFLOP/s).",
     after_help = "Examples:\n  wgconv tune\n  wgconv tune --force --threshold 1.5 --rounds 21 --json tune.json\n  \
 wgconv tune --config m64n64k16-t4x8-w4-s3\n  wgconv tune --precision f16x3\n  \
 wgconv tune --precision f16 --config coop-f16:m64n96k16-t4x12-w4-s1\n  \
+wgconv bench --configs m32n64k32-t4x4-w4-s2,m64n64k16-t8x4-w4-s3 --json b.json; wgconv tune --config-from b.json\n  \
 wgconv tune --preset alexnet-conv1\n  wgconv tune --batch 8 --in-channels 128 --height 28 --width 28 --out-channels 128"
 )]
 pub struct Args {
@@ -44,8 +45,12 @@ pub struct Args {
     /// The original tile config, e.g. m64n64k16-t4x8-w4-s3, run by the precision's default
     /// family on this adapter; or a tiled kernel's full name, e.g. tiled-f16:m64n64k16-t4x8-w4-s3
     /// (default: the precision's default kernel on this adapter, `wgconv info` names it)
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", conflicts_with = "config_from")]
     config: Option<String>,
+    /// Start from the fastest correct kernel of a `wgconv bench --json` report (of the
+    /// --precision, with a tile config), e.g. the winner of a tile-size sweep on this shape
+    #[arg(long, value_name = "FILE")]
+    config_from: Option<std::path::PathBuf>,
     /// The precision to tune: f32, f16 (cooperative matrices where the device has them,
     /// else the f16 SIMT kernel) or f16x3 (cooperative matrices only). Each precision's
     /// decision is cached on its own
@@ -95,7 +100,14 @@ pub fn main(a: Args) -> CliResult {
     }
     let spec = a.shape.spec()?;
     let precision = Precision::from(a.precision);
-    let config = a.config.as_deref().map(|name| parse_config(name, precision)).transpose()?;
+    let from_bench = a.config_from.as_deref().map(|path| bench_winner(path, precision)).transpose()?;
+    if let (Some(name), Some(path)) = (&from_bench, &a.config_from) {
+        eprintln!(
+            "wgconv: --config-from {}: starting from {name}, the report's fastest correct kernel",
+            path.display()
+        );
+    }
+    let config = a.config.as_deref().or(from_bench.as_deref()).map(|name| parse_config(name, precision)).transpose()?;
     let (height, width) = a.shape.hw();
     let input = |n: u32| Shape4::new(n, spec.in_channels, height, width);
     if let Some(b) = a.shape.batch {
@@ -271,6 +283,23 @@ pub fn main(a: Args) -> CliResult {
         )?;
     }
     Ok(())
+}
+
+/// The fastest correct kernel of a `wgconv bench --json` report that computes in
+/// `precision` and has a tile config (what the tuner can start from), by its full name.
+fn bench_winner(path: &std::path::Path, precision: Precision) -> CliResult<String> {
+    let what = |e: String| CliError(format!("--config-from {}: {e}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|e| what(e.to_string()))?;
+    let report: serde_json::Value = serde_json::from_str(&text).map_err(|e| what(e.to_string()))?;
+    let results = report["results"].as_array().ok_or_else(|| what("no \"results\" list: not a bench report".into()))?;
+    results
+        .iter()
+        .filter(|r| r["outcome"]["status"] == "ok" && !r["config"].is_null())
+        .filter_map(|r| Some((r["kernel"].as_str()?, r["outcome"]["time_ms"]["median"].as_f64()?)))
+        .filter(|(name, _)| Kernel::parse(name).is_ok_and(|k| k.precision() == precision))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(name, _)| name.to_string())
+        .ok_or_else(|| what(format!("no correct {precision} kernel with a tile config in the report")))
 }
 
 /// What `--config` names.

@@ -215,3 +215,55 @@ fn bench_default_batch_on_cpu_adapter_is_small() {
     assert!(stderr.contains(&format!("is a CPU adapter: batch {batch} (use --batch to override)")), "{stderr}");
     assert!(stdout.contains("tiled:m32n64k32-t4x4-w4-s2"), "{stdout}");
 }
+
+/// `wgconv tune --config-from` starts from the fastest correct tiled kernel of a bench
+/// report (the direct kernel, which has no tile config, is passed over), and a file that is
+/// not a bench report is refused with its path.
+#[test]
+fn tune_starts_from_a_bench_reports_winner() {
+    let dir = tempfile::tempdir().unwrap();
+    let configs = "m32n64k32-t4x4-w4-s2,m64n32k32-t4x4-w4-s2,direct";
+    let (out, stdout, stderr) =
+        bench(dir.path(), &["--runs", "20", "--warmup", "1", "--configs", configs, "--json", "b.json"]);
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("b.json")).unwrap()).unwrap();
+    let winner = report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["outcome"]["status"] == "ok" && !r["config"].is_null())
+        .min_by(|a, b| {
+            let t = |r: &Value| r["outcome"]["time_ms"]["median"].as_f64().unwrap();
+            t(a).total_cmp(&t(b))
+        })
+        .map(|r| r["kernel"].as_str().unwrap().to_string())
+        .unwrap();
+    let mut args = vec!["tune"];
+    args.extend_from_slice(SMALL);
+    args.extend_from_slice(&["--rounds", "5", "--config-from", "b.json"]);
+    let cache = dir.path().join("cache");
+    let out = Command::new(env!("CARGO_BIN_EXE_wgconv"))
+        .current_dir(dir.path())
+        .env("WGCONV_CACHE_DIR", &cache)
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .args(&args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("starting from {winner}")), "{stderr}");
+    std::fs::write(dir.path().join("not.json"), "{}").unwrap();
+    let bad = args.iter().map(|a| if *a == "b.json" { "not.json" } else { a }).collect::<Vec<_>>();
+    let out = Command::new(env!("CARGO_BIN_EXE_wgconv"))
+        .current_dir(dir.path())
+        .env("WGCONV_CACHE_DIR", &cache)
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .args(&bad)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("--config-from not.json") && stderr.contains("not a bench report"),
+        "{stderr}"
+    );
+}
