@@ -422,28 +422,31 @@ impl Gpu {
     /// Creates a buffer in its own error scopes: a device out of memory is
     /// [`Error::OutOfMemory`] naming `label` and `size`.
     pub fn create_buffer(&self, label: &str, size: u64, usage: wgpu::BufferUsages) -> Result<wgpu::Buffer> {
-        let scope = ErrorScope::push(&self.device);
-        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some(label),
-            size,
-            usage,
-            mapped_at_creation: false,
-        });
+        let (scope, buffer) = self.create_scoped(label, size, usage, false);
         scope.finish_buffer(label, size)?;
         Ok(buffer)
     }
 
     /// [`Gpu::create_buffer`] without blocking.
     pub async fn create_buffer_async(&self, label: &str, size: u64, usage: wgpu::BufferUsages) -> Result<wgpu::Buffer> {
-        let scope = ErrorScope::push(&self.device);
-        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some(label),
-            size,
-            usage,
-            mapped_at_creation: false,
-        });
+        let (scope, buffer) = self.create_scoped(label, size, usage, false);
         scope.finish_buffer_async(label, size).await?;
         Ok(buffer)
+    }
+
+    /// A buffer created inside freshly pushed error scopes, which the caller finishes
+    /// (blocking or not) to learn whether the creation failed.
+    fn create_scoped(
+        &self,
+        label: &str,
+        size: u64,
+        usage: wgpu::BufferUsages,
+        mapped_at_creation: bool,
+    ) -> (ErrorScope, wgpu::Buffer) {
+        let scope = ErrorScope::push(&self.device);
+        let buffer =
+            self.device.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size, usage, mapped_at_creation });
+        (scope, buffer)
     }
 
     /// A buffer holding `contents` (mapped at creation, in its own error scopes): what
@@ -453,13 +456,7 @@ impl Gpu {
         // Mapped-at-creation buffers need a size that is a non-zero multiple of 4.
         let size =
             (contents.len() as u64).next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT).max(wgpu::COPY_BUFFER_ALIGNMENT);
-        let scope = ErrorScope::push(&self.device);
-        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some(label),
-            size,
-            usage,
-            mapped_at_creation: true,
-        });
+        let (scope, buffer) = self.create_scoped(label, size, usage, true);
         scope.finish_buffer(label, size)?;
         {
             let mut view = buffer.get_mapped_range_mut(..).map_err(|e| Error::OutOfMemory {

@@ -5,6 +5,8 @@
 // (console errors and uncaught exceptions), outputs (per image: whether it has contrast),
 // timings.
 
+import { mulberry32 } from "./random.js";
+
 const page = { done: false, ok: false, errors: [], outputs: {}, timings: [], kernels: {} };
 window.wgconvPage = page;
 
@@ -37,15 +39,6 @@ function noWebGpu(why) {
   finish(false);
 }
 
-// A small deterministic generator, so that the random layer is the same on every visit.
-function mulberry32(seed) {
-  return () => {
-    seed |= 0; seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 function randomArray(n, rand, scale) {
   const a = new Float32Array(n);
   for (let i = 0; i < n; i++) a[i] = (rand() * 2 - 1) * scale;

@@ -8,6 +8,7 @@
 // also POSTed to it (/log), and the summary to /report, which is how
 // `bash scripts/web.sh test` reads the results of a headless browser.
 
+import { mulberry32 } from "./random.js";
 import init, { Device, Conv, reference, version } from "./pkg/wgconv_web.js";
 
 const params = new URLSearchParams(location.search);
@@ -45,14 +46,6 @@ function assert(cond, msg) {
   if (!cond) throw new Error(msg);
 }
 
-function mulberry32(seed) {
-  return () => {
-    seed |= 0; seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 function randn(n, rand, scale = 1) {
   const a = new Float32Array(n);
   for (let i = 0; i < n; i++) a[i] = (rand() * 2 - 1) * scale;
