@@ -7,6 +7,7 @@
 use crate::error::{BufferIssue, Error, Result};
 use crate::gpu::Gpu;
 use crate::kernel::{bindings, ConvParams, Pipeline, Precision, Shaped, FLAG_RELU, GRID_BINDING, PAD_MODE_SHIFT};
+use crate::kernel::workgroups_u32;
 use crate::lru::Lru;
 use crate::options::{Activation, Conv2dOptions, Selection};
 use crate::scope::ErrorScope;
@@ -22,7 +23,22 @@ pub const PREPARED_CAPACITY: usize = 16;
 struct Prepared {
     shaped: Box<dyn Shaped>,
     pipeline: Arc<Pipeline>,
+    /// The pipeline of the kernel's staging pass, where it has one.
+    staging: Option<Arc<Pipeline>>,
     tables: Vec<(u32, wgpu::Buffer)>,
+}
+
+impl Prepared {
+    /// Scratch bytes per image of the staging pass (0 without one).
+    fn scratch_per_image(&self) -> u64 {
+        self.shaped.staging().map_or(0, |s| s.bytes_per_image)
+    }
+}
+
+/// One chunk's dispatches: the staging pass (where the kernel has one), then the kernel.
+struct ChunkDispatch {
+    staging: Option<(wgpu::BindGroup, [u32; 2])>,
+    main: (wgpu::BindGroup, [u32; 2]),
 }
 
 /// A 2-D convolution bound to a device, with its weights resident there.
@@ -64,7 +80,10 @@ pub struct Conv2d {
 /// times (the benchmark times exactly this).
 pub struct ConvPlan {
     prepared: Arc<Prepared>,
-    dispatches: Vec<(wgpu::BindGroup, [u32; 2])>,
+    dispatches: Vec<ChunkDispatch>,
+    /// The staging pass's output, one chunk's worth, reused chunk after chunk (wgpu orders
+    /// the dispatches that write and read it).
+    _scratch: Option<wgpu::Buffer>,
     /// The problem planned.
     pub problem: ConvProblem,
 }
@@ -76,8 +95,14 @@ impl ConvPlan {
             label: Some("wgconv conv2d"),
             timestamp_writes: timestamps,
         });
-        pass.set_pipeline(&self.prepared.pipeline.pipeline);
-        for (bind_group, [x, y]) in &self.dispatches {
+        for chunk in &self.dispatches {
+            if let (Some((bind_group, [x, y])), Some(staging)) = (&chunk.staging, &self.prepared.staging) {
+                pass.set_pipeline(&staging.pipeline);
+                pass.set_bind_group(0, bind_group, &[]);
+                pass.dispatch_workgroups(*x, *y, 1);
+            }
+            let (bind_group, [x, y]) = &chunk.main;
+            pass.set_pipeline(&self.prepared.pipeline.pipeline);
             pass.set_bind_group(0, bind_group, &[]);
             pass.dispatch_workgroups(*x, *y, 1);
         }
@@ -89,17 +114,22 @@ impl ConvPlan {
 }
 
 /// Images per chunk so that each chunk's input and output windows (plus the alignment
-/// slack of their binding offsets) fit the binding limit and i32 element arithmetic.
-pub(crate) fn images_per_chunk(problem: &ConvProblem, limits: &wgpu::Limits) -> Result<u32> {
+/// slack of their binding offsets) and its staging scratch (`scratch_per_image` bytes, 0
+/// for kernels without a staging pass) fit the binding limit and i32 element arithmetic.
+pub(crate) fn images_per_chunk(problem: &ConvProblem, limits: &wgpu::Limits, scratch_per_image: u64) -> Result<u32> {
     let slack = limits.min_storage_buffer_offset_alignment as u64;
     // Kernels index bound windows with i32 arithmetic: keep every window under 2^31 elements.
     let cap_elems = (limits.max_storage_buffer_binding_size.saturating_sub(slack) / 4).min(i32::MAX as u64 - slack);
     let per_in = problem.input.per_image();
     let per_out = problem.output.per_image();
-    let fit = cap_elems / per_in.max(per_out);
+    let fit = cap_elems / per_in.max(per_out).max(scratch_per_image.div_ceil(4));
     if fit == 0 {
+        let scratch = match scratch_per_image {
+            0 => String::new(),
+            b => format!(" and {b} B of staged input"),
+        };
         return Err(Error::TooLarge(format!(
-            "one image needs {} B of input and {} B of output, over the device's binding limit of {} B \
+            "one image needs {} B of input and {} B of output{scratch}, over the device's binding limit of {} B \
              (max_storage_buffer_binding_size)",
             per_in * 4,
             per_out * 4,
@@ -261,11 +291,21 @@ impl Conv2d {
             bindings(kernel),
             self.gpu.runtime_checks(),
         )?;
+        let staging = match shaped.staging() {
+            None => None,
+            Some(s) => {
+                let mut b = vec![0, 1, 5];
+                if kernel.precision() != Precision::F32 {
+                    b.push(6);
+                }
+                Some(self.gpu.pipelines().get_or_build(&self.gpu.device, s.source.clone(), b, self.gpu.runtime_checks())?)
+            }
+        };
         let tables = tables
             .iter()
             .map(|(b, label, bytes)| Ok((*b, storage_buffer(&self.gpu, label, bytes)?)))
             .collect::<Result<Vec<_>>>()?;
-        let prepared = Arc::new(Prepared { shaped, pipeline, tables });
+        let prepared = Arc::new(Prepared { shaped, pipeline, staging, tables });
         map.insert(key, prepared.clone());
         Ok(prepared)
     }
@@ -298,9 +338,17 @@ impl Conv2d {
             self.check_device(what, buf)?;
         }
         let limits = self.gpu.device.limits();
-        let per_chunk = images_per_chunk(&problem, &limits)?;
-        let align = limits.min_storage_buffer_offset_alignment as u64;
         let prepared = self.prepared(&problem)?;
+        let per_chunk = images_per_chunk(&problem, &limits, prepared.scratch_per_image())?;
+        let align = limits.min_storage_buffer_offset_alignment as u64;
+        let scratch = match prepared.scratch_per_image() {
+            0 => None,
+            per_image => Some(self.gpu.create_buffer(
+                "wgconv staged input",
+                per_image * per_chunk as u64,
+                wgpu::BufferUsages::STORAGE,
+            )?),
+        };
         // The problem's spec: its padding is resolved for this input size.
         let s = &problem.spec;
         let scope = ErrorScope::push(&self.gpu.device);
@@ -351,9 +399,33 @@ impl Conv2d {
             fn bind_range(buffer: &wgpu::Buffer, offset: u64, size: u64) -> wgpu::BindingResource<'_> {
                 wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset, size: wgpu::BufferSize::new(size) })
             }
+            let input_range = bind_range(input, in_at, in_size);
+            let mut staging = None;
+            if let (Some(scratch), Some(pipeline), Some(s)) = (&scratch, &prepared.staging, prepared.shaped.staging()) {
+                let mut entries = vec![
+                    wgpu::BindGroupEntry { binding: 0, resource: uniform.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 1, resource: input_range.clone() },
+                    wgpu::BindGroupEntry { binding: 5, resource: scratch.as_entire_binding() },
+                ];
+                if self.selection.kernel.precision() != Precision::F32 {
+                    entries.push(wgpu::BindGroupEntry { binding: 6, resource: self.range_flag.as_entire_binding() });
+                }
+                let bind_group = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some("wgconv staging"),
+                    layout: &pipeline.layout,
+                    entries: &entries,
+                });
+                let invocations = s.invocations_per_image * batch as u64;
+                let groups = workgroups_u32(invocations.div_ceil(s.workgroup_size as u64))?;
+                staging = Some((bind_group, fold_grid(groups, limits.max_compute_workgroups_per_dimension)?));
+            }
+            let main_input = match &scratch {
+                Some(scratch) => scratch.as_entire_binding(),
+                None => input_range,
+            };
             let mut entries = vec![
                 wgpu::BindGroupEntry { binding: 0, resource: uniform.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 1, resource: bind_range(input, in_at, in_size) },
+                wgpu::BindGroupEntry { binding: 1, resource: main_input },
                 wgpu::BindGroupEntry { binding: 2, resource: self.weight.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 3, resource: self.bias.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 5, resource: bind_range(output, out_at, out_size) },
@@ -376,11 +448,11 @@ impl Conv2d {
                 layout: &prepared.pipeline.layout,
                 entries: &entries,
             });
-            dispatches.push((bind_group, grid));
+            dispatches.push(ChunkDispatch { staging, main: (bind_group, grid) });
             first += batch;
         }
         scope.finish("bind group creation")?;
-        Ok(ConvPlan { prepared, dispatches, problem })
+        Ok(ConvPlan { prepared, dispatches, _scratch: scratch, problem })
     }
 
     /// Encodes the convolution of `input` (shape `shape`) into `output` on the caller's encoder.
@@ -441,7 +513,8 @@ impl Conv2d {
                 got: input.len() as u64,
             });
         }
-        let per_chunk = images_per_chunk(&problem, &self.gpu.device.limits())?;
+        let per_chunk =
+            images_per_chunk(&problem, &self.gpu.device.limits(), self.prepared(&problem)?.scratch_per_image())?;
         let (in_img, out_img) = (problem.input.per_image() as usize, problem.output.per_image() as usize);
         let chunk_in = Shape4 { n: per_chunk, ..problem.input };
         let dev = &self.gpu.device;

@@ -189,6 +189,27 @@ pub(crate) trait Shaped: Send + Sync {
     /// The family's `Grid` uniform for one chunk (empty where the family has none) and the
     /// chunk's workgroup count, from the chunk's parameters.
     fn grid(&self, params: &ConvParams) -> Result<(Vec<u8>, u64)>;
+    /// A pass that runs before the kernel, in the same compute pass, rewriting the input
+    /// into a scratch buffer that the kernel then reads at binding 1 in its place (e.g.
+    /// channels-last f16 with the padding written out). `None` for the kernels that read
+    /// the input itself.
+    fn staging(&self) -> Option<&Staging> {
+        None
+    }
+}
+
+/// A kernel's staging pass (see [`Shaped::staging`]): its WGSL reads params 0 and the
+/// input 1, writes the scratch buffer at binding 5, and the range flag 6 under the f16
+/// precisions; one invocation per `invocations_per_image` unit of each image of a chunk.
+pub(crate) struct Staging {
+    /// The staging pass's WGSL.
+    pub source: String,
+    /// Scratch bytes per image (the scratch holds one chunk).
+    pub bytes_per_image: u64,
+    /// Invocations per image.
+    pub invocations_per_image: u64,
+    /// Invocations per workgroup (the source's `@workgroup_size`).
+    pub workgroup_size: u32,
 }
 
 /// One family's config: what makes a [`Kernel`] run.

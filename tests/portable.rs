@@ -78,3 +78,15 @@ fn check_portable_reports_errors() {
     let broken = TileConfig { thread_m: 0, thread_n: 0, ..TileConfig::seed() };
     assert!(check_portable(&tiled(broken)).is_err());
 }
+
+/// Every family's whole sweep passes naga on the targets the family declares (the
+/// cooperative-matrix families SPIR-V only), so a shader error shows here, not on a GPU.
+#[test]
+fn every_family_sweep_passes_naga() {
+    let failures: Vec<String> = wgconv::advanced::family_names()
+        .into_iter()
+        .flat_map(|f| sweep(f).unwrap())
+        .filter_map(|k| check_portable(&k).err().map(|e| format!("{k}: {e}")))
+        .collect();
+    assert!(failures.is_empty(), "{} kernels fail naga:\n{}", failures.len(), failures.join("\n"));
+}

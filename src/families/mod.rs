@@ -5,6 +5,7 @@ pub(crate) mod band;
 pub(crate) mod coop;
 pub(crate) mod depthwise;
 pub(crate) mod direct;
+pub(crate) mod nhwc;
 pub(crate) mod stem;
 pub mod tiled;
 
@@ -17,6 +18,7 @@ pub(crate) static FAMILIES: &[&dyn Family] = &[
     &stem::STEM,
     &coop::COOP_F16,
     &coop::COOP_F16X3,
+    &nhwc::COOP_NHWC_F16,
     &band::BAND,
     &tiled::TILED,
     &tiled::TILED_F16,

@@ -1,0 +1,493 @@
+//! Implicit GEMM on the matrix units over a channels-last input (`coop-nhwc-f16`): a staging
+//! pass (`stage.wgsl`) rewrites the chunk's NCHW f32 input as f16 `[n][HP][WP][C8]` vectors
+//! of 8 channels with the padding written out, so that the GEMM kernel (`nhwc.wgsl`) loads
+//! A as 16-byte runs of channels with no bounds test and no border logic; K is ordered
+//! (ky, kx, channel), each group's channels padded to whole vectors. The tile vocabulary
+//! is `TileConfig`'s; each warp owns 16×16 accumulator fragments (`coop::fragments`).
+//!
+//! Why a separate pass: the gathering kernels (`coop-f16`) round and gather A one element
+//! at a time, and that staging work, not the matrix units, bounds them. Rewriting the input
+//! once costs a read of it and a write of half its bytes (its padded f16 copy).
+
+use crate::alloc;
+use crate::caps::{DeviceCaps, KernelLimits};
+use crate::error::Result;
+use crate::families::coop::fragments::{fragment_layout, fragment_modules, FragmentCode};
+use crate::families::coop::{coop_missing, f16_bytes, MAX_FRAGMENTS};
+use crate::families::tiled::TileConfig;
+use crate::kernel::{
+    compose, workgroups_u32, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Staging, Target,
+    GRID_BINDING,
+};
+use crate::spec::{Conv2dSpec, ConvProblem};
+
+const NHWC_WGSL: &str = include_str!("nhwc.wgsl");
+const STAGE_WGSL: &str = include_str!("stage.wgsl");
+
+/// Channels per staged vector (16 bytes of f16).
+const VEC: u32 = 8;
+/// Invocations per workgroup of the staging pass.
+const STAGE_WG: u32 = 256;
+/// The binding of the K table (one row per K vector).
+const KTAB_BINDING: u32 = 4;
+/// A K vector past the group's K.
+const NO_TAP: u32 = u32::MAX;
+
+/// The channels-last cooperative family.
+#[derive(Debug)]
+pub(crate) struct Nhwc;
+
+/// `coop-nhwc-f16`.
+pub(crate) static COOP_NHWC_F16: Nhwc = Nhwc;
+
+impl Family for Nhwc {
+    fn name(&self) -> &'static str {
+        "coop-nhwc-f16"
+    }
+    fn precision(&self) -> Precision {
+        Precision::F16Accum32
+    }
+    fn unavailable(&self, caps: &DeviceCaps) -> Option<String> {
+        coop_missing(caps)
+    }
+    fn parse(&'static self, config: &str) -> Result<Kernel> {
+        Ok(Kernel::new(NhwcKernel { family: self, tile: TileConfig::parse(config)? }))
+    }
+    fn reference(&'static self) -> Kernel {
+        Kernel::new(NhwcKernel { family: self, tile: reference_tile() })
+    }
+    fn sweep(&'static self) -> Vec<Kernel> {
+        nhwc_sweep().into_iter().map(|tile| Kernel::new(NhwcKernel { family: self, tile })).collect()
+    }
+    fn targets(&self) -> &'static [Target] {
+        // naga's other backends do not express cooperative matrices.
+        &[Target::SpirV]
+    }
+}
+
+/// The reference config: 8 warps of 4×2 fragments over 128 positions × 128 channels, K
+/// steps of 32, two buffers.
+fn reference_tile() -> TileConfig {
+    TileConfig::with_thread_tile(128, 128, 32, 8, 8, 2)
+}
+
+/// The declared sweep, the reference first.
+pub fn nhwc_sweep() -> Vec<TileConfig> {
+    use TileConfig as T;
+    vec![
+        reference_tile(),
+        T::with_thread_tile(128, 128, 64, 8, 8, 1),
+        T::with_thread_tile(128, 128, 16, 8, 8, 2),
+        T::with_thread_tile(128, 64, 32, 8, 8, 2),
+        T::with_thread_tile(64, 128, 32, 8, 8, 2),
+        T::with_thread_tile(64, 64, 32, 4, 8, 2),
+        T::with_thread_tile(64, 64, 64, 4, 8, 2),
+        T::with_thread_tile(32, 64, 32, 4, 8, 2),
+    ]
+}
+
+/// The staged input's geometry for one problem: channels per group `cg` padded to `cg8`
+/// vectors, `c8` vectors per pixel, the padded image `hp × wp`, and the group's K in
+/// vectors (`k8`) and in f16 padded to whole K steps (`k_pad`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StagedGeometry {
+    pub cg: u32,
+    pub cg8: u32,
+    pub c8: u32,
+    pub hp: u32,
+    pub wp: u32,
+    pub k8: u32,
+    pub k_pad: u32,
+}
+
+impl StagedGeometry {
+    pub(crate) fn new(spec: &Conv2dSpec, h: u32, w: u32, block_k: u32) -> StagedGeometry {
+        let cg = spec.in_channels_per_group();
+        let cg8 = cg.div_ceil(VEC);
+        let k8 = spec.kernel[0] * spec.kernel[1] * cg8;
+        StagedGeometry {
+            cg,
+            cg8,
+            c8: spec.groups * cg8,
+            hp: h + spec.padding.top + spec.padding.bottom,
+            wp: w + spec.padding.left + spec.padding.right,
+            k8,
+            k_pad: (k8 * VEC).next_multiple_of(block_k),
+        }
+    }
+    /// Staged bytes per image.
+    fn bytes_per_image(&self) -> u64 {
+        self.hp as u64 * self.wp as u64 * self.c8 as u64 * VEC as u64 * 2
+    }
+    /// The K table: per K vector `(ky, kx, channel vector)`, its offset in vectors from a
+    /// window origin; [`NO_TAP`] past K.
+    fn k_table(&self, spec: &Conv2dSpec) -> Vec<u32> {
+        let kw = spec.kernel[1];
+        (0..self.k_pad / VEC)
+            .map(|k| {
+                if k >= self.k8 {
+                    return NO_TAP;
+                }
+                let (tap, cv) = (k / self.cg8, k % self.cg8);
+                let (ky, kx) = (tap / kw, tap % kw);
+                (ky * spec.dilation[0] * self.wp + kx * spec.dilation[1]) * self.c8 + cv
+            })
+            .collect()
+    }
+}
+
+impl TileConfig {
+    /// Workgroup memory of the channels-last kernel: the f16 A and B stages (rows padded by
+    /// 8), one 16×16 f32 scratch fragment per warp, and the row table.
+    pub fn nhwc_workgroup_bytes(&self) -> u64 {
+        let (bm, bn, bk, st) = (self.block_m as u64, self.block_n as u64, self.block_k as u64, self.stages as u64);
+        st * bm * (bk + 8) * 2 + st * bk * (bn + 8) * 2 + self.warps as u64 * 1024 + bm * 8
+    }
+
+    /// The channels-last kernel's structural checks and warp layout
+    /// `(warps_m, warps_n, fm, fn)`.
+    fn nhwc_layout(&self) -> Result<(u32, u32, u32, u32)> {
+        self.check_bounds()?;
+        self.check_warps()?;
+        self.check_fragment_blocks("channels-last cooperative-matrix")?;
+        if !crate::tile::STAGE_RANGE.contains(&self.stages) {
+            return Err(self.refuse(format!("stages must be in {:?}, got {}", crate::tile::STAGE_RANGE, self.stages)));
+        }
+        if ![16, 32, 64].contains(&self.block_k) {
+            return Err(self.refuse(format!("block_k must be 16, 32 or 64, got {}", self.block_k)));
+        }
+        let (inv, bk8) = (self.invocations(), self.block_k / VEC);
+        if !inv.is_multiple_of(bk8) || !(self.block_m * bk8).is_multiple_of(inv) {
+            return Err(self.refuse(format!(
+                "the A loader needs block_k/8 | invocations and invocations | block_m·block_k/8 ({inv} invocations, {}x{})",
+                self.block_m, self.block_k
+            )));
+        }
+        fragment_layout(self.block_m / 16, self.block_n / 16, self.warps, MAX_FRAGMENTS, &self.name())
+    }
+}
+
+/// A kernel of the channels-last cooperative family.
+#[derive(Debug)]
+pub(crate) struct NhwcKernel {
+    family: &'static Nhwc,
+    tile: TileConfig,
+}
+
+impl NhwcKernel {
+    fn source(&self) -> Result<String> {
+        let (wm, wn, fm, fn_) = self.tile.nhwc_layout()?;
+        let mut header = crate::families::tiled::tile_header(&self.tile);
+        header.push_str(&format!(
+            "const WARPS_M: u32 = {wm}u;\nconst WARPS_N: u32 = {wn}u;\nconst FM: u32 = {fm}u;\nconst FN: u32 = {fn_}u;\n"
+        ));
+        let mut generated = fragment_modules(
+            fm,
+            fn_,
+            &FragmentCode {
+                a_load: &|i, tile| {
+                    format!("coopLoadT<coop_mat16x16<f16, A>>(&{tile}[a_at + {}u * A_PSTRIDE], A_PSTRIDE)", i * 16)
+                },
+                b_load: &|j, tile| format!("coopLoadT<coop_mat16x16<f16, B>>(&{tile}[b_at + {}u], B_PSTRIDE)", j * 8),
+                split: false,
+                init_row: &|_| String::new(),
+                store: &|i, j| {
+                    format!(
+                        "coopStore(acc_{i}_{j}, &c_scratch[scratch], FRAG);\nstore_fragment(blk, warp, lane, wm0 + {}u, wn0 + {}u);\n",
+                        i * 16,
+                        j * 16
+                    )
+                },
+            },
+        );
+        generated.push(("config", header));
+        compose("nhwc", &[("nhwc", NHWC_WGSL)], generated, self.family.precision(), true)
+    }
+
+    fn n_pad(&self, spec: &Conv2dSpec) -> u32 {
+        spec.out_channels_per_group().next_multiple_of(self.tile.block_n)
+    }
+}
+
+/// The staging pass's source for one problem.
+fn stage_source(problem: &ConvProblem, g: &StagedGeometry, precision: Precision) -> Result<String> {
+    let s = &problem.spec;
+    let config = format!(
+        "const H: u32 = {h}u;\nconst W: u32 = {w}u;\nconst C: u32 = {c}u;\nconst HP: u32 = {hp}u;\n\
+         const WP: u32 = {wp}u;\nconst C8: u32 = {c8}u;\nconst CG8: u32 = {cg8}u;\nconst CG: u32 = {cg}u;\n\
+         const PT: u32 = {pt}u;\nconst PL: u32 = {pl}u;\nconst STAGE_WG: u32 = {STAGE_WG}u;\n",
+        h = problem.input.h,
+        w = problem.input.w,
+        c = problem.input.c,
+        hp = g.hp,
+        wp = g.wp,
+        c8 = g.c8,
+        cg8 = g.cg8,
+        cg = g.cg,
+        pt = s.padding.top,
+        pl = s.padding.left,
+    );
+    compose("stage", &[("stage", STAGE_WGSL)], vec![("stage_config", config)], precision, false)
+}
+
+impl KernelConfig for NhwcKernel {
+    fn family(&self) -> &'static dyn Family {
+        self.family
+    }
+    fn name(&self) -> String {
+        self.tile.name()
+    }
+    fn check_shape(&self) -> Result<()> {
+        self.tile.nhwc_layout().map(|_| ())
+    }
+    fn check_limits(&self, limits: &KernelLimits) -> Result<()> {
+        self.tile.nhwc_layout()?;
+        self.tile.check_device(limits, self.tile.nhwc_workgroup_bytes())
+    }
+    fn check_spec(&self, _spec: &Conv2dSpec, _limits: &KernelLimits) -> Result<()> {
+        Ok(())
+    }
+    fn packed_bytes(&self, spec: &Conv2dSpec) -> u64 {
+        let g = StagedGeometry::new(spec, 1, 1, self.tile.block_k);
+        spec.groups as u64 * g.k_pad as u64 * self.n_pad(spec) as u64 * 2
+    }
+    fn pack(&self, spec: &Conv2dSpec, weight: &[f32], _bias: &[f32]) -> Result<Packed> {
+        let packed = pack_channels_last(spec, weight, self.tile.block_k, self.n_pad(spec))?;
+        Ok(Packed { weight: f16_bytes(packed)?, extra: Vec::new(), out_scale: 1.0 })
+    }
+    fn extra_bindings(&self) -> &'static [u32] {
+        &[KTAB_BINDING, GRID_BINDING]
+    }
+    fn shape(&self, problem: &ConvProblem, _limits: &KernelLimits) -> Result<Box<dyn Shaped>> {
+        let geometry = StagedGeometry::new(&problem.spec, problem.input.h, problem.input.w, self.tile.block_k);
+        let staging = Staging {
+            source: stage_source(problem, &geometry, self.family.precision())?,
+            bytes_per_image: geometry.bytes_per_image(),
+            invocations_per_image: geometry.hp as u64 * geometry.wp as u64 * geometry.c8 as u64,
+            workgroup_size: STAGE_WG,
+        };
+        Ok(Box::new(StagedShaped {
+            source: self.source(),
+            staging,
+            spec: problem.spec,
+            geometry,
+            tile: self.tile,
+            n_pad: self.n_pad(&problem.spec),
+        }))
+    }
+    fn representative_sources(&self) -> Result<Vec<String>> {
+        let problem = Conv2dSpec::new(16, 32, 3).padding(1).problem(crate::spec::Shape4::new(1, 16, 9, 9))?;
+        let g = StagedGeometry::new(&problem.spec, 9, 9, self.tile.block_k);
+        Ok(vec![self.source()?, stage_source(&problem, &g, self.family.precision())?])
+    }
+    fn invocations(&self) -> u32 {
+        self.tile.invocations()
+    }
+    fn workgroup_bytes(&self) -> Option<u64> {
+        Some(self.tile.nhwc_workgroup_bytes())
+    }
+    fn tile(&self) -> Option<TileConfig> {
+        Some(self.tile)
+    }
+    fn with_tile(&self, tile: TileConfig) -> Option<Kernel> {
+        Some(Kernel::new(NhwcKernel { family: self.family, tile }))
+    }
+    fn operand_halves(&self) -> Option<u32> {
+        Some(1)
+    }
+}
+
+/// Weights as the channels-last kernel reads them: `[groups][k_pad][n_pad]`, K ordered
+/// (ky, kx, channel) with each group's channels padded to whole vectors; zeros beyond.
+pub(crate) fn pack_channels_last(spec: &Conv2dSpec, weight: &[f32], block_k: u32, n_pad: u32) -> Result<Vec<f32>> {
+    let g = StagedGeometry::new(spec, 1, 1, block_k);
+    let (kh, kw) = (spec.kernel[0] as usize, spec.kernel[1] as usize);
+    let (cg, cgp) = (g.cg as usize, (g.cg8 * VEC) as usize);
+    let (k_pad, n_pad) = (g.k_pad as usize, n_pad as usize);
+    let cout_g = spec.out_channels_per_group() as usize;
+    let mut packed = alloc::zeroed_vec::<f32>(spec.groups as usize * k_pad * n_pad, "the packed weights")?;
+    for grp in 0..spec.groups as usize {
+        for n in 0..cout_g {
+            let src = &weight[(grp * cout_g + n) * cg * kh * kw..][..cg * kh * kw];
+            for c in 0..cg {
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        let k = (ky * kw + kx) * cgp + c;
+                        packed[(grp * k_pad + k) * n_pad + n] = src[(c * kh + ky) * kw + kx];
+                    }
+                }
+            }
+        }
+    }
+    Ok(packed)
+}
+
+/// The channels-last kernel's grid, in the field order of `nhwc.wgsl`'s `Grid`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable, Default)]
+struct StagedGrid {
+    k_steps: u32,
+    n_pad: u32,
+    m_tiles: u32,
+    n_tiles: u32,
+    total_tiles: u32,
+    hp: u32,
+    wp: u32,
+    c8: u32,
+    cg8: u32,
+    _pad: [u32; 3],
+}
+
+/// The channels-last kernel composed for one input size.
+struct StagedShaped {
+    source: Result<String>,
+    staging: Staging,
+    spec: Conv2dSpec,
+    geometry: StagedGeometry,
+    tile: TileConfig,
+    n_pad: u32,
+}
+
+impl Shaped for StagedShaped {
+    fn source(&self) -> Result<String> {
+        self.source.clone()
+    }
+    fn tables(&self) -> Result<Vec<(u32, &'static str, Vec<u8>)>> {
+        let table = self.geometry.k_table(&self.spec);
+        Ok(vec![(KTAB_BINDING, "wgconv K table", alloc::bytes_of(&table, "the K table")?)])
+    }
+    fn grid(&self, p: &ConvParams) -> Result<(Vec<u8>, u64)> {
+        let g = &self.geometry;
+        let mut grid = StagedGrid {
+            k_steps: g.k_pad / self.tile.block_k,
+            n_pad: self.n_pad,
+            m_tiles: p.m_total.div_ceil(self.tile.block_m),
+            n_tiles: self.n_pad / self.tile.block_n,
+            hp: g.hp,
+            wp: g.wp,
+            c8: g.c8,
+            cg8: g.cg8,
+            ..Default::default()
+        };
+        let total = grid.m_tiles as u64 * grid.n_tiles as u64 * self.spec.groups as u64;
+        grid.total_tiles = workgroups_u32(total)?;
+        Ok((bytemuck::bytes_of(&grid).to_vec(), total))
+    }
+    fn staging(&self) -> Option<&Staging> {
+        Some(&self.staging)
+    }
+}
+
+/// CPU twin of `stage.wgsl` (without the f16 rounding): the staged `[n][HP][WP][C8·8]`
+/// input of `problem`.
+#[cfg(test)]
+fn stage_input(problem: &ConvProblem, g: &StagedGeometry, input: &[f32]) -> Vec<f32> {
+    let s = &problem.spec;
+    let (c, h, w) = (problem.input.c as i64, problem.input.h as i64, problem.input.w as i64);
+    let mut out = vec![0.0; problem.input.n as usize * (g.hp * g.wp * g.c8 * VEC) as usize];
+    for n in 0..problem.input.n as i64 {
+        for y in 0..g.hp as i64 {
+            for x in 0..g.wp as i64 {
+                let src = |i: i64, len: i64, pad: u32| {
+                    let i = i - pad as i64;
+                    if (0..len).contains(&i) {
+                        Some(i)
+                    } else {
+                        s.padding_mode.source(i, len)
+                    }
+                };
+                let (Some(iy), Some(ix)) = (src(y, h, s.padding.top), src(x, w, s.padding.left)) else {
+                    continue;
+                };
+                for grp in 0..s.groups as i64 {
+                    for ci in 0..g.cg as i64 {
+                        let at = ((n * g.hp as i64 + y) * g.wp as i64 + x) * (g.c8 * VEC) as i64
+                            + grp * (g.cg8 * VEC) as i64
+                            + ci;
+                        out[at as usize] = input[(((n * c + grp * g.cg as i64 + ci) * h + iy) * w + ix) as usize];
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// CPU twin of `nhwc.wgsl`: the GEMM over the staged input, the K table and the packed
+/// weights, NCHW output with bias.
+#[cfg(test)]
+fn conv_staged(problem: &ConvProblem, tile: &TileConfig, input: &[f32], weight: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+    let s = &problem.spec;
+    let g = StagedGeometry::new(s, problem.input.h, problem.input.w, tile.block_k);
+    let staged = stage_input(problem, &g, input);
+    let n_pad = s.out_channels_per_group().next_multiple_of(tile.block_n);
+    let packed = pack_channels_last(s, weight, tile.block_k, n_pad).unwrap();
+    let table = g.k_table(s);
+    let (oh, ow) = (problem.output.h, problem.output.w);
+    let cout_g = s.out_channels_per_group();
+    let mut out = vec![0.0f32; problem.output.len() as usize];
+    for img in 0..problem.input.n {
+        for pos in 0..oh * ow {
+            let (y, x) = ((pos / ow) * s.stride[0], (pos % ow) * s.stride[1]);
+            for grp in 0..s.groups {
+                let origin = ((img * g.hp + y) * g.wp + x) * g.c8 + grp * g.cg8;
+                for n in 0..cout_g {
+                    let mut acc = 0.0f64;
+                    for (kv, &tap) in table.iter().enumerate() {
+                        if tap == NO_TAP {
+                            continue;
+                        }
+                        for i in 0..VEC as usize {
+                            let a = staged[((origin + tap) * VEC) as usize + i];
+                            let k = kv * VEC as usize + i;
+                            let b = packed[(grp as usize * g.k_pad as usize + k) * n_pad as usize + n as usize];
+                            acc += a as f64 * b as f64;
+                        }
+                    }
+                    let oc = grp * cout_g + n;
+                    let b = bias.map_or(0.0, |b| b[oc as usize]);
+                    out[(((img * s.out_channels + oc) * oh * ow) + pos) as usize] = acc as f32 + b;
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{PaddingMode, Shape4};
+
+    /// The staged layout, K table and weight packing compute the convolution (the GPU
+    /// kernel's indexing, on the CPU) across strides, dilation, groups, padding modes and
+    /// channel counts that are not whole vectors.
+    #[test]
+    fn twin_matches_reference() {
+        let cases = [
+            (Conv2dSpec::new(3, 8, 3).padding(1), Shape4::new(2, 3, 7, 6)),
+            (Conv2dSpec::new(16, 24, 3).stride(2).padding((1, 2)), Shape4::new(1, 16, 9, 11)),
+            (Conv2dSpec::new(12, 10, 3).kernel_hw((3, 2)).dilation(2).padding([2, 1, 0, 1]), Shape4::new(2, 12, 8, 9)),
+            (Conv2dSpec::new(20, 12, 3).groups(2).padding(1).with_bias(true), Shape4::new(1, 20, 5, 5)),
+            (Conv2dSpec::new(8, 8, 1), Shape4::new(3, 8, 4, 4)),
+            (Conv2dSpec::new(5, 7, 3).padding(2).padding_mode(PaddingMode::Reflect), Shape4::new(1, 5, 6, 6)),
+            (Conv2dSpec::new(9, 4, 3).padding(1).padding_mode(PaddingMode::Circular), Shape4::new(1, 9, 5, 7)),
+        ];
+        for (spec, shape) in cases {
+            let problem = spec.problem(shape).unwrap();
+            for tile in [reference_tile(), TileConfig::with_thread_tile(64, 64, 64, 4, 8, 2)] {
+                crate::reference::check_twin(&format!("{} {spec:?}", tile.name()), &problem, |x, w, b| {
+                    conv_staged(&problem, &tile, x, w, b)
+                });
+            }
+        }
+    }
+
+    #[test]
+    fn sweep_is_well_formed() {
+        for t in nhwc_sweep() {
+            t.nhwc_layout().unwrap_or_else(|e| panic!("{}: {e}", t.name()));
+            assert!(t.nhwc_workgroup_bytes() <= 48 * 1024, "{}: {} B", t.name(), t.nhwc_workgroup_bytes());
+        }
+    }
+}

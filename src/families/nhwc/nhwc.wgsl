@@ -1,0 +1,220 @@
+// Implicit GEMM on the matrix units over a channels-last f16 input staged by stage.wgsl:
+// K runs over (ky, kx, channel), so for one output position and one tap the K step's
+// channels are contiguous and every A load is a 16-byte vector of 8 f16, with no bounds
+// test (the padding is in the staged input). A and B are staged in workgroup memory
+// row-major ([m][k] and [k][n], rows padded by 8 f16), the next K step's vectors are loaded
+// into registers before this step's multiply-adds, and each warp owns FM×FN 16×16 f32
+// accumulator fragments (the generated `fragment_*` modules, as in coop/coop.wgsl).
+// Output: NCHW f32 through a per-warp scratch fragment, with bias and activation.
+// CPU twin: `stage_input` + `conv_staged` in nhwc/mod.rs.
+
+#import config
+#import params
+#import precision
+
+// The staged input: [n][HP][WP][C8] vectors of 8 f16 (the chunk's images).
+@group(0) @binding(1) var<storage, read> staged: array<vec4<u32>>;
+// Weights [groups][K_PAD][N_PAD] f16, 8 per vector, K ordered (ky, kx, channel) with each
+// group's channels padded to whole vectors; zeros past K and past the group's channels.
+@group(0) @binding(2) var<storage, read> weight: array<vec4<u32>>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+// Per K vector (8 channels of one tap): its offset in vectors from an output position's
+// window origin; NO_TAP past K.
+@group(0) @binding(4) var<storage, read> ktab: array<u32>;
+@group(0) @binding(5) var<storage, read_write> output: array<f32>;
+
+// Written by the host (`StagedGrid`, same field order).
+struct Grid {
+    k_steps: u32,      // K_PAD / BK
+    n_pad: u32,        // the group's output channels padded to whole BN blocks
+    m_tiles: u32,
+    n_tiles: u32,
+    total_tiles: u32,
+    hp: u32,           // staged rows and columns per image
+    wp: u32,
+    c8: u32,           // vectors per staged pixel
+    cg8: u32,          // vectors per group
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+@group(0) @binding(7) var<uniform> grid: Grid;
+
+const FRAG: u32 = 16u;
+const NO_TAP: u32 = 0xffffffffu;
+const BK8: u32 = BK / 8u;
+const BN8: u32 = BN / 8u;
+// Staged rows in pairs of f16, padded by 8 f16 (16 bytes) so that neighbouring rows start in
+// other banks.
+const A_PSTRIDE: u32 = (BK + 8u) / 2u;                // pairs per staged A row [m][k]
+const B_PSTRIDE: u32 = (BN + 8u) / 2u;                // pairs per staged B row [k][n]
+const A_VECS: u32 = BM * BK8 / WG;                    // A vectors each invocation loads per step
+const B_VECS: u32 = (BK * BN8 + WG - 1u) / WG;
+const WARP_M: u32 = FM * FRAG;
+const WARP_N: u32 = FN * FRAG;
+
+// The tiles hold f16 pairs (each loaded vector of 8 f16 is four neighbouring pairs); the
+// cooperative loads read them as f16 matrices with their stride counted in pairs.
+var<workgroup> a_tile: array<vec2<f16>, STAGES * BM * A_PSTRIDE>;
+var<workgroup> b_tile: array<vec2<f16>, STAGES * BK * B_PSTRIDE>;
+var<workgroup> c_scratch: array<f32, WARPS_M * WARPS_N * 256u>;
+// Per block row: (window origin in staged vectors, or -1 past the problem; output offset).
+var<workgroup> row_info: array<vec2<i32>, BM>;
+
+var<private> a_next: array<vec4<u32>, A_VECS>;
+var<private> b_next: array<vec4<u32>, B_VECS>;
+
+#import fragment_decls
+
+struct Block {
+    valid: bool,
+    g: u32,
+    m0: u32,
+    n0: u32,
+}
+
+fn locate_block(wid: vec3<u32>, nwg: vec3<u32>) -> Block {
+    let tile = wid.x + wid.y * nwg.x;
+    let nt = tile % grid.n_tiles;
+    let mt = (tile / grid.n_tiles) % grid.m_tiles;
+    let g = tile / (grid.n_tiles * grid.m_tiles);
+    return Block(tile < grid.total_tiles, g, mt * BM, nt * BN);
+}
+
+fn init_rows(t: u32, b: Block) {
+    let ohw = p.oh * p.ow;
+    for (var r = t; r < BM; r += WG) {
+        let m = b.m0 + r;
+        var info = vec2<i32>(-1, -1);
+        if (m < p.m_total) {
+            let img = m / ohw;
+            let pos = m % ohw;
+            let y = (pos / p.ow) * p.stride_h;
+            let x = (pos % p.ow) * p.stride_w;
+            let origin = ((img * grid.hp + y) * grid.wp + x) * grid.c8 + b.g * grid.cg8;
+            let out = p.out_offset + (img * p.c_out + b.g * p.c_out_per_group) * ohw + pos;
+            info = vec2<i32>(i32(origin), i32(out));
+        }
+        row_info[r] = info;
+    }
+    workgroupBarrier();
+}
+
+// Global → registers: K step `ks` of A (8 channels of one tap per vector) and B.
+// Invocation t loads K vector t % BK8 of rows t / BK8 + j·(WG / BK8).
+fn fetch(ks: u32, t: u32, b: Block) {
+    let tap = ktab[ks * BK8 + t % BK8];
+    for (var j = 0u; j < A_VECS; j++) {
+        let origin = row_info[t / BK8 + j * (WG / BK8)].x;
+        var v = vec4<u32>(0u);
+        if (origin >= 0 && tap != NO_TAP) {
+            v = staged[u32(origin) + tap];
+        }
+        a_next[j] = v;
+    }
+    let w0 = (b.g * grid.k_steps * BK + ks * BK) * (grid.n_pad / 8u) + b.n0 / 8u;
+    for (var j = 0u; j < B_VECS; j++) {
+        let e = t + j * WG;
+        if (e < BK * BN8) {
+            b_next[j] = weight[w0 + (e / BN8) * (grid.n_pad / 8u) + e % BN8];
+        }
+    }
+}
+
+// A loaded vector of 8 f16 as four pairs (exact: unpack2x16float widens f16 bit patterns,
+// and naga has no bitcast from u32 to vec2<f16>).
+fn pairs(v: u32) -> vec2<f16> {
+    return vec2<f16>(unpack2x16float(v));
+}
+
+fn store_pairs_a(at: u32, v: vec4<u32>) {
+    a_tile[at] = pairs(v.x);
+    a_tile[at + 1u] = pairs(v.y);
+    a_tile[at + 2u] = pairs(v.z);
+    a_tile[at + 3u] = pairs(v.w);
+}
+
+fn store_pairs_b(at: u32, v: vec4<u32>) {
+    b_tile[at] = pairs(v.x);
+    b_tile[at + 1u] = pairs(v.y);
+    b_tile[at + 2u] = pairs(v.z);
+    b_tile[at + 3u] = pairs(v.w);
+}
+
+// Registers → workgroup buffer `buf`.
+fn stash(buf: u32, t: u32) {
+    for (var j = 0u; j < A_VECS; j++) {
+        let row = t / BK8 + j * (WG / BK8);
+        store_pairs_a((buf * BM + row) * A_PSTRIDE + (t % BK8) * 4u, a_next[j]);
+    }
+    for (var j = 0u; j < B_VECS; j++) {
+        let e = t + j * WG;
+        if (e < BK * BN8) {
+            store_pairs_b((buf * BK + e / BN8) * B_PSTRIDE + (e % BN8) * 4u, b_next[j]);
+        }
+    }
+}
+
+// `who` = (wm0, wn0): the warp's first row and column in the block.
+fn multiply(buf: u32, who: vec2<u32>) {
+    let wm0 = who.x;
+    let wn0 = who.y;
+    for (var kk = 0u; kk < BK; kk += FRAG) {
+        // A (m × k) and B (k × n) fragments, both row-major in their tiles.
+        let a_at = (buf * BM + wm0) * A_PSTRIDE + kk / 2u;
+        let b_at = (buf * BK + kk) * B_PSTRIDE + wn0 / 2u;
+        #import fragment_mma
+    }
+}
+
+fn store_fragment(blk: Block, warp: u32, lane: u32, m_base: u32, n_base: u32) {
+    workgroupBarrier();
+    for (var e = 0u; e < 8u; e++) {
+        let idx = lane + e * 32u;
+        let m = idx % FRAG;
+        let n = idx / FRAG;
+        let out = row_info[m_base + m].y;
+        let nn = blk.n0 + n_base + n;
+        if (out >= 0 && nn < p.c_out_per_group) {
+            let acc = c_scratch[warp * 256u + n * FRAG + m];
+            output[u32(out) + nn * p.oh * p.ow] = activate(acc * p.out_scale + bias[blk.g * p.c_out_per_group + nn]);
+        }
+    }
+    workgroupBarrier();
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) t: u32) {
+    let blk = locate_block(wid, nwg);
+    if (!blk.valid) {
+        return;
+    }
+    let warp = t / 32u;
+    let lane = t % 32u;
+    let wm0 = (warp % WARPS_M) * WARP_M;
+    let wn0 = (warp / WARPS_M) * WARP_N;
+    let who = vec2<u32>(wm0, wn0);
+    #import fragment_init
+    init_rows(t, blk);
+    fetch(0u, t, blk);
+    stash(0u, t);
+    workgroupBarrier();
+    for (var ks = 0u; ks < grid.k_steps; ks++) {
+        let has_next = ks + 1u < grid.k_steps;
+        if (has_next) {
+            fetch(ks + 1u, t, blk);
+        }
+        multiply(ks % STAGES, who);
+        if (has_next) {
+            if (STAGES == 1u) {
+                workgroupBarrier();
+            }
+            stash((ks + 1u) % STAGES, t);
+        }
+        workgroupBarrier();
+    }
+    let scratch = warp * 256u;
+    #import fragment_store
+}

@@ -1,0 +1,73 @@
+// The staging pass of the channels-last kernels (nhwc.wgsl): the chunk's NCHW f32 input
+// rewritten as f16 [n][HP][WP][C8] vectors of 8 channels, the padding written out (zeros,
+// or the padding mode's mirrored, clamped or wrapped pixels) and each group's channels
+// padded with zeros to whole vectors. The matrix kernel then gathers 16-byte runs of
+// channels with no bounds tests and no border logic.
+// The sizes are the problem's (composed per input size, as `stage_config`): H, W, C, the
+// padded HP, WP, the vectors per pixel C8 and per group CG8, CG channels per group, the
+// leading padding PT, PL.
+// CPU twin: `stage_input` in nhwc/mod.rs.
+
+#import stage_config
+#import params
+#import precision
+
+@group(0) @binding(1) var<storage, read> input: array<f32>;
+@group(0) @binding(5) var<storage, read_write> staged: array<vec4<u32>>;
+
+// The input element a padded coordinate reads, or -1 for a zero.
+fn source_index(n: u32, c: u32, y: u32, x: u32) -> i32 {
+    var iy = i32(y) - i32(PT);
+    var ix = i32(x) - i32(PL);
+    if (!(u32(iy) < H && u32(ix) < W)) {
+        let mode = pad_mode();
+        if (mode == 0u) {
+            return -1;
+        }
+        iy = pad_coord(iy, i32(H), mode);
+        ix = pad_coord(ix, i32(W), mode);
+    }
+    return i32(p.in_offset + ((n * C + c) * H + u32(iy)) * W + u32(ix));
+}
+
+// Channel `c` at staged pixel (y, x) as the operand (rounded to f16 under F16, already
+// exact in f16 for the packing below); 0 for padding channels and zero padding.
+fn channel(n: u32, c: u32, real: bool, y: u32, x: u32) -> f32 {
+    if (!real) {
+        return 0.0;
+    }
+    let i = source_index(n, c, y, x);
+    if (i < 0) {
+        return 0.0;
+    }
+    return to_operand(input[u32(i)]);
+}
+
+// One invocation per output vector, x fastest: a warp reads 32 neighbouring pixels of each
+// of its 8 channels (coalesced) and writes 32 vectors one pixel apart.
+@compute @workgroup_size(STAGE_WG)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let e = gid.x + gid.y * nwg.x * STAGE_WG;
+    if (e >= p.batch * HP * WP * C8) {
+        return;
+    }
+    let x = e % WP;
+    let r = e / WP;
+    let c8 = r % C8;
+    let r2 = r / C8;
+    let y = r2 % HP;
+    let n = r2 / HP;
+    let g = c8 / CG8;
+    let c0 = (c8 % CG8) * 8u;
+    var h: array<f32, 8>;
+    for (var i = 0u; i < 8u; i++) {
+        h[i] = channel(n, g * CG + c0 + i, c0 + i < CG, y, x);
+    }
+    staged[((n * HP + y) * WP + x) * C8 + c8] = vec4<u32>(
+        pack2x16float(vec2<f32>(h[0], h[1])),
+        pack2x16float(vec2<f32>(h[2], h[3])),
+        pack2x16float(vec2<f32>(h[4], h[5])),
+        pack2x16float(vec2<f32>(h[6], h[7])),
+    );
+    report_range();
+}
