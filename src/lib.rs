@@ -94,7 +94,8 @@ pub mod advanced {
     #[cfg(feature = "naga-check")]
     pub use crate::portable::check_portable;
     pub use crate::select::{
-        DEPTHWISE_F16_COOP_MAX_CHANNELS_PER_GROUP, DEPTHWISE_MAX_CHANNELS_PER_GROUP, STEM_DEFAULT_MAX_CHANNELS,
+        CHANNELS_LAST_MAX_K_PADDING, DEPTHWISE_F16_COOP_MAX_CHANNELS_PER_GROUP, DEPTHWISE_MAX_CHANNELS_PER_GROUP,
+        STEM_DEFAULT_MAX_CHANNELS,
     };
 
     use crate::{Conv2dOptions, Conv2dSpec, DeviceCaps, Kernel, Precision, Result, Selection};
@@ -156,6 +157,12 @@ pub mod advanced {
     /// where a block does not fit, the direct kernel) in f32 and f16.
     pub fn depthwise_rule_applies(caps: &DeviceCaps, spec: &Conv2dSpec, precision: Precision) -> bool {
         crate::select::depthwise_rule_applies(caps, spec, precision)
+    }
+
+    /// Whether an f16 or f16x3 default on this device runs the channels-last family for this
+    /// spec (where neither the stem nor the depthwise rule takes it first).
+    pub fn channels_last_rule_applies(caps: &DeviceCaps, spec: &Conv2dSpec, precision: Precision) -> bool {
+        crate::select::channels_last_rule_applies(caps, spec, precision)
     }
 
     /// Whether f16 on this convolution runs the stem kernel by default on this device.

@@ -1,6 +1,7 @@
 //! Which kernel a `Conv2d` runs, decided in one place: the caller's kernel, else the stem
 //! rule, else the depthwise rule (depthwise and narrow grouped layers), else the tuner's
-//! cached decision, else (f32 on a GPU, input shape known) the shape rule, else the
+//! cached decision, else (f16 and f16x3 on cooperative matrices) the channels-last rule,
+//! else (f32 on a GPU, input shape known) the shape rule, else the
 //! precision's default family with the config its rule picks for the device, else a
 //! fallback, each named in [`Selection::reason`]. Every rule asks only the device's
 //! capabilities ([`DeviceCaps`]), the spec, the input shape where known and the precision;
@@ -8,7 +9,7 @@
 
 use crate::caps::DeviceCaps;
 use crate::error::{Error, Result};
-use crate::families::{coop, depthwise, direct, stem, tiled};
+use crate::families::{coop, depthwise, direct, nhwc, stem, tiled};
 use crate::gpu::Gpu;
 use crate::kernel::{Family, Kernel, Precision};
 use crate::options::{ConfigSource, Conv2dOptions, Selection};
@@ -87,6 +88,9 @@ pub(crate) fn select(
         }
     }
     let problem = options.tuning_key_input.and_then(|input| spec.problem(input).ok());
+    if let Some((kernel, reason)) = channels_last_rule(caps, spec, problem.as_ref(), options.precision) {
+        return Ok(Selection { kernel, source: ConfigSource::Default, reason });
+    }
     if let Some(problem) = problem.filter(|_| options.precision == Precision::F32 && !caps.is_cpu()) {
         if let Some((kernel, reason)) = f32_shape_rule(caps, &problem) {
             return Ok(Selection { kernel, source: ConfigSource::Default, reason });
@@ -212,6 +216,108 @@ pub(crate) fn depthwise_rule(caps: &DeviceCaps, spec: &Conv2dSpec, precision: Pr
     Some((fallback.reference(), format!("{precision} {what}: the direct kernel, because {why}")))
 }
 
+/// How much the channels-last kernels may pad K (each group's input channels to whole
+/// vectors of 8, per tap) before the channels-last rule leaves a layer to the gathering
+/// kernel: a 16-channel layer pads nothing, a 12-channel one 1.33×.
+pub const CHANNELS_LAST_MAX_K_PADDING: f64 = 1.25;
+
+/// Whether the channels-last rule takes this convolution (see [`channels_last_rule`]).
+pub(crate) fn channels_last_rule_applies(caps: &DeviceCaps, spec: &Conv2dSpec, precision: Precision) -> bool {
+    let family = match precision {
+        Precision::F16Accum32 => &nhwc::COOP_NHWC_F16,
+        Precision::F16x3 => &nhwc::COOP_NHWC_F16X3,
+        Precision::F32 => return false,
+    };
+    let cg = spec.in_channels_per_group();
+    family.unavailable(caps).is_none() && (cg.next_multiple_of(8) as f64) <= CHANNELS_LAST_MAX_K_PADDING * cg as f64
+}
+
+/// The channels-last family's tile configs per precision and their relative rate per padded
+/// multiply-add: 128×128 blocks (K steps of 64 in f16, of 32 in f16x3, whose doubled tiles
+/// leave no room for more), and blocks of 64 for grids too small to fill the device with
+/// them. Fitted to the H100's sweeps of VGG-16 and ResNet-50 (the 28×28 512-channel layer:
+/// 64×64 blocks ran at 0.6 of the 128×128 rate in f16).
+const CHANNELS_LAST_F16_CONFIGS: [(TileConfig, f64); 3] = [
+    (TileConfig::with_thread_tile(128, 128, 64, 8, 8, 1), 1.0),
+    (TileConfig::with_thread_tile(64, 128, 32, 8, 8, 2), 0.58),
+    (TileConfig::with_thread_tile(64, 64, 32, 4, 8, 2), 0.6),
+];
+/// See [`CHANNELS_LAST_F16_CONFIGS`].
+const CHANNELS_LAST_F16X3_CONFIGS: [(TileConfig, f64); 3] = [
+    (TileConfig::with_thread_tile(128, 128, 32, 8, 8, 1), 1.0),
+    (TileConfig::with_thread_tile(64, 128, 32, 8, 8, 1), 0.77),
+    (TileConfig::with_thread_tile(64, 64, 64, 4, 8, 1), 0.71),
+];
+
+/// The channels-last rule: f16 and f16x3 convolutions on cooperative matrices whose groups'
+/// channels pad K by at most [`CHANNELS_LAST_MAX_K_PADDING`] run the channels-last family
+/// (its input staged as f16 vectors of 8 channels): on the H100 it ran VGG-16's layers
+/// 1.4–2.6× and ResNet-50's deeper ones up to 2.2× faster than the gathering kernel, which
+/// rounds and gathers its operands one element at a time. With the input shape known, the
+/// config with the least estimated time ([`estimated_best`]); else the 128×128 reference.
+pub(crate) fn channels_last_rule(
+    caps: &DeviceCaps,
+    spec: &Conv2dSpec,
+    problem: Option<&ConvProblem>,
+    precision: Precision,
+) -> Option<(Kernel, String)> {
+    if !channels_last_rule_applies(caps, spec, precision) {
+        return None;
+    }
+    let (family, configs) = match precision {
+        Precision::F16x3 => (&nhwc::COOP_NHWC_F16X3, &CHANNELS_LAST_F16X3_CONFIGS),
+        _ => (&nhwc::COOP_NHWC_F16, &CHANNELS_LAST_F16_CONFIGS),
+    };
+    let what = format!(
+        "{precision} on cooperative matrices, {} input channels per group: the channels-last kernel",
+        spec.in_channels_per_group()
+    );
+    let k = (spec.kernel[0] * spec.kernel[1] * spec.in_channels_per_group().next_multiple_of(8)) as u64;
+    if let Some((kernel, tiles, tile)) =
+        problem.and_then(|p| estimated_best(caps, p, k, configs, |t| family.reference().with_tile(t)))
+    {
+        let reason = format!(
+            "{what}, the config with the least estimated time ({tiles} workgroup tiles of {}x{})",
+            tile.block_m, tile.block_n
+        );
+        return Some((kernel, reason));
+    }
+    let kernel = family.reference();
+    kernel.check(spec, caps).ok()?;
+    Some((kernel, format!("{what}, its reference config")))
+}
+
+/// Among `configs` (tile, relative rate), the kernel `make` builds with the least estimated
+/// time that the device accepts: `max(tiles, FILL_WORKGROUPS) × padded multiply-adds per
+/// tile / rate`, with M, N and `k` (the GEMM's K as the kernel walks it) padded to whole
+/// blocks — padding and grids that leave the device part empty both count. Returns the
+/// kernel, its workgroup tiles and its tile.
+fn estimated_best(
+    caps: &DeviceCaps,
+    problem: &ConvProblem,
+    k: u64,
+    configs: &[(TileConfig, f64)],
+    make: impl Fn(TileConfig) -> Option<Kernel>,
+) -> Option<(Kernel, u64, TileConfig)> {
+    let spec = &problem.spec;
+    let m = problem.output.n as u64 * problem.output.h as u64 * problem.output.w as u64;
+    let n = spec.out_channels_per_group() as u64;
+    let mut ranked: Vec<_> = configs
+        .iter()
+        .map(|&(t, rate)| {
+            let (bm, bn, bk) = (t.block_m as u64, t.block_n as u64, t.block_k as u64);
+            let tiles = m.div_ceil(bm) * n.div_ceil(bn) * spec.groups as u64;
+            (tiles.max(FILL_WORKGROUPS) as f64 * (bm * bn * k.next_multiple_of(bk)) as f64 / rate, tiles, t)
+        })
+        .collect();
+    ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
+    ranked.into_iter().find_map(|(_, tiles, tile)| {
+        let kernel = make(tile)?;
+        kernel.check(spec, caps).ok()?;
+        Some((kernel, tiles, tile))
+    })
+}
+
 /// The tile config a dense f32 convolution starts from, by the kind of device, fitted to
 /// measured sweeps: on GPUs `m64n96k16-t4x12-w4-s1` — over the 57 dense layers of ResNet-50,
 /// MobileNetV2, VGG-16 and AlexNet on the H100 it came within 9 % of each layer's best
@@ -260,31 +366,16 @@ fn f32_shape_rule(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, S
     let spec = &problem.spec;
     let m = problem.output.n as u64 * problem.output.h as u64 * problem.output.w as u64;
     let (n, k) = (spec.out_channels_per_group() as u64, spec.k_total() as u64);
-    let estimate = |t: &TileConfig, rate: f64| {
-        let (bm, bn, bk) = (t.block_m as u64, t.block_n as u64, t.block_k as u64);
-        let tiles = m.div_ceil(bm) * n.div_ceil(bn) * spec.groups as u64;
-        (tiles, tiles.max(FILL_WORKGROUPS) as f64 * (bm * bn * k.next_multiple_of(bk)) as f64 / rate)
-    };
-    let mut ranked: Vec<_> = F32_SHAPE_CONFIGS
-        .iter()
-        .map(|&(tile, rate)| {
-            let (tiles, time) = estimate(&tile, rate);
-            (time, tiles, tile)
-        })
-        .collect();
-    ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
-    ranked.into_iter().find_map(|(_, tiles, tile)| {
-        let kernel = tiled::TILED.reference().with_tile(tile)?;
-        kernel.check(spec, caps).ok()?;
-        Some((
-            kernel,
-            format!(
-                "f32 on a GPU with the input shape known: the shape rule's tile config with the least estimated \
-                 time ({tiles} workgroup tiles of {}x{} over M = {m}, N = {n} per group, K = {k})",
-                tile.block_m, tile.block_n
-            ),
-        ))
-    })
+    let (kernel, tiles, tile) =
+        estimated_best(caps, problem, k, &F32_SHAPE_CONFIGS, |t| tiled::TILED.reference().with_tile(t))?;
+    Some((
+        kernel,
+        format!(
+            "f32 on a GPU with the input shape known: the shape rule's tile config with the least estimated \
+             time ({tiles} workgroup tiles of {}x{} over M = {m}, N = {n} per group, K = {k})",
+            tile.block_m, tile.block_n
+        ),
+    ))
 }
 
 /// The precision's kernel before the tuning cache and the fallbacks: [`default_kernel`],
@@ -391,19 +482,24 @@ mod tests {
         let resnext = Conv2dSpec::new(128, 128, 3).groups(32);
         assert!(pick(&gpu, resnext, Precision::F32).reason.contains("grouped (32 groups of 4"));
         // Groups of 16 channels: the depthwise family in f32; in f16 on cooperative matrices,
-        // the gathering kernel.
+        // the channels-last kernel (16 channels pad nothing).
         let sixteen = Conv2dSpec::new(512, 512, 3).groups(32);
         assert_eq!(pick(&gpu, sixteen, Precision::F32).kernel.family(), "depthwise");
-        assert_eq!(pick(&gpu, sixteen, Precision::F16Accum32).kernel.family(), "coop-f16");
+        assert_eq!(pick(&gpu, sixteen, Precision::F16Accum32).kernel.family(), "coop-nhwc-f16");
+        // 12 channels per group would pad K by 1.33: the gathering kernel.
+        let twelve = Conv2dSpec::new(384, 384, 3).groups(32);
+        assert_eq!(pick(&gpu, twelve, Precision::F16Accum32).kernel.family(), "coop-f16");
         assert_eq!(pick(&gpu, Conv2dSpec::new(64, 64, 3).groups(2), Precision::F32).kernel.family(), "tiled");
         // A kernel too wide for the strip's registers: the direct kernel, and why.
         let wide = Conv2dSpec::new(8, 8, 9).groups(8).dilation((8, 8));
         let s = pick(&gpu, wide, Precision::F32);
         assert!(s.kernel.family() == "direct" && s.reason.contains("row segments"), "{s}");
         // f16: the stem kernel on NVIDIA's cooperative matrices for image inputs, else the
-        // gathering kernel; without cooperative matrices the SIMT kernel.
+        // channels-last kernel (the gathering one where channels would pad K too much);
+        // without cooperative matrices the SIMT kernel.
         assert_eq!(pick(&gpu, image, Precision::F16Accum32).kernel.family(), "coop-stem-f16");
-        assert_eq!(pick(&gpu, dense, Precision::F16Accum32).kernel.family(), "coop-f16");
+        assert_eq!(pick(&gpu, dense, Precision::F16Accum32).kernel.family(), "coop-nhwc-f16");
+        assert_eq!(pick(&gpu, dense, Precision::F16x3).kernel.family(), "coop-nhwc-f16x3");
         let amd = caps(wgpu::DeviceType::DiscreteGpu, 0x1002, true);
         assert_eq!(pick(&amd, image, Precision::F16Accum32).kernel.family(), "coop-f16");
         assert_eq!(pick(&cpu, image, Precision::F16Accum32).kernel.family(), "tiled-f16");
@@ -424,9 +520,9 @@ mod tests {
         assert!(benchmark_families(&cpu, Precision::F16x3).is_empty());
         assert_eq!(
             benchmark_families(&nvidia, Precision::F16Accum32),
-            ["coop-stem-f16", "coop-f16", "coop-band-f16", "tiled-f16", "depthwise-f16"]
+            ["coop-stem-f16", "coop-f16", "coop-nhwc-f16", "coop-band-f16", "tiled-f16", "depthwise-f16"]
         );
-        assert_eq!(benchmark_families(&nvidia, Precision::F16x3), ["coop-f16x3"]);
+        assert_eq!(benchmark_families(&nvidia, Precision::F16x3), ["coop-f16x3", "coop-nhwc-f16x3"]);
     }
 
     #[test]

@@ -38,7 +38,7 @@ fn check(name: &str, spec: S, [n, h, w]: [u32; 3]) {
         // gathering one.
         let stem = kind.family() == "coop-stem-f16";
         assert_eq!(stem, stem_is_default(gpu.caps(), &spec), "{name}: f16 kernel is {kind}");
-        let f16_family = if depthwise { vec!["depthwise-f16"] } else { vec!["coop-f16", "tiled-f16"] };
+        let f16_family = if depthwise { vec!["depthwise-f16"] } else { vec!["coop-nhwc-f16", "coop-f16", "tiled-f16"] };
         assert!(stem || f16_family.contains(&kind.family()), "{name}: f16 kernel is {kind}");
         case.check_encode(&gpu, &f16);
     }

@@ -77,13 +77,13 @@ fn default_f16_kernel_is_tiled_f16_without_coop() {
     let conv = f16_conv(&gpu, &case, None, false);
     let (kind, source) = (&conv.kernel().kernel, conv.kernel().source);
     if gpu.has_coop_f16() {
-        // A 3-channel input: the stem kernel (on NVIDIA); 16 channels: the gathering kernel.
+        // A 3-channel input: the stem kernel (on NVIDIA); 16 channels: the channels-last kernel.
         let stem = stem_is_default(gpu.caps(), &case.spec);
         assert_eq!(kind.family() == "coop-stem-f16", stem, "coop device chose {kind} for 3 channels");
         let deep = case_of("default_kind_deep", S::new(16, 8, 3).padding(P::uniform(1)), [1, 8, 8]);
         let deep_conv = f16_conv(&gpu, &deep, None, false);
         let deep_kind = &deep_conv.kernel().kernel;
-        assert_eq!(deep_kind.family(), "coop-f16", "coop device chose {deep_kind} for 16 channels");
+        assert_eq!(deep_kind.family(), "coop-nhwc-f16", "coop device chose {deep_kind} for 16 channels");
     } else {
         // Never the f32 kernel under an f16 label.
         assert_eq!(kind.family(), "tiled-f16", "{}: f16 default is {kind}", gpu.info.name);
@@ -284,6 +284,8 @@ fn coop_kernel_on_ragged_shapes() {
             "coop-stem-f16"
         } else if depthwise_rule_applies(gpu.caps(), &spec, Precision::F16Accum32) {
             "depthwise-f16"
+        } else if wgconv::advanced::channels_last_rule_applies(gpu.caps(), &spec, Precision::F16Accum32) {
+            "coop-nhwc-f16"
         } else {
             "coop-f16"
         };
@@ -379,5 +381,41 @@ fn band_and_stem_kernels_spread_nan_at_most_to_the_widened_window() {
             spread += (g.is_nan() && !w.is_nan()) as usize;
         }
         eprintln!("{kind}: {spread} outputs NaN beyond the receptive field (within the widened window)");
+    }
+}
+
+/// The channels-last families' two epilogues, both precisions: layers whose blocks lie
+/// inside the problem with OH·OW a multiple of 16 store their fragments straight into the
+/// output (bias as a broadcast fragment); ReLU, a last partial block, or OH·OW not a
+/// multiple of 16 go through the scratch fragment. Every config of both sweeps.
+#[test]
+fn channels_last_epilogues() {
+    let opts = GpuOptions::default().cooperative_matrix(true);
+    let gpu = Gpu::with_options(opts).expect("a wgpu adapter");
+    if !gpu.has_coop_f16() {
+        eprintln!("skipped: {} has no cooperative matrices (f16 16x16x16, subgroup 32)", gpu.info.name);
+        return;
+    }
+    let limits = gpu.kernel_limits();
+    let shapes = [
+        ("direct_3x3", S::new(32, 128, 3).padding(1).with_bias(true), [2, 16, 16], false),
+        ("direct_relu", S::new(32, 128, 3).padding(1).with_bias(true), [2, 16, 16], true),
+        ("direct_1x1_partial", S::new(16, 80, 1).with_bias(true), [3, 8, 8], false),
+        ("ohw_not_16", S::new(24, 64, 3).stride(2).padding(1).with_bias(true), [2, 14, 14], false),
+    ];
+    for (name, spec, nhw, relu) in shapes {
+        let case = case(name, spec, nhw, relu);
+        for (family, precision, tol) in
+            [("coop-nhwc-f16", Precision::F16Accum32, F16_TOLERANCE), ("coop-nhwc-f16x3", Precision::F16x3, TOL_F16X3)]
+        {
+            for kind in wgconv::advanced::sweep(family).unwrap() {
+                if kind.check_limits(&limits).is_err() {
+                    continue;
+                }
+                let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), options_at(precision, Some(kind), relu))
+                    .unwrap_or_else(|e| panic!("{}: {e}", case.label(family)));
+                check_encode_and_forward(&gpu, &case, &conv, &case.want, tol);
+            }
+        }
     }
 }

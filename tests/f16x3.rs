@@ -55,7 +55,7 @@ fn f16x3_is_refused_without_cooperative_matrices() {
     }
 }
 
-/// The default f16x3 kernel and three more sweep configs on the ragged shapes of the f16
+/// The default f16x3 kernel, three more gathering configs and the channels-last sweep on the ragged shapes of the f16
 /// tests (strides, padding, dilation, groups, depthwise, bias, ReLU).
 #[test]
 fn f16x3_on_ragged_shapes_at_f32_accuracy() {
@@ -66,13 +66,19 @@ fn f16x3_on_ragged_shapes_at_f32_accuracy() {
         .map(|c| tiled_kernel("coop-f16x3", c))
         .filter(|k| k.check_limits(&limits).is_ok())
         .take(3)
+        .chain(wgconv::advanced::sweep("coop-nhwc-f16x3").unwrap())
+        .filter(|k| k.check_limits(&limits).is_ok())
         .collect();
     assert!(!explicit.is_empty());
     let mut worst = 0.0f64;
     for (name, spec, [n, h, w], relu) in ragged_shapes() {
         let case = Case::new(name, spec, Shape4::new(n, spec.in_channels, h, w));
         let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), options(None, relu)).unwrap();
-        assert_eq!(conv.kernel().kernel.family(), "coop-f16x3", "{name}: default is {}", conv.kernel().kernel);
+        let want = match wgconv::advanced::channels_last_rule_applies(gpu.caps(), &spec, Precision::F16x3) {
+            true => "coop-nhwc-f16x3",
+            false => "coop-f16x3",
+        };
+        assert_eq!(conv.kernel().kernel.family(), want, "{name}: default is {}", conv.kernel().kernel);
         worst = worst.max(check(&gpu, &case, &conv, relu));
         for kind in &explicit {
             let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), options(Some(kind.clone()), relu))

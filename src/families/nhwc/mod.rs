@@ -13,7 +13,7 @@ use crate::alloc;
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::Result;
 use crate::families::coop::fragments::{fragment_layout, fragment_modules, FragmentCode};
-use crate::families::coop::{coop_missing, f16_bytes, MAX_FRAGMENTS};
+use crate::families::coop::{coop_missing, f16_bytes, split_weights, MAX_FRAGMENTS};
 use crate::families::tiled::TileConfig;
 use crate::kernel::{
     compose, workgroups_u32, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Staging, Target,
@@ -35,17 +35,35 @@ const NO_TAP: u32 = u32::MAX;
 
 /// The channels-last cooperative family.
 #[derive(Debug)]
-pub(crate) struct Nhwc;
+pub(crate) struct Nhwc {
+    /// Operands split into two f16 halves (`coop-nhwc-f16x3`: f32-accurate).
+    split: bool,
+}
 
 /// `coop-nhwc-f16`.
-pub(crate) static COOP_NHWC_F16: Nhwc = Nhwc;
+pub(crate) static COOP_NHWC_F16: Nhwc = Nhwc { split: false };
+/// `coop-nhwc-f16x3`.
+pub(crate) static COOP_NHWC_F16X3: Nhwc = Nhwc { split: true };
+
+impl Nhwc {
+    /// f16 halves per operand: 1, or 2 for the split kernel.
+    fn halves(&self) -> u64 {
+        1 + self.split as u64
+    }
+}
 
 impl Family for Nhwc {
     fn name(&self) -> &'static str {
-        "coop-nhwc-f16"
+        match self.split {
+            false => "coop-nhwc-f16",
+            true => "coop-nhwc-f16x3",
+        }
     }
     fn precision(&self) -> Precision {
-        Precision::F16Accum32
+        match self.split {
+            false => Precision::F16Accum32,
+            true => Precision::F16x3,
+        }
     }
     fn unavailable(&self, caps: &DeviceCaps) -> Option<String> {
         coop_missing(caps)
@@ -54,10 +72,10 @@ impl Family for Nhwc {
         Ok(Kernel::new(NhwcKernel { family: self, tile: TileConfig::parse(config)? }))
     }
     fn reference(&'static self) -> Kernel {
-        Kernel::new(NhwcKernel { family: self, tile: reference_tile() })
+        Kernel::new(NhwcKernel { family: self, tile: nhwc_sweep(self.split)[0] })
     }
     fn sweep(&'static self) -> Vec<Kernel> {
-        nhwc_sweep().into_iter().map(|tile| Kernel::new(NhwcKernel { family: self, tile })).collect()
+        nhwc_sweep(self.split).into_iter().map(|tile| Kernel::new(NhwcKernel { family: self, tile })).collect()
     }
     fn targets(&self) -> &'static [Target] {
         // naga's other backends do not express cooperative matrices.
@@ -65,25 +83,32 @@ impl Family for Nhwc {
     }
 }
 
-/// The reference config: 8 warps of 4×2 fragments over 128 positions × 128 channels, K
-/// steps of 32, two buffers.
-fn reference_tile() -> TileConfig {
-    TileConfig::with_thread_tile(128, 128, 32, 8, 8, 2)
-}
-
-/// The declared sweep, the reference first.
-pub fn nhwc_sweep() -> Vec<TileConfig> {
+/// The declared sweep of the f16 (`split` false) or f16x3 kernel, the reference first:
+/// 8 warps of 4×2 fragments over 128 positions × 128 channels, with K steps of 64 in one
+/// buffer for f16 (the fastest on the H100's VGG-16 layers) and of 32 for f16x3 (whose
+/// doubled tiles leave no room for more), then smaller blocks for small grids.
+pub fn nhwc_sweep(split: bool) -> Vec<TileConfig> {
     use TileConfig as T;
-    vec![
-        reference_tile(),
-        T::with_thread_tile(128, 128, 64, 8, 8, 1),
-        T::with_thread_tile(128, 128, 16, 8, 8, 2),
-        T::with_thread_tile(128, 64, 32, 8, 8, 2),
-        T::with_thread_tile(64, 128, 32, 8, 8, 2),
-        T::with_thread_tile(64, 64, 32, 4, 8, 2),
-        T::with_thread_tile(64, 64, 64, 4, 8, 2),
-        T::with_thread_tile(32, 64, 32, 4, 8, 2),
-    ]
+    match split {
+        false => vec![
+            T::with_thread_tile(128, 128, 64, 8, 8, 1),
+            T::with_thread_tile(128, 128, 32, 8, 8, 2),
+            T::with_thread_tile(128, 128, 16, 8, 8, 2),
+            T::with_thread_tile(128, 64, 32, 8, 8, 2),
+            T::with_thread_tile(64, 128, 32, 8, 8, 2),
+            T::with_thread_tile(64, 64, 32, 4, 8, 2),
+            T::with_thread_tile(64, 64, 64, 4, 8, 2),
+            T::with_thread_tile(32, 64, 32, 4, 8, 2),
+        ],
+        true => vec![
+            T::with_thread_tile(128, 128, 32, 8, 8, 1),
+            T::with_thread_tile(128, 64, 32, 8, 8, 1),
+            T::with_thread_tile(64, 128, 32, 8, 8, 1),
+            T::with_thread_tile(64, 64, 32, 4, 8, 2),
+            T::with_thread_tile(64, 64, 64, 4, 8, 1),
+            T::with_thread_tile(32, 64, 32, 4, 8, 2),
+        ],
+    }
 }
 
 /// The staged input's geometry for one problem: channels per group `cg` padded to `cg8`
@@ -115,7 +140,7 @@ impl StagedGeometry {
             k_pad: (k8 * VEC).next_multiple_of(block_k),
         }
     }
-    /// Staged bytes per image.
+    /// Staged bytes per image, per operand half.
     fn bytes_per_image(&self) -> u64 {
         self.hp as u64 * self.wp as u64 * self.c8 as u64 * VEC as u64 * 2
     }
@@ -138,10 +163,11 @@ impl StagedGeometry {
 
 impl TileConfig {
     /// Workgroup memory of the channels-last kernel: the f16 A and B stages (rows padded by
-    /// 8), one 16×16 f32 scratch fragment per warp, and the row table.
-    pub fn nhwc_workgroup_bytes(&self) -> u64 {
+    /// 8) once per operand half (`halves`: 1 for f16, 2 for f16x3), one 16×16 f32 scratch
+    /// fragment per warp, and the row table.
+    pub fn nhwc_workgroup_bytes(&self, halves: u64) -> u64 {
         let (bm, bn, bk, st) = (self.block_m as u64, self.block_n as u64, self.block_k as u64, self.stages as u64);
-        st * bm * (bk + 8) * 2 + st * bk * (bn + 8) * 2 + self.warps as u64 * 1024 + bm * 8
+        halves * (st * bm * (bk + 8) * 2 + st * bk * (bn + 8) * 2) + self.warps as u64 * 1024 + bm * 8
     }
 
     /// The channels-last kernel's structural checks and warp layout
@@ -189,13 +215,19 @@ impl NhwcKernel {
                     format!("coopLoadT<coop_mat16x16<f16, A>>(&{tile}[a_at + {}u * A_PSTRIDE], A_PSTRIDE)", i * 16)
                 },
                 b_load: &|j, tile| format!("coopLoadT<coop_mat16x16<f16, B>>(&{tile}[b_at + {}u], B_PSTRIDE)", j * 8),
-                split: false,
+                split: self.family.split,
                 init_row: &|_| String::new(),
                 store: &|i, j| {
+                    let (m, n) = (i * 16, j * 16);
                     format!(
-                        "coopStore(acc_{i}_{j}, &c_scratch[scratch], FRAG);\nstore_fragment(blk, warp, lane, wm0 + {}u, wn0 + {}u);\n",
-                        i * 16,
-                        j * 16
+                        "if (direct) {{\n\
+                         \x20   let n_at = blk.n0 + wn0 + {n}u;\n\
+                         \x20   let out = u32(row_info[wm0 + {m}u].y) + n_at * ohw;\n\
+                         \x20   coopStore(p.out_scale * acc_{i}_{j} + bias_fragment(blk.g * p.c_out_per_group + n_at), &output[out], ohw);\n\
+                         }} else {{\n\
+                         \x20   coopStore(acc_{i}_{j}, &c_scratch[scratch], FRAG);\n\
+                         \x20   store_fragment(blk, warp, lane, wm0 + {m}u, wn0 + {n}u);\n\
+                         }}\n"
                     )
                 },
             },
@@ -242,18 +274,31 @@ impl KernelConfig for NhwcKernel {
     }
     fn check_limits(&self, limits: &KernelLimits) -> Result<()> {
         self.tile.nhwc_layout()?;
-        self.tile.check_device(limits, self.tile.nhwc_workgroup_bytes())
+        self.tile.check_device(limits, self.tile.nhwc_workgroup_bytes(self.family.halves()))
     }
     fn check_spec(&self, _spec: &Conv2dSpec, _limits: &KernelLimits) -> Result<()> {
         Ok(())
     }
     fn packed_bytes(&self, spec: &Conv2dSpec) -> u64 {
         let g = StagedGeometry::new(spec, 1, 1, self.tile.block_k);
-        spec.groups as u64 * g.k_pad as u64 * self.n_pad(spec) as u64 * 2
+        spec.groups as u64 * g.k_pad as u64 * self.n_pad(spec) as u64 * 2 * self.family.halves()
     }
     fn pack(&self, spec: &Conv2dSpec, weight: &[f32], _bias: &[f32]) -> Result<Packed> {
         let packed = pack_channels_last(spec, weight, self.tile.block_k, self.n_pad(spec))?;
-        Ok(Packed { weight: f16_bytes(packed)?, extra: Vec::new(), out_scale: 1.0 })
+        if !self.family.split {
+            return Ok(Packed { weight: f16_bytes(packed)?, extra: Vec::new(), out_scale: 1.0 });
+        }
+        // As coop-f16x3: an infinite weight would give NaN where f32 gives ±inf.
+        if let Some(v) = weight.iter().find(|v| v.is_infinite()) {
+            return Err(crate::error::Error::F16Range { what: "weight", detail: format!(", e.g. {v}") });
+        }
+        // split_weights interleaves four high and four low halves; this kernel reads all
+        // high halves, then all low ones (`Grid.w_lo`).
+        let (quads, scale) = split_weights(&packed)?;
+        let mut bytes = alloc::vec_with_capacity::<u8>(quads.len(), "the split f16x3 weights")?;
+        bytes.extend(quads.chunks(16).flat_map(|q| q[..8].iter().copied()));
+        bytes.extend(quads.chunks(16).flat_map(|q| q[8..].iter().copied()));
+        Ok(Packed { weight: bytes, extra: Vec::new(), out_scale: 1.0 / scale })
     }
     fn extra_bindings(&self) -> &'static [u32] {
         &[KTAB_BINDING, GRID_BINDING]
@@ -262,7 +307,7 @@ impl KernelConfig for NhwcKernel {
         let geometry = StagedGeometry::new(&problem.spec, problem.input.h, problem.input.w, self.tile.block_k);
         let staging = Staging {
             source: stage_source(problem, &geometry, self.family.precision())?,
-            bytes_per_image: geometry.bytes_per_image(),
+            bytes_per_image: geometry.bytes_per_image() * self.family.halves(),
             invocations_per_image: geometry.hp as u64 * geometry.wp as u64 * geometry.c8 as u64,
             workgroup_size: STAGE_WG,
         };
@@ -273,6 +318,7 @@ impl KernelConfig for NhwcKernel {
             geometry,
             tile: self.tile,
             n_pad: self.n_pad(&problem.spec),
+            split: self.family.split,
         }))
     }
     fn representative_sources(&self) -> Result<Vec<String>> {
@@ -284,7 +330,7 @@ impl KernelConfig for NhwcKernel {
         self.tile.invocations()
     }
     fn workgroup_bytes(&self) -> Option<u64> {
-        Some(self.tile.nhwc_workgroup_bytes())
+        Some(self.tile.nhwc_workgroup_bytes(self.family.halves()))
     }
     fn tile(&self) -> Option<TileConfig> {
         Some(self.tile)
@@ -293,7 +339,7 @@ impl KernelConfig for NhwcKernel {
         Some(Kernel::new(NhwcKernel { family: self.family, tile }))
     }
     fn operand_halves(&self) -> Option<u32> {
-        Some(1)
+        Some(self.family.halves() as u32)
     }
 }
 
@@ -335,7 +381,8 @@ struct StagedGrid {
     wp: u32,
     c8: u32,
     cg8: u32,
-    _pad: [u32; 3],
+    w_lo: u32,
+    _pad: [u32; 2],
 }
 
 /// The channels-last kernel composed for one input size.
@@ -346,6 +393,7 @@ struct StagedShaped {
     geometry: StagedGeometry,
     tile: TileConfig,
     n_pad: u32,
+    split: bool,
 }
 
 impl Shaped for StagedShaped {
@@ -369,6 +417,12 @@ impl Shaped for StagedShaped {
             cg8: g.cg8,
             ..Default::default()
         };
+        if self.split {
+            let vectors = self.spec.groups as u64 * g.k_pad as u64 * self.n_pad as u64 / VEC as u64;
+            grid.w_lo = u32::try_from(vectors).map_err(|_| {
+                crate::error::Error::TooLarge(format!("{vectors} vectors of f16x3 weights exceed u32 indexing"))
+            })?;
+        }
         let total = grid.m_tiles as u64 * grid.n_tiles as u64 * self.spec.groups as u64;
         grid.total_tiles = workgroups_u32(total)?;
         Ok((bytemuck::bytes_of(&grid).to_vec(), total))
@@ -475,7 +529,7 @@ mod tests {
         ];
         for (spec, shape) in cases {
             let problem = spec.problem(shape).unwrap();
-            for tile in [reference_tile(), TileConfig::with_thread_tile(64, 64, 64, 4, 8, 2)] {
+            for tile in [nhwc_sweep(false)[0], TileConfig::with_thread_tile(64, 64, 32, 4, 8, 2)] {
                 crate::reference::check_twin(&format!("{} {spec:?}", tile.name()), &problem, |x, w, b| {
                     conv_staged(&problem, &tile, x, w, b)
                 });
@@ -485,9 +539,12 @@ mod tests {
 
     #[test]
     fn sweep_is_well_formed() {
-        for t in nhwc_sweep() {
-            t.nhwc_layout().unwrap_or_else(|e| panic!("{}: {e}", t.name()));
-            assert!(t.nhwc_workgroup_bytes() <= 48 * 1024, "{}: {} B", t.name(), t.nhwc_workgroup_bytes());
+        for split in [false, true] {
+            for t in nhwc_sweep(split) {
+                t.nhwc_layout().unwrap_or_else(|e| panic!("{}: {e}", t.name()));
+                let bytes = t.nhwc_workgroup_bytes(1 + split as u64);
+                assert!(bytes <= 48 * 1024, "{}: {bytes} B", t.name());
+            }
         }
     }
 }

@@ -34,9 +34,9 @@ struct Grid {
     wp: u32,
     c8: u32,           // vectors per staged pixel
     cg8: u32,          // vectors per group
+    w_lo: u32,         // f16x3: where the weights' low halves start, in vectors
     _pad0: u32,
     _pad1: u32,
-    _pad2: u32,
 }
 @group(0) @binding(7) var<uniform> grid: Grid;
 
@@ -57,6 +57,17 @@ const WARP_N: u32 = FN * FRAG;
 // cooperative loads read them as f16 matrices with their stride counted in pairs.
 var<workgroup> a_tile: array<vec2<f16>, STAGES * BM * A_PSTRIDE>;
 var<workgroup> b_tile: array<vec2<f16>, STAGES * BK * B_PSTRIDE>;
+#ifdef F16X3
+// f16x3: the operands' low halves, staged like the high ones (the staging pass writes the
+// input's low halves after the chunk's high ones; the weights' low halves follow theirs).
+// Each multiply step forms hi·hi + (hi·lo + lo·hi) · LO_WEIGHT (coop/operands_f16x3.wgsl
+// derives the error bound).
+const LO_WEIGHT: f32 = 1.0 / 2048.0;
+var<workgroup> a_lo_tile: array<vec2<f16>, STAGES * BM * A_PSTRIDE>;
+var<workgroup> b_lo_tile: array<vec2<f16>, STAGES * BK * B_PSTRIDE>;
+var<private> a_next_lo: array<vec4<u32>, A_VECS>;
+var<private> b_next_lo: array<vec4<u32>, B_VECS>;
+#endif
 var<workgroup> c_scratch: array<f32, WARPS_M * WARPS_N * 256u>;
 // Per block row: (window origin in staged vectors, or -1 past the problem; output offset).
 var<workgroup> row_info: array<vec2<i32>, BM>;
@@ -107,16 +118,28 @@ fn fetch(ks: u32, t: u32, b: Block) {
     for (var j = 0u; j < A_VECS; j++) {
         let origin = row_info[t / BK8 + j * (WG / BK8)].x;
         var v = vec4<u32>(0u);
+#ifdef F16X3
+        var lo = vec4<u32>(0u);
+#endif
         if (origin >= 0 && tap != NO_TAP) {
             v = staged[u32(origin) + tap];
+#ifdef F16X3
+            lo = staged[staged_lo() + u32(origin) + tap];
+#endif
         }
         a_next[j] = v;
+#ifdef F16X3
+        a_next_lo[j] = lo;
+#endif
     }
     let w0 = (b.g * grid.k_steps * BK + ks * BK) * (grid.n_pad / 8u) + b.n0 / 8u;
     for (var j = 0u; j < B_VECS; j++) {
         let e = t + j * WG;
         if (e < BK * BN8) {
             b_next[j] = weight[w0 + (e / BN8) * (grid.n_pad / 8u) + e % BN8];
+#ifdef F16X3
+            b_next_lo[j] = weight[grid.w_lo + w0 + (e / BN8) * (grid.n_pad / 8u) + e % BN8];
+#endif
         }
     }
 }
@@ -127,30 +150,53 @@ fn pairs(v: u32) -> vec2<f16> {
     return vec2<f16>(unpack2x16float(v));
 }
 
-fn store_pairs_a(at: u32, v: vec4<u32>) {
+fn store_pairs_a(at: u32, j: u32) {
+    let v = a_next[j];
     a_tile[at] = pairs(v.x);
     a_tile[at + 1u] = pairs(v.y);
     a_tile[at + 2u] = pairs(v.z);
     a_tile[at + 3u] = pairs(v.w);
+#ifdef F16X3
+    let l = a_next_lo[j];
+    a_lo_tile[at] = pairs(l.x);
+    a_lo_tile[at + 1u] = pairs(l.y);
+    a_lo_tile[at + 2u] = pairs(l.z);
+    a_lo_tile[at + 3u] = pairs(l.w);
+#endif
 }
 
-fn store_pairs_b(at: u32, v: vec4<u32>) {
+fn store_pairs_b(at: u32, j: u32) {
+    let v = b_next[j];
     b_tile[at] = pairs(v.x);
     b_tile[at + 1u] = pairs(v.y);
     b_tile[at + 2u] = pairs(v.z);
     b_tile[at + 3u] = pairs(v.w);
+#ifdef F16X3
+    let l = b_next_lo[j];
+    b_lo_tile[at] = pairs(l.x);
+    b_lo_tile[at + 1u] = pairs(l.y);
+    b_lo_tile[at + 2u] = pairs(l.z);
+    b_lo_tile[at + 3u] = pairs(l.w);
+#endif
 }
+
+#ifdef F16X3
+// Where the staged low halves start: after the chunk's high halves.
+fn staged_lo() -> u32 {
+    return p.batch * grid.hp * grid.wp * grid.c8;
+}
+#endif
 
 // Registers → workgroup buffer `buf`.
 fn stash(buf: u32, t: u32) {
     for (var j = 0u; j < A_VECS; j++) {
         let row = t / BK8 + j * (WG / BK8);
-        store_pairs_a((buf * BM + row) * A_PSTRIDE + (t % BK8) * 4u, a_next[j]);
+        store_pairs_a((buf * BM + row) * A_PSTRIDE + (t % BK8) * 4u, j);
     }
     for (var j = 0u; j < B_VECS; j++) {
         let e = t + j * WG;
         if (e < BK * BN8) {
-            store_pairs_b((buf * BK + e / BN8) * B_PSTRIDE + (e % BN8) * 4u, b_next[j]);
+            store_pairs_b((buf * BK + e / BN8) * B_PSTRIDE + (e % BN8) * 4u, j);
         }
     }
 }
@@ -181,6 +227,13 @@ fn store_fragment(blk: Block, warp: u32, lane: u32, m_base: u32, n_base: u32) {
         }
     }
     workgroupBarrier();
+}
+
+// Bias[n .. n + 16] broadcast over 16 rows: a row-major load of stride 0. (A function of
+// its own: naga does not carry the uniformity of the epilogue's test, which depends on the
+// workgroup alone, into the helpers that compute it, and would refuse the load inline.)
+fn bias_fragment(n: u32) -> coop_mat16x16<f32, C> {
+    return coopLoadT<coop_mat16x16<f32, C>>(&bias[n], 0u);
 }
 
 @compute @workgroup_size(WG)
@@ -215,6 +268,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         }
         workgroupBarrier();
     }
+    // The epilogue. Where the block lies inside the problem (rows and the group's channels),
+    // every 16-row fragment inside one image (OH·OW a multiple of 16), the output 16-byte
+    // aligned and no activation asked for, each warp stores its fragments straight into the
+    // NCHW output (column-major, stride OH·OW), the bias added as a broadcast fragment (a
+    // row-major load of stride 0): no workgroup barrier. Else each fragment goes through
+    // the warp's scratch fragment (bias and activation per element, two barriers per
+    // fragment). The test is the workgroup's alone: cooperative operations need uniform
+    // control flow.
+    let ohw = p.oh * p.ow;
+    let direct = (p.flags & FLAG_RELU) == 0u && ohw % 16u == 0u && p.out_offset % 4u == 0u
+        && blk.m0 + BM <= p.m_total && blk.n0 + BN <= p.c_out_per_group;
     let scratch = warp * 256u;
     #import fragment_store
 }
