@@ -384,11 +384,12 @@ fn band_and_stem_kernels_spread_nan_at_most_to_the_widened_window() {
     }
 }
 
-/// The channels-last families at both precisions, every config of both sweeps: blocks
-/// wholly inside the problem, a last partial block of rows and of channels, ReLU, and
-/// OH·OW not a multiple of 16 (fragments that straddle two images).
+/// The channels-last families' two epilogues, both precisions: layers whose blocks lie
+/// inside the problem with OH·OW a multiple of 16 store their fragments straight into the
+/// output (bias as a broadcast fragment); ReLU, a last partial block, or OH·OW not a
+/// multiple of 16 go through the scratch fragment. Every config of both sweeps.
 #[test]
-fn channels_last_whole_and_partial_blocks() {
+fn channels_last_epilogues() {
     let opts = GpuOptions::default().cooperative_matrix(true);
     let gpu = Gpu::with_options(opts).expect("a wgpu adapter");
     if !gpu.has_coop_f16() {

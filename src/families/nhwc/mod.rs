@@ -218,10 +218,16 @@ impl NhwcKernel {
                 split: self.family.split,
                 init_row: &|_| String::new(),
                 store: &|i, j| {
+                    let (m, n) = (i * 16, j * 16);
                     format!(
-                        "coopStore(acc_{i}_{j}, &c_scratch[scratch], FRAG);\nstore_fragment(blk, warp, lane, wm0 + {}u, wn0 + {}u);\n",
-                        i * 16,
-                        j * 16
+                        "if (direct) {{\n\
+                         \x20   let n_at = blk.n0 + wn0 + {n}u;\n\
+                         \x20   let out = u32(row_info[wm0 + {m}u].y) + n_at * ohw;\n\
+                         \x20   coopStore(p.out_scale * acc_{i}_{j} + bias_fragment(blk.g * p.c_out_per_group + n_at), &output[out], ohw);\n\
+                         }} else {{\n\
+                         \x20   coopStore(acc_{i}_{j}, &c_scratch[scratch], FRAG);\n\
+                         \x20   store_fragment(blk, warp, lane, wm0 + {m}u, wn0 + {n}u);\n\
+                         }}\n"
                     )
                 },
             },

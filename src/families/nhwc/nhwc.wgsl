@@ -229,6 +229,13 @@ fn store_fragment(blk: Block, warp: u32, lane: u32, m_base: u32, n_base: u32) {
     workgroupBarrier();
 }
 
+// Bias[n .. n + 16] broadcast over 16 rows: a row-major load of stride 0. (A function of
+// its own: naga does not carry the uniformity of the epilogue's test, which depends on the
+// workgroup alone, into the helpers that compute it, and would refuse the load inline.)
+fn bias_fragment(n: u32) -> coop_mat16x16<f32, C> {
+    return coopLoadT<coop_mat16x16<f32, C>>(&bias[n], 0u);
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>,
@@ -261,10 +268,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         }
         workgroupBarrier();
     }
-    // The epilogue, through each warp's scratch fragment (bias and activation per element).
-    // Storing whole blocks straight into the NCHW output instead (column-major coopStore,
-    // stride OH·OW, the bias as a broadcast fragment) ran 8–20 % faster on the H100 in most
-    // processes but 2.6× slower in some (the same layer and config: 0.51 against 0.17 ms).
+    // The epilogue. Where the block lies inside the problem (rows and the group's channels),
+    // every 16-row fragment inside one image (OH·OW a multiple of 16), the output 16-byte
+    // aligned and no activation asked for, each warp stores its fragments straight into the
+    // NCHW output (column-major, stride OH·OW), the bias added as a broadcast fragment (a
+    // row-major load of stride 0): no workgroup barrier. Else each fragment goes through
+    // the warp's scratch fragment (bias and activation per element, two barriers per
+    // fragment). The test is the workgroup's alone: cooperative operations need uniform
+    // control flow.
+    let ohw = p.oh * p.ow;
+    let direct = (p.flags & FLAG_RELU) == 0u && ohw % 16u == 0u && p.out_offset % 4u == 0u
+        && blk.m0 + BM <= p.m_total && blk.n0 + BN <= p.c_out_per_group;
     let scratch = warp * 256u;
     #import fragment_store
 }
