@@ -6,8 +6,8 @@
 
 use crate::error::{BufferIssue, Error, Result};
 use crate::gpu::Gpu;
-use crate::kernel::{bindings, ConvParams, Pipeline, Precision, Shaped, FLAG_RELU, GRID_BINDING, PAD_MODE_SHIFT};
 use crate::kernel::workgroups_u32;
+use crate::kernel::{bindings, ConvParams, Pipeline, Precision, Shaped, FLAG_RELU, GRID_BINDING, PAD_MODE_SHIFT};
 use crate::lru::Lru;
 use crate::options::{Activation, Conv2dOptions, Selection};
 use crate::scope::ErrorScope;
@@ -298,7 +298,12 @@ impl Conv2d {
                 if kernel.precision() != Precision::F32 {
                     b.push(6);
                 }
-                Some(self.gpu.pipelines().get_or_build(&self.gpu.device, s.source.clone(), b, self.gpu.runtime_checks())?)
+                Some(self.gpu.pipelines().get_or_build(
+                    &self.gpu.device,
+                    s.source.clone(),
+                    b,
+                    self.gpu.runtime_checks(),
+                )?)
             }
         };
         let tables = tables

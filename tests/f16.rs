@@ -266,7 +266,8 @@ fn coop_kernel_on_ragged_shapes() {
         .into_iter()
         .map(|c| kernel(&format!("coop-stem-f16:{c}")))
         .filter(|k| k.check_limits(&limits).is_ok());
-    let nhwc = wgconv::advanced::sweep("coop-nhwc-f16").unwrap().into_iter().filter(|k| k.check_limits(&limits).is_ok());
+    let nhwc =
+        wgconv::advanced::sweep("coop-nhwc-f16").unwrap().into_iter().filter(|k| k.check_limits(&limits).is_ok());
     let explicit: Vec<Kernel> = gather.chain(nhwc).chain(band).chain(stem).collect();
     let is_band = |k: &Kernel| k.family() == "coop-band-f16";
     let is_stem = |k: &Kernel| k.family() == "coop-stem-f16";

@@ -33,7 +33,14 @@ fn coop_gpu() -> Option<Gpu> {
 /// `encode` into NaN-poisoned output and `forward`, both within the f16x3 bound, no range
 /// flag on normal data. Returns the larger error.
 fn check(gpu: &Gpu, case: &Case, conv: &Conv2d, relu: bool) -> f64 {
-    assert_eq!(conv.kernel().kernel.precision(), Precision::F16x3);
+    // Depthwise and narrow grouped layers run the f32 depthwise family (select's depthwise
+    // rule): as accurate, and they would leave the matrix units idle.
+    let kernel = &conv.kernel().kernel;
+    let want = match kernel.family() {
+        "depthwise" | "direct" => Precision::F32,
+        _ => Precision::F16x3,
+    };
+    assert_eq!(kernel.precision(), want, "{kernel}");
     let want: Vec<f32> = if relu { case.want.iter().map(|&v| reference::relu(v)).collect() } else { case.want.clone() };
     check_encode_and_forward(gpu, case, conv, &want, F16X3_TOLERANCE)
 }
@@ -74,9 +81,12 @@ fn f16x3_on_ragged_shapes_at_f32_accuracy() {
     for (name, spec, [n, h, w], relu) in ragged_shapes() {
         let case = Case::new(name, spec, Shape4::new(n, spec.in_channels, h, w));
         let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), options(None, relu)).unwrap();
-        let want = match wgconv::advanced::channels_last_rule_applies(gpu.caps(), &spec, Precision::F16x3) {
-            true => "coop-nhwc-f16x3",
-            false => "coop-f16x3",
+        let want = if wgconv::advanced::depthwise_rule_applies(gpu.caps(), &spec, Precision::F16x3) {
+            "depthwise"
+        } else if wgconv::advanced::channels_last_rule_applies(gpu.caps(), &spec, Precision::F16x3) {
+            "coop-nhwc-f16x3"
+        } else {
+            "coop-f16x3"
         };
         assert_eq!(conv.kernel().kernel.family(), want, "{name}: default is {}", conv.kernel().kernel);
         worst = worst.max(check(&gpu, &case, &conv, relu));

@@ -470,7 +470,13 @@ fn stage_input(problem: &ConvProblem, g: &StagedGeometry, input: &[f32]) -> Vec<
 /// CPU twin of `nhwc.wgsl`: the GEMM over the staged input, the K table and the packed
 /// weights, NCHW output with bias.
 #[cfg(test)]
-fn conv_staged(problem: &ConvProblem, tile: &TileConfig, input: &[f32], weight: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+fn conv_staged(
+    problem: &ConvProblem,
+    tile: &TileConfig,
+    input: &[f32],
+    weight: &[f32],
+    bias: Option<&[f32]>,
+) -> Vec<f32> {
     let s = &problem.spec;
     let g = StagedGeometry::new(s, problem.input.h, problem.input.w, tile.block_k);
     let staged = stage_input(problem, &g, input);
