@@ -258,3 +258,36 @@ fn default_falls_back_to_direct() {
     assert_eq!((&conv.kernel().kernel, conv.kernel().source), (&direct_kernel(), ConfigSource::Fallback));
     case.check_encode(&gpu, &conv);
 }
+
+/// A kernel with a staging pass (the channels-last family, on cooperative-matrix devices)
+/// under a small binding limit: its scratch is sized per chunk and reused chunk after
+/// chunk; a batch of 7 runs in 4 chunks, through `encode` and `forward`.
+#[test]
+fn staged_kernel_chunks() {
+    let spec = S::new(16, 32, 3).padding(P::uniform(1)).with_bias(true);
+    let case = Case::new("staged_chunks", spec, Shape4::new(7, 16, 9, 9));
+    // Two images' output (2 × 32 × 81 × 4 B) plus an alignment of slack; the f16 weights of
+    // m32n64k32 (K 144 → 160, C_out 32 → 64: 20,480 B) fit too.
+    let binding = 2 * 32 * 81 * 4 + 256 + 8;
+    let _serial = serial();
+    let base = gpu();
+    let mut limits = base.limits();
+    limits.max_storage_buffer_binding_size = binding;
+    let opts = wgconv::GpuOptions::default().adapter(base.info.name.clone()).limits(limits).cooperative_matrix(true);
+    let gpu = wgconv::Gpu::with_options(opts).expect("a device with lowered limits");
+    if !gpu.has_coop_f16() {
+        eprintln!("skipped: {} has no cooperative matrices", gpu.info.name);
+        return;
+    }
+    let kernel = wgconv::Kernel::parse("coop-nhwc-f16:m32n64k32-t4x8-w2-s2").unwrap();
+    let options = options_at(wgconv::Precision::F16Accum32, Some(kernel), false);
+    let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), options).unwrap();
+    let (x, y) = buffers(&gpu, &case);
+    let plan = conv.plan(case.shape, &x, &y).unwrap();
+    assert_eq!(plan.chunks(), 4);
+    let (got, tail) = run_poisoned_with(&gpu, &conv, &case.x, case.shape, f32::NAN, 61);
+    assert_close(&case.label("chunked staged encode"), &got, &case.want, TOL_F16);
+    assert!(tail.iter().all(|v| v.is_nan()), "{}: wrote past the output", case.label("tail"));
+    let got = conv.forward(&case.x, case.shape).unwrap();
+    assert_close(&case.label("chunked staged forward"), &got, &case.want, TOL_F16);
+}
