@@ -9,7 +9,7 @@ use crate::gpu::Gpu;
 use crate::kernel::workgroups_u32;
 use crate::kernel::{bindings, ConvParams, Pipeline, Precision, Shaped, FLAG_RELU, GRID_BINDING, PAD_MODE_SHIFT};
 use crate::lru::Lru;
-use crate::options::{Activation, Conv2dOptions, Selection};
+use crate::options::{Activation, Conv2dOptions, Layout, Selection};
 use crate::scope::ErrorScope;
 use crate::spec::{Conv2dSpec, ConvProblem, Shape4};
 use std::sync::{Arc, Mutex};
@@ -25,6 +25,9 @@ struct Prepared {
     pipeline: Arc<Pipeline>,
     /// The pipeline of the kernel's staging pass, where it has one.
     staging: Option<Arc<Pipeline>>,
+    /// Under `Layout::Nhwc`: the passes that rewrite the input into NCHW before the kernel
+    /// and its NCHW output into NHWC after it.
+    layout_passes: Option<(Arc<Pipeline>, Arc<Pipeline>)>,
     tables: Vec<(u32, wgpu::Buffer)>,
 }
 
@@ -35,10 +38,13 @@ impl Prepared {
     }
 }
 
-/// One chunk's dispatches: the staging pass (where the kernel has one), then the kernel.
+/// One chunk's dispatches: the layout pass into NCHW (channels-last tensors), the staging
+/// pass (where the kernel has one), the kernel, and the layout pass back into NHWC.
 struct ChunkDispatch {
+    to_nchw: Option<(wgpu::BindGroup, [u32; 2])>,
     staging: Option<(wgpu::BindGroup, [u32; 2])>,
     main: (wgpu::BindGroup, [u32; 2]),
+    to_nhwc: Option<(wgpu::BindGroup, [u32; 2])>,
 }
 
 /// A 2-D convolution bound to a device, with its weights resident there.
@@ -57,6 +63,7 @@ pub struct Conv2d {
     spec: Conv2dSpec,
     selection: Selection,
     activation: Activation,
+    layout: Layout,
     weight: wgpu::Buffer,
     bias: wgpu::Buffer,
     /// The kernel's other per-op buffers (binding, buffer).
@@ -81,9 +88,10 @@ pub struct Conv2d {
 pub struct ConvPlan {
     prepared: Arc<Prepared>,
     dispatches: Vec<ChunkDispatch>,
-    /// The staging pass's output, one chunk's worth, reused chunk after chunk (wgpu orders
-    /// the dispatches that write and read it).
-    _scratch: Option<wgpu::Buffer>,
+    /// The staging pass's output and, for channels-last tensors, the kernel's NCHW input and
+    /// output: one chunk's worth each, reused chunk after chunk (wgpu orders the dispatches
+    /// that write and read them).
+    _scratch: Vec<wgpu::Buffer>,
     /// The problem planned.
     pub problem: ConvProblem,
 }
@@ -95,16 +103,21 @@ impl ConvPlan {
             label: Some("wgconv conv2d"),
             timestamp_writes: timestamps,
         });
+        let p = &self.prepared;
+        let (to_nchw, to_nhwc) = p.layout_passes.as_ref().map_or((None, None), |(a, b)| (Some(a), Some(b)));
         for chunk in &self.dispatches {
-            if let (Some((bind_group, [x, y])), Some(staging)) = (&chunk.staging, &self.prepared.staging) {
-                pass.set_pipeline(&staging.pipeline);
-                pass.set_bind_group(0, bind_group, &[]);
-                pass.dispatch_workgroups(*x, *y, 1);
+            for (dispatch, pipeline) in [
+                (&chunk.to_nchw, to_nchw),
+                (&chunk.staging, p.staging.as_ref()),
+                (&Some(chunk.main.clone()), Some(&p.pipeline)),
+                (&chunk.to_nhwc, to_nhwc),
+            ] {
+                if let (Some((bind_group, [x, y])), Some(pipeline)) = (dispatch, pipeline) {
+                    pass.set_pipeline(&pipeline.pipeline);
+                    pass.set_bind_group(0, bind_group, &[]);
+                    pass.dispatch_workgroups(*x, *y, 1);
+                }
             }
-            let (bind_group, [x, y]) = &chunk.main;
-            pass.set_pipeline(&self.prepared.pipeline.pipeline);
-            pass.set_bind_group(0, bind_group, &[]);
-            pass.dispatch_workgroups(*x, *y, 1);
         }
     }
     /// Chunks the batch was split into.
@@ -234,6 +247,7 @@ impl Conv2d {
             spec,
             selection,
             activation: options.activation,
+            layout: options.layout,
             weight,
             bias,
             extra,
@@ -257,6 +271,10 @@ impl Conv2d {
     /// The fused activation.
     pub fn activation(&self) -> Activation {
         self.activation
+    }
+    /// The memory layout of the input and output tensors.
+    pub fn layout(&self) -> Layout {
+        self.layout
     }
     /// The device it runs on.
     pub fn gpu(&self) -> &Gpu {
@@ -306,17 +324,29 @@ impl Conv2d {
                 )?)
             }
         };
+        let layout_passes = match self.layout {
+            Layout::Nchw => None,
+            Layout::Nhwc => {
+                let build = |to_nchw: bool, [c, h, w]: [u32; 3]| {
+                    let src = crate::kernel::layout_pass_source(to_nchw, [c, h, w])?;
+                    self.gpu.pipelines().get_or_build(&self.gpu.device, src, vec![0, 1, 5], self.gpu.runtime_checks())
+                };
+                let (i, o) = (problem.input, problem.output);
+                Some((build(true, [i.c, i.h, i.w])?, build(false, [o.c, o.h, o.w])?))
+            }
+        };
         let tables = tables
             .iter()
             .map(|(b, label, bytes)| Ok((*b, storage_buffer(&self.gpu, label, bytes)?)))
             .collect::<Result<Vec<_>>>()?;
-        let prepared = Arc::new(Prepared { shaped, pipeline, staging, tables });
+        let prepared = Arc::new(Prepared { shaped, pipeline, staging, layout_passes, tables });
         map.insert(key, prepared.clone());
         Ok(prepared)
     }
 
-    /// Bind groups for running on `input` (NCHW f32, `shape`) into `output`
-    /// (`[N, C_out, OH, OW]` f32): two different buffers of this op's device, both with
+    /// Bind groups for running on `input` (f32, `shape`, in the op's [`Layout`]: NCHW by
+    /// default) into `output` (`[N, C_out, OH, OW]` f32, or `[N, OH, OW, C_out]` under
+    /// [`Layout::Nhwc`]): two different buffers of this op's device, both with
     /// `STORAGE` usage. Anything else is refused with [`Error::Buffer`] before a bind group
     /// is made (a buffer of another device is recognised where both devices come from
     /// [`crate::shared_instance`], as every [`Gpu::new`] device does).
@@ -353,6 +383,18 @@ impl Conv2d {
                 per_image * per_chunk as u64,
                 wgpu::BufferUsages::STORAGE,
             )?),
+        };
+        // Channels-last tensors: the kernel reads and writes NCHW scratch buffers.
+        let nchw = match prepared.layout_passes {
+            None => None,
+            Some(_) => {
+                let bytes = |per_image: u64| per_image * 4 * per_chunk as u64;
+                let usage = wgpu::BufferUsages::STORAGE;
+                Some((
+                    self.gpu.create_buffer("wgconv NCHW input", bytes(problem.input.per_image()), usage)?,
+                    self.gpu.create_buffer("wgconv NCHW output", bytes(problem.output.per_image()), usage)?,
+                ))
+            }
         };
         // The problem's spec: its padding is resolved for this input size.
         let s = &problem.spec;
@@ -399,12 +441,55 @@ impl Conv2d {
             let (grid_bytes, workgroups) = prepared.shaped.grid(&params)?;
             let workgroups = crate::kernel::workgroups_u32(workgroups)?;
             let grid = fold_grid(workgroups, limits.max_compute_workgroups_per_dimension)?;
-            let uniform =
+            let io_uniform =
                 self.gpu.buffer_init("wgconv params", bytemuck::bytes_of(&params), wgpu::BufferUsages::UNIFORM)?;
             fn bind_range(buffer: &wgpu::Buffer, offset: u64, size: u64) -> wgpu::BindingResource<'_> {
                 wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset, size: wgpu::BufferSize::new(size) })
             }
-            let input_range = bind_range(input, in_at, in_size);
+            // What the kernel (and its staging pass) reads and writes: the caller's windows,
+            // or under channels-last the NCHW scratch buffers, from their start.
+            let (uniform, input_range, output_range, to_nchw, to_nhwc) = match &nchw {
+                None => {
+                    (io_uniform, bind_range(input, in_at, in_size), bind_range(output, out_at, out_size), None, None)
+                }
+                Some((nchw_in, nchw_out)) => {
+                    let kernel_params = ConvParams { in_offset: 0, out_offset: 0, ..params };
+                    let uniform = self.gpu.buffer_init(
+                        "wgconv params",
+                        bytemuck::bytes_of(&kernel_params),
+                        wgpu::BufferUsages::UNIFORM,
+                    )?;
+                    let (to_nchw, to_nhwc) = prepared.layout_passes.as_ref().map(|(a, b)| (a, b)).ok_or_else(|| {
+                        Error::Wgpu { stage: "planning", message: "the layout passes were not prepared".into() }
+                    })?;
+                    let pass = |pipeline: &Pipeline, src, dst, elems: u64| -> Result<(wgpu::BindGroup, [u32; 2])> {
+                        let bind_group = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                            label: Some("wgconv layout pass"),
+                            layout: &pipeline.layout,
+                            entries: &[
+                                wgpu::BindGroupEntry { binding: 0, resource: io_uniform.as_entire_binding() },
+                                wgpu::BindGroupEntry { binding: 1, resource: src },
+                                wgpu::BindGroupEntry { binding: 5, resource: dst },
+                            ],
+                        });
+                        let groups = workgroups_u32(elems.div_ceil(crate::kernel::LAYOUT_PASS_WG as u64))?;
+                        Ok((bind_group, fold_grid(groups, limits.max_compute_workgroups_per_dimension)?))
+                    };
+                    let before = pass(
+                        to_nchw,
+                        bind_range(input, in_at, in_size),
+                        nchw_in.as_entire_binding(),
+                        batch as u64 * problem.input.per_image(),
+                    )?;
+                    let after = pass(
+                        to_nhwc,
+                        nchw_out.as_entire_binding(),
+                        bind_range(output, out_at, out_size),
+                        batch as u64 * problem.output.per_image(),
+                    )?;
+                    (uniform, nchw_in.as_entire_binding(), nchw_out.as_entire_binding(), Some(before), Some(after))
+                }
+            };
             let mut staging = None;
             if let (Some(scratch), Some(pipeline), Some(s)) = (&scratch, &prepared.staging, prepared.shaped.staging()) {
                 let mut entries = vec![
@@ -433,7 +518,7 @@ impl Conv2d {
                 wgpu::BindGroupEntry { binding: 1, resource: main_input },
                 wgpu::BindGroupEntry { binding: 2, resource: self.weight.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 3, resource: self.bias.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 5, resource: bind_range(output, out_at, out_size) },
+                wgpu::BindGroupEntry { binding: 5, resource: output_range },
             ];
             for (binding, buf) in self.extra.iter().chain(&prepared.tables) {
                 entries.push(wgpu::BindGroupEntry { binding: *binding, resource: buf.as_entire_binding() });
@@ -453,10 +538,11 @@ impl Conv2d {
                 layout: &prepared.pipeline.layout,
                 entries: &entries,
             });
-            dispatches.push(ChunkDispatch { staging, main: (bind_group, grid) });
+            dispatches.push(ChunkDispatch { to_nchw, staging, main: (bind_group, grid), to_nhwc });
             first += batch;
         }
         scope.finish("bind group creation")?;
+        let scratch = scratch.into_iter().chain(nchw.into_iter().flat_map(|(a, b)| [a, b])).collect();
         Ok(ConvPlan { prepared, dispatches, _scratch: scratch, problem })
     }
 
@@ -472,7 +558,8 @@ impl Conv2d {
         Ok(())
     }
 
-    /// Runs on host data: uploads `input` (NCHW, `shape`), returns `[N, C_out, OH, OW]`.
+    /// Runs on host data: uploads `input` (`shape`, NCHW or as [`Conv2dOptions::layout`]
+    /// says), returns `[N, C_out, OH, OW]` (or `[N, OH, OW, C_out]` under [`Layout::Nhwc`]).
     /// Batches larger than the device's binding limit run chunk by chunk.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn forward(&self, input: &[f32], shape: Shape4) -> Result<Vec<f32>> {

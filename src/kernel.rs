@@ -434,6 +434,22 @@ impl serde::Serialize for Kernel {
 const PARAMS_WGSL: &str = include_str!("wgsl/params.wgsl");
 const PRECISION_WGSL: &str = include_str!("wgsl/precision.wgsl");
 const ROW_GRID_WGSL: &str = include_str!("wgsl/row_grid.wgsl");
+const LAYOUT_WGSL: &str = include_str!("wgsl/layout.wgsl");
+
+/// Invocations per workgroup of the layout passes (`src/wgsl/layout.wgsl`).
+pub(crate) const LAYOUT_PASS_WG: u32 = 256;
+
+/// A layout pass of a channels-last convolution (`src/wgsl/layout.wgsl`) for a tensor of
+/// `c × h × w` per image: NHWC input into NCHW scratch (`to_nchw`), or NCHW scratch into
+/// NHWC output.
+pub(crate) fn layout_pass_source(to_nchw: bool, [c, h, w]: [u32; 3]) -> Result<String> {
+    let mut modules = Modules::new(&[("layout", LAYOUT_WGSL)]);
+    modules.insert("params", PARAMS_WGSL);
+    modules.insert("layout_config", format!("const C: u32 = {c}u;\nconst H: u32 = {h}u;\nconst W: u32 = {w}u;\n"));
+    let defines: BTreeSet<&str> = if to_nchw { ["TO_NCHW"].into() } else { BTreeSet::new() };
+    crate::shader::preprocess("layout", &modules, &defines)
+        .map_err(|e| Error::Wgpu { stage: "shader composition", message: e })
+}
 
 /// A family's WGSL: its own modules, the shared ones, a generated `config` module of
 /// `const`s (WGSL `override`s cannot size the function-scope arrays the kernels need), and

@@ -69,7 +69,7 @@ pub use error::{BufferIssue, Error, Result};
 pub use gpu::shared_instance;
 pub use gpu::{AdapterName, Gpu, GpuOptions};
 pub use kernel::{Kernel, Precision};
-pub use options::{Activation, ConfigSource, Conv2dOptions, Selection};
+pub use options::{Activation, ConfigSource, Conv2dOptions, Layout, Selection};
 pub use spec::{AutoPad, Conv2dSpec, ConvProblem, Padding, PaddingMode, Pair, Shape4};
 pub use tile::TileConfig;
 /// The wgpu this crate is built against: devices, queues and buffers handed to

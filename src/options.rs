@@ -16,6 +16,19 @@ pub enum Activation {
     Relu,
 }
 
+/// How the input and output tensors are laid out in memory. The convolution is the same;
+/// [`crate::Shape4`] stays `(n, c, h, w)` either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "tune", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub enum Layout {
+    /// `[N, C, H, W]`: PyTorch's default (`torch.contiguous_format`) and ONNX's.
+    #[default]
+    Nchw,
+    /// `[N, H, W, C]`: channels last (PyTorch's `torch.channels_last`, TensorFlow's default).
+    Nhwc,
+}
+
 /// How a [`crate::Conv2d`] runs: the default (f32, no activation, selection decides the
 /// kernel) or a default changed by the builder methods.
 ///
@@ -42,6 +55,10 @@ pub struct Conv2dOptions {
     /// tile config for the problem's size (the shape rule of `src/select.rs`). The op still
     /// runs any input size.
     pub tuning_key_input: Option<Shape4>,
+    /// The memory layout of the input and output tensors (default NCHW). Under
+    /// [`Layout::Nhwc`] the kernels that read NCHW get the input rewritten into a scratch
+    /// buffer first and their output rewritten after, in the same compute pass.
+    pub layout: Layout,
 }
 
 impl Conv2dOptions {
@@ -58,6 +75,11 @@ impl Conv2dOptions {
     /// The accuracy contract (see [`Precision`]).
     pub fn precision(mut self, precision: Precision) -> Self {
         self.precision = precision;
+        self
+    }
+    /// The memory layout of the input and output tensors (see [`Layout`]).
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
         self
     }
     /// The input shape the op will run on: for the tuning cache's look-up and the f32 shape

@@ -12,6 +12,28 @@ pub fn conv2d(problem: &ConvProblem, input: &[f32], weight: &[f32], bias: Option
     conv2d_images(problem, input, weight, bias, 0..problem.input.n)
 }
 
+/// An `[N, H, W, C]` (channels-last) tensor of `shape` rewritten as `[N, C, H, W]`.
+pub fn to_nchw(nhwc: &[f32], shape: Shape4) -> Vec<f32> {
+    let (c, h, w) = (shape.c as usize, shape.h as usize, shape.w as usize);
+    let mut out = vec![0.0; nhwc.len()];
+    for (i, v) in out.iter_mut().enumerate() {
+        let (n, ch, y, x) = (i / (c * h * w), (i / (h * w)) % c, (i / w) % h, i % w);
+        *v = nhwc[((n * h + y) * w + x) * c + ch];
+    }
+    out
+}
+
+/// An `[N, C, H, W]` tensor of `shape` rewritten as `[N, H, W, C]` (channels last).
+pub fn to_nhwc(nchw: &[f32], shape: Shape4) -> Vec<f32> {
+    let (c, h, w) = (shape.c as usize, shape.h as usize, shape.w as usize);
+    let mut out = vec![0.0; nchw.len()];
+    for (i, &v) in nchw.iter().enumerate() {
+        let (n, ch, y, x) = (i / (c * h * w), (i / (h * w)) % c, (i / w) % h, i % w);
+        out[((n * h + y) * w + x) * c + ch] = v;
+    }
+    out
+}
+
 /// The reference for a range of images only (tests and the benchmark check samples).
 pub fn conv2d_images(
     problem: &ConvProblem,
