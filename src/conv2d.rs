@@ -298,7 +298,17 @@ impl Conv2d {
             return Ok(p);
         }
         let kernel = &self.selection.kernel;
-        let shaped = kernel.config().shape(problem, &self.gpu.kernel_limits())?;
+        let limits = self.gpu.kernel_limits();
+        // Channels-last tensors: the kernel's own channels-last form, else layout passes.
+        let native = match self.layout {
+            Layout::Nhwc => kernel.config().shape_channels_last(problem, &limits).transpose()?,
+            Layout::Nchw => None,
+        };
+        let needs_layout_passes = self.layout == Layout::Nhwc && native.is_none();
+        let shaped = match native {
+            Some(shaped) => shaped,
+            None => kernel.config().shape(problem, &limits)?,
+        };
         let tables = shaped.tables()?;
         for (_, label, bytes) in &tables {
             self.gpu.check_buffer(label, bytes.len() as u64, true)?;
@@ -324,9 +334,9 @@ impl Conv2d {
                 )?)
             }
         };
-        let layout_passes = match self.layout {
-            Layout::Nchw => None,
-            Layout::Nhwc => {
+        let layout_passes = match needs_layout_passes {
+            false => None,
+            true => {
                 let build = |to_nchw: bool, [c, h, w]: [u32; 3]| {
                     let src = crate::kernel::layout_pass_source(to_nchw, [c, h, w])?;
                     self.gpu.pipelines().get_or_build(&self.gpu.device, src, vec![0, 1, 5], self.gpu.runtime_checks())

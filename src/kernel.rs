@@ -234,6 +234,12 @@ pub(crate) trait KernelConfig: Send + Sync + std::fmt::Debug + 'static {
     fn extra_bindings(&self) -> &'static [u32];
     /// The kernel composed for a problem (the batch does not matter).
     fn shape(&self, problem: &ConvProblem, limits: &KernelLimits) -> Result<Box<dyn Shaped>>;
+    /// The kernel composed for a problem whose input and output are channels last
+    /// (`Layout::Nhwc`), where the family reads and writes them itself; `None` where it
+    /// reads NCHW (the op then runs layout passes around it).
+    fn shape_channels_last(&self, _problem: &ConvProblem, _limits: &KernelLimits) -> Option<Result<Box<dyn Shaped>>> {
+        None
+    }
     /// Sources composed for representative problems: what the naga check validates.
     fn representative_sources(&self) -> Result<Vec<String>>;
     /// Invocations per workgroup.

@@ -73,6 +73,7 @@ pub fn main(args: Args) -> CliResult {
         peak_tflops: args.peak_tflops,
         seed: 0x00c0_ffee,
         check: CheckImages::FirstAndLast,
+        layout: args.layout.into(),
     };
     let bar = ProgressBar::new(opts.kernels.len() as u64);
     bar.set_style(

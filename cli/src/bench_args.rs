@@ -89,6 +89,10 @@ pub struct Args {
     /// from three f16 products (cooperative matrices only)
     #[arg(long, value_enum, default_value = "f32")]
     pub(crate) precision: PrecisionArg,
+    /// The input and output tensors' memory layout (every kernel runs both; NHWC adds layout
+    /// passes around the kernels that read NCHW)
+    #[arg(long, value_enum, default_value = "nchw")]
+    pub(crate) layout: crate::cli::LayoutArg,
     /// Write every figure as JSON
     #[arg(long)]
     pub(crate) json: Option<std::path::PathBuf>,

@@ -62,6 +62,8 @@ pub struct BenchOptions {
     pub seed: u64,
     /// Which images the CPU reference checks (it is the slow part on large layers).
     pub check: CheckImages,
+    /// The tensors' memory layout.
+    pub layout: wgconv::Layout,
 }
 
 /// The images of the batch whose output is checked against the CPU reference.
@@ -239,10 +241,17 @@ pub fn run(
             if opts.activation == Activation::Relu {
                 r.iter_mut().for_each(|v| *v = reference::relu(*v));
             }
+            if opts.layout == wgconv::Layout::Nhwc {
+                r = reference::to_nhwc(&r, one.output);
+            }
             Ok(r)
         })
         .collect::<Result<_>>()?;
 
+    let x = match opts.layout {
+        wgconv::Layout::Nhwc => reference::to_nhwc(&x, problem.input),
+        _ => x,
+    };
     let dev = &gpu.device;
     let (in_buf, out_buf) = scoped(dev, "bench buffers", || {
         let in_buf = dev.create_buffer_init(&wgpu::util::BufferInitDescriptor {
@@ -286,7 +295,8 @@ pub fn run(
                 let options = Conv2dOptions::default()
                     .kernel(kernel.clone())
                     .activation(opts.activation)
-                    .precision(kernel.precision());
+                    .precision(kernel.precision())
+                    .layout(opts.layout);
                 let conv = Conv2d::new(gpu, spec, &w, b.as_deref(), options)?;
                 let plan = conv.plan(problem.input, &in_buf, &out_buf)?;
                 for &img in &sampled {
@@ -360,7 +370,10 @@ pub fn run(
         date: chrono::Utc::now().to_rfc3339(),
         wgconv_version: env!("CARGO_PKG_VERSION").into(),
         problem,
-        problem_text: problem.to_string(),
+        problem_text: match opts.layout {
+            wgconv::Layout::Nhwc => format!("{problem} NHWC"),
+            _ => problem.to_string(),
+        },
         gflop: problem.flops() / 1e9,
         min_mbytes: problem.min_bytes() / 1e6,
         clock,

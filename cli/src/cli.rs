@@ -1,6 +1,25 @@
 //! What the subcommands share: the flags `--precision`, `--adapter` and `--backend`, and the one error
 //! type (printed once, by `main`, as one line on stderr; the exit code is 1).
 
+/// `--layout` of `bench`: the tensors' memory layout.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LayoutArg {
+    /// [N, C, H, W]
+    #[default]
+    Nchw,
+    /// [N, H, W, C] (channels last)
+    Nhwc,
+}
+
+impl From<LayoutArg> for wgconv::Layout {
+    fn from(l: LayoutArg) -> Self {
+        match l {
+            LayoutArg::Nchw => wgconv::Layout::Nchw,
+            LayoutArg::Nhwc => wgconv::Layout::Nhwc,
+        }
+    }
+}
+
 /// `--precision` of `bench`, `tune` and `run`: wgconv's [`wgconv::Precision`] by its CLI name.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PrecisionArg {

@@ -574,6 +574,7 @@ fn bench_layer(
         peak_tflops: args.peak_tflops,
         seed: 0x00c0_ffee,
         check: CheckImages::First,
+        layout: args.layout.into(),
     };
     let run = match bench_run::run(gpu, &opts, selection.as_ref(), |_, _, msg| progress(msg)) {
         Ok(r) => r,

@@ -201,7 +201,8 @@ pub(crate) struct NhwcKernel {
 }
 
 impl NhwcKernel {
-    fn source(&self) -> Result<String> {
+    /// The kernel's WGSL; `channels_last`: it writes the caller's NHWC output itself.
+    fn source(&self, channels_last: bool) -> Result<String> {
         let (wm, wn, fm, fn_) = self.tile.nhwc_layout()?;
         let mut header = crate::families::tiled::tile_header(&self.tile);
         header.push_str(&format!(
@@ -219,11 +220,17 @@ impl NhwcKernel {
                 init_row: &|_| String::new(),
                 store: &|i, j| {
                     let (m, n) = (i * 16, j * 16);
+                    // NCHW: column-major, positions apart by 1 and channels by OH·OW;
+                    // channels last: row-major, channels apart by 1 and positions by C_out.
+                    let (store, stride) = match channels_last {
+                        false => ("coopStore", "ohw"),
+                        true => ("coopStoreT", "c_out"),
+                    };
                     format!(
                         "if (direct) {{\n\
                          \x20   let n_at = blk.n0 + wn0 + {n}u;\n\
-                         \x20   let out = u32(row_info[wm0 + {m}u].y) + n_at * ohw;\n\
-                         \x20   coopStore(p.out_scale * acc_{i}_{j} + bias_fragment(blk.g * p.c_out_per_group + n_at), &output[out], ohw);\n\
+                         \x20   let out = u32(row_info[wm0 + {m}u].y) + n_at * out_channel_stride();\n\
+                         \x20   {store}(p.out_scale * acc_{i}_{j} + bias_fragment(blk.g * p.c_out_per_group + n_at), &output[out], {stride});\n\
                          }} else {{\n\
                          \x20   coopStore(acc_{i}_{j}, &c_scratch[scratch], FRAG);\n\
                          \x20   store_fragment(blk, warp, lane, wm0 + {m}u, wn0 + {n}u);\n\
@@ -233,7 +240,29 @@ impl NhwcKernel {
             },
         );
         generated.push(("config", header));
+        generated.push(layout_config(channels_last));
         compose("nhwc", &[("nhwc", NHWC_WGSL)], generated, self.family.precision(), true)
+    }
+
+    /// The kernel composed for a problem: the staging pass and the GEMM, reading and
+    /// writing NCHW or (`channels_last`) the caller's NHWC tensors.
+    fn shaped(&self, problem: &ConvProblem, channels_last: bool) -> Result<Box<dyn Shaped>> {
+        let geometry = StagedGeometry::new(&problem.spec, problem.input.h, problem.input.w, self.tile.block_k);
+        let staging = Staging {
+            source: stage_source(problem, &geometry, self.family.precision(), channels_last)?,
+            bytes_per_image: geometry.bytes_per_image() * self.family.halves(),
+            invocations_per_image: geometry.hp as u64 * geometry.wp as u64 * geometry.c8 as u64,
+            workgroup_size: STAGE_WG,
+        };
+        Ok(Box::new(StagedShaped {
+            source: self.source(channels_last),
+            staging,
+            spec: problem.spec,
+            geometry,
+            tile: self.tile,
+            n_pad: self.n_pad(&problem.spec),
+            split: self.family.split,
+        }))
     }
 
     fn n_pad(&self, spec: &Conv2dSpec) -> u32 {
@@ -241,8 +270,18 @@ impl NhwcKernel {
     }
 }
 
-/// The staging pass's source for one problem.
-fn stage_source(problem: &ConvProblem, g: &StagedGeometry, precision: Precision) -> Result<String> {
+/// The `layout_config` module: whether the input and output are channels last.
+fn layout_config(channels_last: bool) -> (&'static str, String) {
+    ("layout_config", format!("const CHANNELS_LAST: bool = {channels_last};\n"))
+}
+
+/// The staging pass's source for one problem (`channels_last`: reading an NHWC input).
+fn stage_source(
+    problem: &ConvProblem,
+    g: &StagedGeometry,
+    precision: Precision,
+    channels_last: bool,
+) -> Result<String> {
     let s = &problem.spec;
     let config = format!(
         "const H: u32 = {h}u;\nconst W: u32 = {w}u;\nconst C: u32 = {c}u;\nconst HP: u32 = {hp}u;\n\
@@ -259,7 +298,8 @@ fn stage_source(problem: &ConvProblem, g: &StagedGeometry, precision: Precision)
         pt = s.padding.top,
         pl = s.padding.left,
     );
-    compose("stage", &[("stage", STAGE_WGSL)], vec![("stage_config", config)], precision, false)
+    let generated = vec![("stage_config", config), layout_config(channels_last)];
+    compose("stage", &[("stage", STAGE_WGSL)], generated, precision, false)
 }
 
 impl KernelConfig for NhwcKernel {
@@ -304,27 +344,20 @@ impl KernelConfig for NhwcKernel {
         &[KTAB_BINDING, GRID_BINDING]
     }
     fn shape(&self, problem: &ConvProblem, _limits: &KernelLimits) -> Result<Box<dyn Shaped>> {
-        let geometry = StagedGeometry::new(&problem.spec, problem.input.h, problem.input.w, self.tile.block_k);
-        let staging = Staging {
-            source: stage_source(problem, &geometry, self.family.precision())?,
-            bytes_per_image: geometry.bytes_per_image() * self.family.halves(),
-            invocations_per_image: geometry.hp as u64 * geometry.wp as u64 * geometry.c8 as u64,
-            workgroup_size: STAGE_WG,
-        };
-        Ok(Box::new(StagedShaped {
-            source: self.source(),
-            staging,
-            spec: problem.spec,
-            geometry,
-            tile: self.tile,
-            n_pad: self.n_pad(&problem.spec),
-            split: self.family.split,
-        }))
+        self.shaped(problem, false)
+    }
+    fn shape_channels_last(&self, problem: &ConvProblem, _limits: &KernelLimits) -> Option<Result<Box<dyn Shaped>>> {
+        Some(self.shaped(problem, true))
     }
     fn representative_sources(&self) -> Result<Vec<String>> {
         let problem = Conv2dSpec::new(16, 32, 3).padding(1).problem(crate::spec::Shape4::new(1, 16, 9, 9))?;
         let g = StagedGeometry::new(&problem.spec, 9, 9, self.tile.block_k);
-        Ok(vec![self.source()?, stage_source(&problem, &g, self.family.precision())?])
+        let mut sources = Vec::new();
+        for channels_last in [false, true] {
+            sources.push(self.source(channels_last)?);
+            sources.push(stage_source(&problem, &g, self.family.precision(), channels_last)?);
+        }
+        Ok(sources)
     }
     fn invocations(&self) -> u32 {
         self.tile.invocations()

@@ -9,6 +9,7 @@
 // CPU twin: `stage_input` + `conv_staged` in nhwc/mod.rs.
 
 #import config
+#import layout_config
 #import params
 #import precision
 
@@ -103,7 +104,12 @@ fn init_rows(t: u32, b: Block) {
             let y = (pos / p.ow) * p.stride_h;
             let x = (pos % p.ow) * p.stride_w;
             let origin = ((img * grid.hp + y) * grid.wp + x) * grid.c8 + b.g * grid.cg8;
-            let out = p.out_offset + (img * p.c_out + b.g * p.c_out_per_group) * ohw + pos;
+            // The output element of channel 0 of the group: NCHW, or channels last
+            // (`CHANNELS_LAST`, where the kernel writes the caller's NHWC tensor itself).
+            var out = p.out_offset + (img * p.c_out + b.g * p.c_out_per_group) * ohw + pos;
+            if (CHANNELS_LAST) {
+                out = p.out_offset + m * p.c_out + b.g * p.c_out_per_group;
+            }
             info = vec2<i32>(i32(origin), i32(out));
         }
         row_info[r] = info;
@@ -213,17 +219,25 @@ fn multiply(buf: u32, who: vec2<u32>) {
     }
 }
 
+// Channels apart in the output: OH·OW in NCHW, 1 channels last.
+fn out_channel_stride() -> u32 {
+    return select(p.oh * p.ow, 1u, CHANNELS_LAST);
+}
+
+// Neighbouring lanes take neighbouring positions (NCHW) or channels (channels last), so
+// each store instruction writes runs of neighbouring elements.
 fn store_fragment(blk: Block, warp: u32, lane: u32, m_base: u32, n_base: u32) {
     workgroupBarrier();
     for (var e = 0u; e < 8u; e++) {
         let idx = lane + e * 32u;
-        let m = idx % FRAG;
-        let n = idx / FRAG;
+        let m = select(idx % FRAG, idx / FRAG, CHANNELS_LAST);
+        let n = select(idx / FRAG, idx % FRAG, CHANNELS_LAST);
         let out = row_info[m_base + m].y;
         let nn = blk.n0 + n_base + n;
         if (out >= 0 && nn < p.c_out_per_group) {
             let acc = c_scratch[warp * 256u + n * FRAG + m];
-            output[u32(out) + nn * p.oh * p.ow] = activate(acc * p.out_scale + bias[blk.g * p.c_out_per_group + nn]);
+            output[u32(out) + nn * out_channel_stride()] =
+                activate(acc * p.out_scale + bias[blk.g * p.c_out_per_group + nn]);
         }
     }
     workgroupBarrier();
@@ -277,7 +291,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     // fragment). The test is the workgroup's alone: cooperative operations need uniform
     // control flow.
     let ohw = p.oh * p.ow;
-    let direct = (p.flags & FLAG_RELU) == 0u && ohw % 16u == 0u && p.out_offset % 4u == 0u
+    // A `let`, not `p.c_out` in the store itself: naga 30's SPIR-V writer panics on a
+    // cooperative store whose stride is a uniform's field ("Expression … is not cached").
+    let c_out = p.c_out;
+    // Channels last: every row is C_out elements long, so no fragment straddles anything;
+    // the rows must stay 16-byte aligned (C_out a multiple of 4).
+    let aligned = select(ohw % 16u == 0u, p.c_out % 4u == 0u, CHANNELS_LAST);
+    let direct = (p.flags & FLAG_RELU) == 0u && aligned && p.out_offset % 4u == 0u
         && blk.m0 + BM <= p.m_total && blk.n0 + BN <= p.c_out_per_group;
     let scratch = warp * 256u;
     #import fragment_store

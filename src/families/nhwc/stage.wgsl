@@ -1,15 +1,16 @@
-// The staging pass of the channels-last kernels (nhwc.wgsl): the chunk's NCHW f32 input
-// rewritten as f16 [n][HP][WP][C8] vectors of 8 channels (f16x3: then the low halves, same
-// layout), the padding written out (zeros,
-// or the padding mode's mirrored, clamped or wrapped pixels) and each group's channels
-// padded with zeros to whole vectors. The matrix kernel then gathers 16-byte runs of
-// channels with no bounds tests and no border logic.
+// The staging pass of the channels-last kernels (nhwc.wgsl): the chunk's f32 input (NCHW,
+// or the caller's NHWC tensor where `CHANNELS_LAST`) rewritten as f16 [n][HP][WP][C8]
+// vectors of 8 channels (f16x3: then the low halves, same layout), the padding written out
+// (zeros, or the padding mode's mirrored, clamped or wrapped pixels) and each group's
+// channels padded with zeros to whole vectors. The matrix kernel then gathers 16-byte runs
+// of channels with no bounds tests and no border logic.
 // The sizes are the problem's (composed per input size, as `stage_config`): H, W, C, the
 // padded HP, WP, the vectors per pixel C8 and per group CG8, CG channels per group, the
 // leading padding PT, PL.
 // CPU twin: `stage_input` in nhwc/mod.rs.
 
 #import stage_config
+#import layout_config
 #import params
 #import precision
 
@@ -27,6 +28,9 @@ fn source_index(n: u32, c: u32, y: u32, x: u32) -> i32 {
         }
         iy = pad_coord(iy, i32(H), mode);
         ix = pad_coord(ix, i32(W), mode);
+    }
+    if (CHANNELS_LAST) {
+        return i32(p.in_offset + ((n * H + u32(iy)) * W + u32(ix)) * C + c);
     }
     return i32(p.in_offset + ((n * C + c) * H + u32(iy)) * W + u32(ix));
 }
@@ -57,18 +61,23 @@ fn pack8(h: array<f32, 8>) -> vec4<u32> {
     );
 }
 
-// One invocation per output vector, x fastest: a warp reads 32 neighbouring pixels of each
-// of its 8 channels (coalesced) and writes 32 vectors one pixel apart.
+// One invocation per output vector, x fastest for an NCHW input (a warp reads 32
+// neighbouring pixels of each of its 8 channels and writes 32 vectors one pixel apart),
+// channel vectors fastest for an NHWC one.
 @compute @workgroup_size(STAGE_WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let e = gid.x + gid.y * nwg.x * STAGE_WG;
     if (e >= p.batch * HP * WP * C8) {
         return;
     }
-    let x = e % WP;
-    let r = e / WP;
-    let c8 = r % C8;
-    let r2 = r / C8;
+    var x = e % WP;
+    var c8 = (e / WP) % C8;
+    if (CHANNELS_LAST) {
+        // Channel vectors fastest: a warp reads 32 runs of 8 neighbouring channels.
+        c8 = e % C8;
+        x = (e / C8) % WP;
+    }
+    let r2 = e / (WP * C8);
     let y = r2 % HP;
     let n = r2 / HP;
     let g = c8 / CG8;
