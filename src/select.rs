@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::families::{coop, depthwise, direct, nhwc, stem, tiled};
 use crate::gpu::Gpu;
 use crate::kernel::{Family, Kernel, Precision};
-use crate::options::{ConfigSource, Conv2dOptions, Selection};
+use crate::options::{ConfigSource, Conv2dOptions, Layout, Selection};
 use crate::spec::{Conv2dSpec, ConvProblem};
 use crate::tile::TileConfig;
 
@@ -75,8 +75,13 @@ pub(crate) fn select(
             reason: "named in Conv2dOptions::kernel".into(),
         });
     }
-    if let Some(reason) = stem_rule(caps, spec, options.precision) {
-        return Ok(Selection { kernel: stem::STEM.reference(), source: ConfigSource::Default, reason });
+    // Channels-last tensors skip the stem rule: the stem kernel reads NCHW, and the layout
+    // passes around it cost more than it saves (ResNet-50's conv1 at N=32 on the H100:
+    // 0.61 ms with them against 0.17 without).
+    if options.layout == Layout::Nchw {
+        if let Some(reason) = stem_rule(caps, spec, options.precision) {
+            return Ok(Selection { kernel: stem::STEM.reference(), source: ConfigSource::Default, reason });
+        }
     }
     if let Some((kernel, reason)) = depthwise_rule(caps, spec, options.precision) {
         return Ok(Selection { kernel, source: ConfigSource::Default, reason });
@@ -88,7 +93,7 @@ pub(crate) fn select(
         }
     }
     let problem = options.tuning_key_input.and_then(|input| spec.problem(input).ok());
-    if let Some((kernel, reason)) = channels_last_rule(caps, spec, problem.as_ref(), options.precision) {
+    if let Some((kernel, reason)) = channels_last_rule(caps, spec, problem.as_ref(), options.precision, options.layout) {
         return Ok(Selection { kernel, source: ConfigSource::Default, reason });
     }
     if let Some(problem) = problem.filter(|_| options.precision == Precision::F32 && !caps.is_cpu()) {
@@ -230,15 +235,24 @@ pub(crate) fn depthwise_rule(caps: &DeviceCaps, spec: &Conv2dSpec, precision: Pr
 /// kernel: a 16-channel layer pads nothing, a 12-channel one 1.33×.
 pub const CHANNELS_LAST_MAX_K_PADDING: f64 = 1.25;
 
-/// Whether the channels-last rule takes this convolution (see [`channels_last_rule`]).
+/// Whether the channels-last rule takes this convolution on NCHW tensors (see
+/// [`channels_last_rule`]).
 pub(crate) fn channels_last_rule_applies(caps: &DeviceCaps, spec: &Conv2dSpec, precision: Precision) -> bool {
+    channels_last_rule_applies_for(caps, spec, precision, Layout::Nchw)
+}
+
+/// [`channels_last_rule_applies`] for tensors in `layout`: on channels-last tensors the
+/// family takes every layer its precision allows, however its channels pad K (the other
+/// families would need layout passes around them).
+fn channels_last_rule_applies_for(caps: &DeviceCaps, spec: &Conv2dSpec, precision: Precision, layout: Layout) -> bool {
     let family = match precision {
         Precision::F16Accum32 => &nhwc::COOP_NHWC_F16,
         Precision::F16x3 => &nhwc::COOP_NHWC_F16X3,
         Precision::F32 => return false,
     };
     let cg = spec.in_channels_per_group();
-    family.unavailable(caps).is_none() && (cg.next_multiple_of(8) as f64) <= CHANNELS_LAST_MAX_K_PADDING * cg as f64
+    family.unavailable(caps).is_none()
+        && (layout == Layout::Nhwc || (cg.next_multiple_of(8) as f64) <= CHANNELS_LAST_MAX_K_PADDING * cg as f64)
 }
 
 /// The channels-last family's tile configs per precision and their relative rate per padded
@@ -262,15 +276,18 @@ const CHANNELS_LAST_F16X3_CONFIGS: [(TileConfig, f64); 3] = [
 /// channels pad K by at most [`CHANNELS_LAST_MAX_K_PADDING`] run the channels-last family
 /// (its input staged as f16 vectors of 8 channels): on the H100 it ran VGG-16's layers
 /// 1.4–2.6× and ResNet-50's deeper ones up to 2.2× faster than the gathering kernel, which
-/// rounds and gathers its operands one element at a time. With the input shape known, the
-/// config with the least estimated time ([`estimated_best`]); else the 128×128 reference.
+/// rounds and gathers its operands one element at a time. On channels-last tensors it takes
+/// every layer these precisions run on it (the others would need layout passes). With the
+/// input shape known, the config with the least estimated time ([`estimated_best`]); else
+/// the 128×128 reference.
 pub(crate) fn channels_last_rule(
     caps: &DeviceCaps,
     spec: &Conv2dSpec,
     problem: Option<&ConvProblem>,
     precision: Precision,
+    layout: Layout,
 ) -> Option<(Kernel, String)> {
-    if !channels_last_rule_applies(caps, spec, precision) {
+    if !channels_last_rule_applies_for(caps, spec, precision, layout) {
         return None;
     }
     let (family, configs) = match precision {
@@ -509,6 +526,13 @@ mod tests {
         assert_eq!(pick(&gpu, image, Precision::F16Accum32).kernel.family(), "coop-stem-f16");
         assert_eq!(pick(&gpu, dense, Precision::F16Accum32).kernel.family(), "coop-nhwc-f16");
         assert_eq!(pick(&gpu, dense, Precision::F16x3).kernel.family(), "coop-nhwc-f16x3");
+        // Channels-last tensors: the channels-last family for image inputs (no stem kernel,
+        // which would need layout passes) and for channels that pad K.
+        let nhwc = Conv2dOptions::default().precision(Precision::F16Accum32).layout(Layout::Nhwc);
+        for spec in [image, Conv2dSpec::new(384, 384, 3).groups(32)] {
+            let s = select(&gpu, &spec, &nhwc, |_| None).unwrap();
+            assert_eq!(s.kernel.family(), "coop-nhwc-f16", "{s}");
+        }
         // f16x3 depthwise: the f32 depthwise family where cooperative matrices exist
         // (elsewhere f16x3 is refused, as on any layer).
         let dw = Conv2dSpec::new(32, 32, 3).groups(32).padding(Padding::uniform(1));
