@@ -93,7 +93,8 @@ pub(crate) fn select(
         }
     }
     let problem = options.tuning_key_input.and_then(|input| spec.problem(input).ok());
-    if let Some((kernel, reason)) = channels_last_rule(caps, spec, problem.as_ref(), options.precision, options.layout) {
+    if let Some((kernel, reason)) = channels_last_rule(caps, spec, problem.as_ref(), options.precision, options.layout)
+    {
         return Ok(Selection { kernel, source: ConfigSource::Default, reason });
     }
     if let Some(problem) = problem.filter(|_| options.precision == Precision::F32 && !caps.is_cpu()) {

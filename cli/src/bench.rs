@@ -47,7 +47,7 @@ pub fn main(args: Args) -> CliResult {
                     Some(k) => kernels.push(k),
                     None => {
                         if auto.is_none() {
-                            auto = Some(auto_selection(&gpu, &problem, precision, activation)?);
+                            auto = Some(auto_selection(&gpu, &problem, precision, activation, args.layout.into())?);
                         }
                         kernels.extend(auto.as_ref().map(|s| s.kernel.clone()));
                     }

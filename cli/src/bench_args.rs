@@ -147,11 +147,16 @@ pub(crate) fn auto_selection(
     problem: &ConvProblem,
     precision: Precision,
     activation: Activation,
+    layout: wgconv::Layout,
 ) -> CliResult<Selection> {
     let spec = problem.spec;
     let weight = vec![0.0f32; spec.weight_len()];
     let bias = spec.bias.then(|| vec![0.0f32; spec.out_channels as usize]);
-    let options = Conv2dOptions::default().precision(precision).activation(activation).tuning_key_input(problem.input);
+    let options = Conv2dOptions::default()
+        .precision(precision)
+        .activation(activation)
+        .layout(layout)
+        .tuning_key_input(problem.input);
     let conv = Conv2d::new(gpu, spec, &weight, bias.as_deref(), options)
         .map_err(|e| CliError(format!("--configs auto: {e}")))?;
     Ok(conv.kernel().clone())

@@ -546,7 +546,7 @@ fn bench_layer(
     report.gflop = flops / 1e9;
     report.mbytes = bytes / 1e6;
     progress("selecting the default");
-    let selection = match auto_selection(gpu, &problem, precision, activation) {
+    let selection = match auto_selection(gpu, &problem, precision, activation, args.layout.into()) {
         Ok(s) => Some(s),
         Err(e) => {
             report.default_problem = Some(format!("no default Conv2d: {}", e.0));
