@@ -441,6 +441,7 @@ const PARAMS_WGSL: &str = include_str!("wgsl/params.wgsl");
 const PRECISION_WGSL: &str = include_str!("wgsl/precision.wgsl");
 const ROW_GRID_WGSL: &str = include_str!("wgsl/row_grid.wgsl");
 const LAYOUT_WGSL: &str = include_str!("wgsl/layout.wgsl");
+const BLOCK_WGSL: &str = include_str!("wgsl/block.wgsl");
 
 /// Invocations per workgroup of the layout passes (`src/wgsl/layout.wgsl`).
 pub(crate) const LAYOUT_PASS_WG: u32 = 256;
@@ -471,6 +472,7 @@ pub(crate) fn compose(
     modules.insert("params", PARAMS_WGSL);
     modules.insert("precision", PRECISION_WGSL);
     modules.insert("row_grid", ROW_GRID_WGSL);
+    modules.insert("block", BLOCK_WGSL);
     for (name, text) in generated {
         modules.insert(name, text);
     }

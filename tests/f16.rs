@@ -16,7 +16,7 @@ use common::*;
 use wgconv::advanced::{
     band_sweep, coop_sweep, default_sweep, depthwise_rule_applies, stem_is_default, stem_sweep, BandConfig, StemConfig,
 };
-use wgconv::{reference, ConfigSource, Conv2d, Conv2dOptions, Error, Gpu, GpuOptions};
+use wgconv::{reference, ConfigSource, Conv2d, Conv2dOptions, Error, Gpu};
 use wgconv::{Conv2dSpec as S, Kernel, Padding as P, Precision, Shape4, TileConfig};
 
 /// The f16 bound (the benchmark's `F16_TOLERANCE`).
@@ -246,12 +246,7 @@ fn mismatched_kind_and_precision_are_refused() {
 
 #[test]
 fn coop_kernel_on_ragged_shapes() {
-    let opts = GpuOptions::default().cooperative_matrix(true);
-    let gpu = Gpu::with_options(opts).expect("a wgpu adapter");
-    if !gpu.has_coop_f16() {
-        eprintln!("skipped: {} has no cooperative matrices (f16 16x16x16, subgroup 32)", gpu.info.name);
-        return;
-    }
+    let Some(gpu) = coop_gpu() else { return };
     let limits = gpu.kernel_limits();
     let gather = coop_sweep()
         .into_iter()
@@ -391,12 +386,7 @@ fn band_and_stem_kernels_spread_nan_at_most_to_the_widened_window() {
 /// multiple of 16 go through the scratch fragment. Every config of both sweeps.
 #[test]
 fn channels_last_epilogues() {
-    let opts = GpuOptions::default().cooperative_matrix(true);
-    let gpu = Gpu::with_options(opts).expect("a wgpu adapter");
-    if !gpu.has_coop_f16() {
-        eprintln!("skipped: {} has no cooperative matrices (f16 16x16x16, subgroup 32)", gpu.info.name);
-        return;
-    }
+    let Some(gpu) = coop_gpu() else { return };
     let limits = gpu.kernel_limits();
     let shapes = [
         ("direct_3x3", S::new(32, 128, 3).padding(1).with_bias(true), [2, 16, 16], false),

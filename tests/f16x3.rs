@@ -19,17 +19,6 @@ fn options(kernel: Option<Kernel>, relu: bool) -> Conv2dOptions {
     options_at(Precision::F16x3, kernel, relu)
 }
 
-/// The device, or `None` (saying so) where it has no cooperative matrices.
-fn coop_gpu() -> Option<Gpu> {
-    let gpu = gpu();
-    if gpu.has_coop_f16() {
-        Some(gpu)
-    } else {
-        eprintln!("skipped: {} has no cooperative matrices (f16 16x16x16, subgroup 32)", gpu.info.name);
-        None
-    }
-}
-
 /// `encode` into NaN-poisoned output and `forward`, both within the f16x3 bound, no range
 /// flag on normal data. Returns the larger error.
 fn check(gpu: &Gpu, case: &Case, conv: &Conv2d, relu: bool) -> f64 {

@@ -241,6 +241,17 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The test device where it has cooperative matrices, or `None` (saying so).
+pub fn coop_gpu() -> Option<Gpu> {
+    let gpu = gpu();
+    if gpu.has_coop_f16() {
+        Some(gpu)
+    } else {
+        eprintln!("skipped: {} has no cooperative matrices (f16 16x16x16, subgroup 32)", gpu.info.name);
+        None
+    }
+}
+
 /// A device on the same adapter as [`gpu`] with some limits lowered (`lower` edits a copy
 /// of the adapter's limits, so every other limit stays what the adapter allows).
 pub fn gpu_with_limits(lower: impl FnOnce(&mut wgpu::Limits)) -> Gpu {

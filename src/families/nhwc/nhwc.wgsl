@@ -78,20 +78,7 @@ var<private> b_next: array<vec4<u32>, B_VECS>;
 
 #import fragment_decls
 
-struct Block {
-    valid: bool,
-    g: u32,
-    m0: u32,
-    n0: u32,
-}
-
-fn locate_block(wid: vec3<u32>, nwg: vec3<u32>) -> Block {
-    let tile = wid.x + wid.y * nwg.x;
-    let nt = tile % grid.n_tiles;
-    let mt = (tile / grid.n_tiles) % grid.m_tiles;
-    let g = tile / (grid.n_tiles * grid.m_tiles);
-    return Block(tile < grid.total_tiles, g, mt * BM, nt * BN);
-}
+#import block
 
 fn init_rows(t: u32, b: Block) {
     let ohw = p.oh * p.ow;

@@ -48,22 +48,7 @@ var<workgroup> row_info: array<vec4<i32>, BM>;
 var<private> a_next: array<f32, A_LOADS>;
 var<private> b_next: array<WeightVec, B_LOADS>;
 
-// The block a workgroup computes: tiles are numbered n-tile fastest, so workgroups that
-// run together share input rows; the grid may be folded into two dimensions.
-struct Block {
-    valid: bool,
-    g: u32,
-    m0: u32,
-    n0: u32,
-}
-
-fn locate_block(wid: vec3<u32>, nwg: vec3<u32>) -> Block {
-    let tile = wid.x + wid.y * nwg.x;
-    let nt = tile % grid.n_tiles;
-    let mt = (tile / grid.n_tiles) % grid.m_tiles;
-    let g = tile / (grid.n_tiles * grid.m_tiles);
-    return Block(tile < grid.total_tiles, g, mt * BM, nt * BN);
-}
+#import block
 
 // Where each of the block's output rows reads its input window from. Ends with a barrier.
 fn init_rows(t: u32, b: Block) {
