@@ -319,6 +319,14 @@ impl Gpu {
             })
             .await
             .map_err(|e| Error::Device { adapter: infos[idx].name.clone(), reason: e.to_string() })?;
+        // wgpu's default handler panics on an error that reaches no error scope. wgconv's
+        // own calls run inside scopes and return typed errors; what escapes them (e.g. a
+        // buffer left invalid after a driver's shader compiler failed, used by a later
+        // read-back, which then returns its own error) is logged instead of aborting the
+        // caller. Devices brought by the caller keep their own handler.
+        device.on_uncaptured_error(std::sync::Arc::new(|e: wgpu::Error| {
+            log::error!("wgconv: a wgpu error outside wgconv's error scopes: {e}");
+        }));
         let checks = opts.runtime_checks || runtime_checks_from_env();
         let caps = DeviceCaps::of_device(&device).with_adapter(adapter);
         Ok(Gpu::assemble(device, queue, infos[idx].clone(), caps, checks))

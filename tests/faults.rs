@@ -464,3 +464,19 @@ fn special_values_in_every_family() {
         assert!(ran.contains(&f), "{f} did not run: {skipped:?}");
     }
 }
+
+/// A wgpu error outside wgconv's error scopes (here a buffer the caller made invalid on a
+/// device wgconv opened) is logged by the device's handler, not raised as wgpu's default
+/// panic; reading that buffer back is a typed error.
+#[test]
+fn errors_outside_scopes_do_not_panic() {
+    let gpu = gpu();
+    let too_big = gpu.limits().max_buffer_size.saturating_add(4);
+    let buffer = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("invalid on purpose"),
+        size: too_big,
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    });
+    assert!(gpu.read_buffer::<f32>(&buffer, 0, 4).is_err());
+}
