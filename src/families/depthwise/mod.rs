@@ -22,6 +22,7 @@ use crate::kernel::{
 use crate::spec::{Conv2dSpec, ConvProblem};
 
 const DEPTHWISE_WGSL: &str = include_str!("depthwise.wgsl");
+const DEPTHWISE_NHWC_WGSL: &str = include_str!("depthwise_nhwc.wgsl");
 
 /// The most input values one invocation holds for a row segment: the segment a block
 /// reads, `(x - 1) · stride + (kernel - 1) · dilation + 1`, lives in registers.
@@ -237,9 +238,20 @@ impl KernelConfig for StripKernel {
         self.check_spec(&problem.spec, limits)?;
         Ok(Box::new(Strips { cfg: self.cfg, spec: problem.spec, source: self.source(&problem.spec) }))
     }
+    fn shape_channels_last(&self, problem: &ConvProblem, limits: &KernelLimits) -> Option<Result<Box<dyn Shaped>>> {
+        let spec = problem.spec;
+        Some(self.check_spec(&spec, limits).map(|()| {
+            Box::new(ChannelsLast {
+                c_out_pad: c_out_pad(&spec, &self.cfg),
+                workgroup: self.cfg.workgroup,
+                source: self.source_nhwc(&spec),
+            }) as Box<dyn Shaped>
+        }))
+    }
     fn representative_sources(&self) -> Result<Vec<String>> {
         let dw = |k, s, d| Conv2dSpec::new(32, 32, k).groups(32).stride((s, s)).dilation((d, d));
-        [dw(3, 1, 1), dw(5, 2, 1), dw(3, 1, 2)].iter().map(|spec| self.source(spec)).collect()
+        let specs = [dw(3, 1, 1), dw(5, 2, 1), dw(3, 1, 2)];
+        specs.iter().flat_map(|spec| [self.source(spec), self.source_nhwc(spec)]).collect()
     }
     fn invocations(&self) -> u32 {
         self.cfg.workgroup
@@ -260,6 +272,63 @@ impl StripKernel {
             self.family.precision(),
             false,
         )
+    }
+}
+
+impl StripKernel {
+    /// The channels-last shader's WGSL for a spec (`depthwise_nhwc.wgsl`): one output per
+    /// invocation, as many invocations per workgroup as the config's.
+    fn source_nhwc(&self, spec: &Conv2dSpec) -> Result<String> {
+        let header = format!(
+            "const WG: u32 = {}u;\nconst KH: u32 = {}u;\nconst KW: u32 = {}u;\nconst STRIDE_H: u32 = {}u;\n\
+             const STRIDE_W: u32 = {}u;\nconst DIL_H: u32 = {}u;\nconst DIL_W: u32 = {}u;\n",
+            self.cfg.workgroup,
+            spec.kernel[0],
+            spec.kernel[1],
+            spec.stride[0],
+            spec.stride[1],
+            spec.dilation[0],
+            spec.dilation[1]
+        );
+        compose(
+            "depthwise_nhwc",
+            &[("depthwise_nhwc", DEPTHWISE_NHWC_WGSL)],
+            vec![("config", header)],
+            self.family.precision(),
+            false,
+        )
+    }
+}
+
+/// The grid uniform of `depthwise_nhwc.wgsl`, in its field order.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct ChannelsLastGrid {
+    threads: u32,
+    c_out_pad: u32,
+    _pad: [u32; 2],
+}
+
+/// The family's channels-last shader composed for one spec.
+struct ChannelsLast {
+    c_out_pad: u32,
+    workgroup: u32,
+    source: Result<String>,
+}
+
+impl Shaped for ChannelsLast {
+    fn source(&self) -> Result<String> {
+        self.source.clone()
+    }
+    fn tables(&self) -> Result<Vec<(u32, &'static str, Vec<u8>)>> {
+        Ok(Vec::new())
+    }
+    fn grid(&self, p: &ConvParams) -> Result<(Vec<u8>, u64)> {
+        let threads = p.batch as u64 * p.oh as u64 * p.ow as u64 * p.c_out as u64;
+        let threads = u32::try_from(threads)
+            .map_err(|_| Error::TooLarge(format!("{threads} outputs of the depthwise kernel in one chunk")))?;
+        let g = ChannelsLastGrid { threads, c_out_pad: self.c_out_pad, _pad: [0; 2] };
+        Ok((bytemuck::bytes_of(&g).to_vec(), threads.div_ceil(self.workgroup) as u64))
     }
 }
 
