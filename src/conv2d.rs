@@ -6,8 +6,9 @@
 
 use crate::error::{BufferIssue, Error, Result};
 use crate::gpu::Gpu;
-use crate::kernel::workgroups_u32;
-use crate::kernel::{bindings, ConvParams, Pipeline, Precision, Shaped, FLAG_RELU, GRID_BINDING, PAD_MODE_SHIFT};
+use crate::kernel::{
+    bindings, workgroups_u32, ConvParams, Pipeline, Precision, Shaped, FLAG_RELU, GRID_BINDING, PAD_MODE_SHIFT,
+};
 use crate::lru::Lru;
 use crate::options::{Activation, Conv2dOptions, Layout, Selection};
 use crate::scope::ErrorScope;
@@ -107,10 +108,10 @@ impl ConvPlan {
         let (to_nchw, to_nhwc) = p.layout_passes.as_ref().map_or((None, None), |(a, b)| (Some(a), Some(b)));
         for chunk in &self.dispatches {
             for (dispatch, pipeline) in [
-                (&chunk.to_nchw, to_nchw),
-                (&chunk.staging, p.staging.as_ref()),
-                (&Some(chunk.main.clone()), Some(&p.pipeline)),
-                (&chunk.to_nhwc, to_nhwc),
+                (chunk.to_nchw.as_ref(), to_nchw),
+                (chunk.staging.as_ref(), p.staging.as_ref()),
+                (Some(&chunk.main), Some(&p.pipeline)),
+                (chunk.to_nhwc.as_ref(), to_nhwc),
             ] {
                 if let (Some((bind_group, [x, y])), Some(pipeline)) = (dispatch, pipeline) {
                     pass.set_pipeline(&pipeline.pipeline);
@@ -449,7 +450,7 @@ impl Conv2d {
                 out_scale: self.out_scale,
             };
             let (grid_bytes, workgroups) = prepared.shaped.grid(&params)?;
-            let workgroups = crate::kernel::workgroups_u32(workgroups)?;
+            let workgroups = workgroups_u32(workgroups)?;
             let grid = fold_grid(workgroups, limits.max_compute_workgroups_per_dimension)?;
             let io_uniform =
                 self.gpu.buffer_init("wgconv params", bytemuck::bytes_of(&params), wgpu::BufferUsages::UNIFORM)?;
