@@ -51,6 +51,13 @@ fn channels_last_matches_nchw() {
         ("1x1", S::new(24, 8, 1), [3, 5, 6], false),
         ("grouped", S::new(8, 12, 3).groups(4).padding(P::uniform(1)), [2, 7, 7], false),
         ("depthwise", S::new(6, 6, 3).groups(6).padding(P::uniform(1)).with_bias(true), [2, 8, 9], true),
+        (
+            "depthwise_x2_s2_dil2",
+            S::new(8, 16, 3).groups(8).stride(2).dilation(2).padding(P::uniform(2)),
+            [1, 11, 13],
+            false,
+        ),
+        ("depthwise_7x7_wide", S::new(4, 4, 7).groups(4).padding(P::uniform(3)), [1, 9, 30], false),
     ];
     let mut precisions = vec![Precision::F32];
     if has_f16(&gpu) {

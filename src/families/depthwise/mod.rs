@@ -242,6 +242,7 @@ impl KernelConfig for StripKernel {
         let spec = problem.spec;
         Some(self.check_spec(&spec, limits).map(|()| {
             Box::new(ChannelsLast {
+                block: nhwc_block(&spec),
                 c_out_pad: c_out_pad(&spec, &self.cfg),
                 workgroup: self.cfg.workgroup,
                 source: self.source_nhwc(&spec),
@@ -276,11 +277,13 @@ impl StripKernel {
 }
 
 impl StripKernel {
-    /// The channels-last shader's WGSL for a spec (`depthwise_nhwc.wgsl`): one output per
-    /// invocation, as many invocations per workgroup as the config's.
+    /// The channels-last shader's WGSL for a spec (`depthwise_nhwc.wgsl`): blocks of
+    /// [`nhwc_block`] outputs, as many invocations per workgroup as the config's.
     fn source_nhwc(&self, spec: &Conv2dSpec) -> Result<String> {
+        let vx = nhwc_block(spec);
+        let span = StripConfig { x: vx, ..self.cfg }.segment(spec);
         let header = format!(
-            "const WG: u32 = {}u;\nconst KH: u32 = {}u;\nconst KW: u32 = {}u;\nconst STRIDE_H: u32 = {}u;\n\
+            "const VX: u32 = {vx}u;\nconst SPAN_X: u32 = {span}u;\nconst WG: u32 = {}u;\nconst KH: u32 = {}u;\nconst KW: u32 = {}u;\nconst STRIDE_H: u32 = {}u;\n\
              const STRIDE_W: u32 = {}u;\nconst DIL_H: u32 = {}u;\nconst DIL_W: u32 = {}u;\n",
             self.cfg.workgroup,
             spec.kernel[0],
@@ -300,6 +303,17 @@ impl StripKernel {
     }
 }
 
+/// Outputs along a row per invocation of the channels-last shader: 4 where their row segment
+/// fits in registers ([`MAX_SEGMENT`]), else 1.
+fn nhwc_block(spec: &Conv2dSpec) -> u32 {
+    let segment = |x: u64| (x - 1) * spec.stride[1] as u64 + (spec.kernel[1] as u64 - 1) * spec.dilation[1] as u64 + 1;
+    if segment(4) <= MAX_SEGMENT as u64 {
+        4
+    } else {
+        1
+    }
+}
+
 /// The grid uniform of `depthwise_nhwc.wgsl`, in its field order.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -311,6 +325,8 @@ struct ChannelsLastGrid {
 
 /// The family's channels-last shader composed for one spec.
 struct ChannelsLast {
+    /// Outputs along a row per invocation.
+    block: u32,
     c_out_pad: u32,
     workgroup: u32,
     source: Result<String>,
@@ -324,7 +340,7 @@ impl Shaped for ChannelsLast {
         Ok(Vec::new())
     }
     fn grid(&self, p: &ConvParams) -> Result<(Vec<u8>, u64)> {
-        let threads = p.batch as u64 * p.oh as u64 * p.ow as u64 * p.c_out as u64;
+        let threads = p.batch as u64 * p.oh as u64 * p.ow.div_ceil(self.block) as u64 * p.c_out as u64;
         let threads = u32::try_from(threads)
             .map_err(|_| Error::TooLarge(format!("{threads} outputs of the depthwise kernel in one chunk")))?;
         let g = ChannelsLastGrid { threads, c_out_pad: self.c_out_pad, _pad: [0; 2] };
