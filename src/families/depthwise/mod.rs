@@ -242,7 +242,7 @@ impl KernelConfig for StripKernel {
         let spec = problem.spec;
         Some(self.check_spec(&spec, limits).map(|()| {
             Box::new(ChannelsLast {
-                block: nhwc_block(&spec),
+                block: self.nhwc_strip(&spec).x,
                 c_out_pad: c_out_pad(&spec, &self.cfg),
                 workgroup: self.cfg.workgroup,
                 source: self.source_nhwc(&spec),
@@ -277,40 +277,27 @@ impl StripKernel {
 }
 
 impl StripKernel {
-    /// The channels-last shader's WGSL for a spec (`depthwise_nhwc.wgsl`): blocks of
-    /// [`nhwc_block`] outputs, as many invocations per workgroup as the config's.
+    /// The channels-last shader's WGSL for a spec (`depthwise_nhwc.wgsl`): the family's
+    /// header for the strip [`StripKernel::nhwc_strip`] picks (its VX outputs along a row, its
+    /// segment, the config's workgroup size).
     fn source_nhwc(&self, spec: &Conv2dSpec) -> Result<String> {
-        let vx = nhwc_block(spec);
-        let span = StripConfig { x: vx, ..self.cfg }.segment(spec);
-        let header = format!(
-            "const VX: u32 = {vx}u;\nconst SPAN_X: u32 = {span}u;\nconst WG: u32 = {}u;\nconst KH: u32 = {}u;\nconst KW: u32 = {}u;\nconst STRIDE_H: u32 = {}u;\n\
-             const STRIDE_W: u32 = {}u;\nconst DIL_H: u32 = {}u;\nconst DIL_W: u32 = {}u;\n",
-            self.cfg.workgroup,
-            spec.kernel[0],
-            spec.kernel[1],
-            spec.stride[0],
-            spec.stride[1],
-            spec.dilation[0],
-            spec.dilation[1]
-        );
         compose(
             "depthwise_nhwc",
             &[("depthwise_nhwc", DEPTHWISE_NHWC_WGSL)],
-            vec![("config", header)],
+            vec![("config", header(&self.nhwc_strip(spec), spec))],
             self.family.precision(),
             false,
         )
     }
-}
 
-/// Outputs along a row per invocation of the channels-last shader: 4 where their row segment
-/// fits in registers ([`MAX_SEGMENT`]), else 1.
-fn nhwc_block(spec: &Conv2dSpec) -> u32 {
-    let segment = |x: u64| (x - 1) * spec.stride[1] as u64 + (spec.kernel[1] as u64 - 1) * spec.dilation[1] as u64 + 1;
-    if segment(4) <= MAX_SEGMENT as u64 {
-        4
-    } else {
-        1
+    /// The channels-last shader's strip: 4 outputs along a row per invocation where their
+    /// row segment fits in registers ([`MAX_SEGMENT`]), else 1.
+    fn nhwc_strip(&self, spec: &Conv2dSpec) -> StripConfig {
+        let four = StripConfig { x: 4, ..self.cfg };
+        match four.segment(spec) <= MAX_SEGMENT as u64 {
+            true => four,
+            false => StripConfig { x: 1, ..self.cfg },
+        }
     }
 }
 
