@@ -10,7 +10,7 @@ use crate::kernel::{
     bindings, workgroups_u32, ConvParams, Pipeline, Precision, Shaped, FLAG_RELU, GRID_BINDING, PAD_MODE_SHIFT,
 };
 use crate::lru::Lru;
-use crate::options::{Activation, Conv2dOptions, Layout, Selection};
+use crate::options::{Activation, Conv2dOptions, Layout, Selection, Storage};
 use crate::scope::ErrorScope;
 use crate::spec::{Conv2dSpec, ConvProblem, Shape4};
 use std::sync::{Arc, Mutex};
@@ -26,8 +26,9 @@ struct Prepared {
     pipeline: Arc<Pipeline>,
     /// The pipeline of the kernel's staging pass, where it has one.
     staging: Option<Arc<Pipeline>>,
-    /// Under `Layout::Nhwc`: the passes that rewrite the input into NCHW before the kernel
-    /// and its NCHW output into NHWC after it.
+    /// Where the tensors are not in the kernel's form (channels-last tensors for a kernel
+    /// of NCHW, f16 storage): the passes that rewrite the input into it before the kernel
+    /// and its output back after it (`src/wgsl/layout.wgsl`).
     layout_passes: Option<(Arc<Pipeline>, Arc<Pipeline>)>,
     tables: Vec<(u32, wgpu::Buffer)>,
 }
@@ -39,13 +40,14 @@ impl Prepared {
     }
 }
 
-/// One chunk's dispatches: the layout pass into NCHW (channels-last tensors), the staging
-/// pass (where the kernel has one), the kernel, and the layout pass back into NHWC.
+/// One chunk's dispatches: the layout pass into the kernel's form (channels-last tensors
+/// for a kernel of NCHW, f16 storage), the staging pass (where the kernel has one), the
+/// kernel, and the layout pass back into the caller's form.
 struct ChunkDispatch {
-    to_nchw: Option<(wgpu::BindGroup, [u32; 2])>,
+    to_kernel: Option<(wgpu::BindGroup, [u32; 2])>,
     staging: Option<(wgpu::BindGroup, [u32; 2])>,
     main: (wgpu::BindGroup, [u32; 2]),
-    to_nhwc: Option<(wgpu::BindGroup, [u32; 2])>,
+    from_kernel: Option<(wgpu::BindGroup, [u32; 2])>,
 }
 
 /// A 2-D convolution bound to a device, with its weights resident there.
@@ -65,6 +67,7 @@ pub struct Conv2d {
     selection: Selection,
     activation: Activation,
     layout: Layout,
+    storage: Storage,
     weight: wgpu::Buffer,
     bias: wgpu::Buffer,
     /// The kernel's other per-op buffers (binding, buffer).
@@ -89,7 +92,7 @@ pub struct Conv2d {
 pub struct ConvPlan {
     prepared: Arc<Prepared>,
     dispatches: Vec<ChunkDispatch>,
-    /// The staging pass's output and, for channels-last tensors, the kernel's NCHW input and
+    /// The staging pass's output and, where layout passes run, the kernel's f32 input and
     /// output: one chunk's worth each, reused chunk after chunk (wgpu orders the dispatches
     /// that write and read them).
     _scratch: Vec<wgpu::Buffer>,
@@ -105,13 +108,13 @@ impl ConvPlan {
             timestamp_writes: timestamps,
         });
         let p = &self.prepared;
-        let (to_nchw, to_nhwc) = p.layout_passes.as_ref().map_or((None, None), |(a, b)| (Some(a), Some(b)));
+        let (to_kernel, from_kernel) = p.layout_passes.as_ref().map_or((None, None), |(a, b)| (Some(a), Some(b)));
         for chunk in &self.dispatches {
             for (dispatch, pipeline) in [
-                (chunk.to_nchw.as_ref(), to_nchw),
+                (chunk.to_kernel.as_ref(), to_kernel),
                 (chunk.staging.as_ref(), p.staging.as_ref()),
                 (Some(&chunk.main), Some(&p.pipeline)),
-                (chunk.to_nhwc.as_ref(), to_nhwc),
+                (chunk.from_kernel.as_ref(), from_kernel),
             ] {
                 if let (Some((bind_group, [x, y])), Some(pipeline)) = (dispatch, pipeline) {
                     pass.set_pipeline(&pipeline.pipeline);
@@ -249,6 +252,7 @@ impl Conv2d {
             selection,
             activation: options.activation,
             layout: options.layout,
+            storage: options.storage,
             weight,
             bias,
             extra,
@@ -259,6 +263,29 @@ impl Conv2d {
             prepared: Mutex::new(Lru::new(PREPARED_CAPACITY)),
             probe_layout: std::sync::OnceLock::new(),
         })
+    }
+
+    /// [`Conv2d::new`] with the weights and the bias as f16 (a model stored in f16). They
+    /// are widened to f32 (exactly) and uploaded as `new` uploads them: this version keeps
+    /// f32 weights on the device (the bytes [`Storage::F16`] saves are the input's and the
+    /// output's, which dominate inference). The tensors' storage is `options.storage`'s,
+    /// independent of the weights' type.
+    pub fn new_f16(
+        gpu: &Gpu,
+        spec: Conv2dSpec,
+        weight: &[half::f16],
+        bias: Option<&[half::f16]>,
+        options: Conv2dOptions,
+    ) -> Result<Self> {
+        use half::slice::HalfFloatSliceExt;
+        let widen = |values: &[half::f16], what: &str| -> Result<Vec<f32>> {
+            let mut wide = crate::alloc::zeroed_vec::<f32>(values.len(), what)?;
+            values.convert_to_f32_slice(&mut wide);
+            Ok(wide)
+        };
+        let weight = widen(weight, "the f32 weights")?;
+        let bias = bias.map(|b| widen(b, "the f32 bias")).transpose()?;
+        Self::new(gpu, spec, &weight, bias.as_deref(), options)
     }
 
     /// The convolution.
@@ -276,6 +303,10 @@ impl Conv2d {
     /// The memory layout of the input and output tensors.
     pub fn layout(&self) -> Layout {
         self.layout
+    }
+    /// The element type of the input and output tensors.
+    pub fn storage(&self) -> Storage {
+        self.storage
     }
     /// The device it runs on.
     pub fn gpu(&self) -> &Gpu {
@@ -305,7 +336,11 @@ impl Conv2d {
             Layout::Nhwc => kernel.config().shape_channels_last(problem, &limits).transpose()?,
             Layout::Nchw => None,
         };
-        let needs_layout_passes = self.layout == Layout::Nhwc && native.is_none();
+        // Layout passes rewrite channels-last tensors for a kernel of NCHW and convert f16
+        // tensors (keeping the layout of a kernel that reads channels-last itself).
+        let transpose = self.layout == Layout::Nhwc && native.is_none();
+        let f16 = self.storage == Storage::F16;
+        let needs_layout_passes = transpose || f16;
         let shaped = match native {
             Some(shaped) => shaped,
             None => kernel.config().shape(problem, &limits)?,
@@ -338,8 +373,8 @@ impl Conv2d {
         let layout_passes = match needs_layout_passes {
             false => None,
             true => {
-                let build = |to_nchw: bool, [c, h, w]: [u32; 3]| {
-                    let src = crate::kernel::layout_pass_source(to_nchw, [c, h, w])?;
+                let build = |into_kernel: bool, [c, h, w]: [u32; 3]| {
+                    let src = crate::kernel::layout_pass_source(into_kernel, transpose, f16, [c, h, w])?;
                     self.gpu.pipelines().get_or_build(&self.gpu.device, src, vec![0, 1, 5], self.gpu.runtime_checks())
                 };
                 let (i, o) = (problem.input, problem.output);
@@ -355,10 +390,11 @@ impl Conv2d {
         Ok(prepared)
     }
 
-    /// Bind groups for running on `input` (f32, `shape`, in the op's [`Layout`]: NCHW by
-    /// default) into `output` (`[N, C_out, OH, OW]` f32, or `[N, OH, OW, C_out]` under
-    /// [`Layout::Nhwc`]): two different buffers of this op's device, both with
-    /// `STORAGE` usage. Anything else is refused with [`Error::Buffer`] before a bind group
+    /// Bind groups for running on `input` (`shape`, in the op's [`Layout`]: NCHW by
+    /// default) into `output` (`[N, C_out, OH, OW]`, or `[N, OH, OW, C_out]` under
+    /// [`Layout::Nhwc`]), both of the op's [`Storage`] (f32 by default; packed f16 under
+    /// [`Storage::F16`], 2 bytes per element, the size rounded up to 4): two different
+    /// buffers of this op's device, both with `STORAGE` usage. Anything else is refused with [`Error::Buffer`] before a bind group
     /// is made (a buffer of another device is recognised where both devices come from
     /// [`crate::shared_instance`], as every [`Gpu::new`] device does).
     pub fn plan(&self, shape: Shape4, input: &wgpu::Buffer, output: &wgpu::Buffer) -> Result<ConvPlan> {
@@ -368,6 +404,7 @@ impl Conv2d {
         if input == output {
             return Err(Error::Buffer { buffer: "output", issue: BufferIssue::SameAsInput });
         }
+        let element_bytes = self.storage.element_bytes();
         for (what, buf, elems) in [("input", input, problem.input.len()), ("output", output, problem.output.len())] {
             if !buf.usage().contains(wgpu::BufferUsages::STORAGE) {
                 return Err(Error::Buffer {
@@ -375,11 +412,10 @@ impl Conv2d {
                     issue: BufferIssue::missing(wgpu::BufferUsages::STORAGE, buf),
                 });
             }
-            if buf.size() < elems * 4 {
-                return Err(Error::Buffer {
-                    buffer: what,
-                    issue: BufferIssue::TooSmall { needed: elems * 4, size: buf.size() },
-                });
+            // Bound as 32-bit words: f16 tensors of an odd length end in half a word.
+            let needed = (elems * element_bytes).next_multiple_of(4);
+            if buf.size() < needed {
+                return Err(Error::Buffer { buffer: what, issue: BufferIssue::TooSmall { needed, size: buf.size() } });
             }
             self.check_device(what, buf)?;
         }
@@ -395,15 +431,15 @@ impl Conv2d {
                 wgpu::BufferUsages::STORAGE,
             )?),
         };
-        // Channels-last tensors: the kernel reads and writes NCHW scratch buffers.
-        let nchw = match prepared.layout_passes {
+        // Layout passes: the kernel reads and writes f32 scratch buffers in its own layout.
+        let kernel_io = match prepared.layout_passes {
             None => None,
             Some(_) => {
                 let bytes = |per_image: u64| per_image * 4 * per_chunk as u64;
                 let usage = wgpu::BufferUsages::STORAGE;
                 Some((
-                    self.gpu.create_buffer("wgconv NCHW input", bytes(problem.input.per_image()), usage)?,
-                    self.gpu.create_buffer("wgconv NCHW output", bytes(problem.output.per_image()), usage)?,
+                    self.gpu.create_buffer("wgconv kernel input", bytes(problem.input.per_image()), usage)?,
+                    self.gpu.create_buffer("wgconv kernel output", bytes(problem.output.per_image()), usage)?,
                 ))
             }
         };
@@ -414,11 +450,14 @@ impl Conv2d {
         let mut first = 0u32;
         while first < problem.input.n {
             let batch = per_chunk.min(problem.input.n - first);
+            // The chunk's window: from the aligned offset at or before its start, to its end
+            // rounded up to a whole 32-bit word (the rest of an f16 word belongs to the next
+            // chunk, or is the buffer's padding); the start's distance in elements.
             let window = |per_image: u64| {
-                let start = first as u64 * per_image * 4;
+                let start = first as u64 * per_image * element_bytes;
                 let aligned = start - start % align;
-                let size = (start - aligned) + batch as u64 * per_image * 4;
-                (aligned, size, ((start - aligned) / 4) as u32)
+                let size = ((start - aligned) + batch as u64 * per_image * element_bytes).next_multiple_of(4);
+                (aligned, size, ((start - aligned) / element_bytes) as u32)
             };
             let (in_at, in_size, in_offset) = window(problem.input.per_image());
             let (out_at, out_size, out_offset) = window(problem.output.per_image());
@@ -458,22 +497,24 @@ impl Conv2d {
                 wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset, size: wgpu::BufferSize::new(size) })
             }
             // What the kernel (and its staging pass) reads and writes: the caller's windows,
-            // or under channels-last the NCHW scratch buffers, from their start.
-            let (uniform, input_range, output_range, to_nchw, to_nhwc) = match &nchw {
+            // or with layout passes the f32 scratch buffers, from their start.
+            let (uniform, input_range, output_range, to_kernel, from_kernel) = match &kernel_io {
                 None => {
                     (io_uniform, bind_range(input, in_at, in_size), bind_range(output, out_at, out_size), None, None)
                 }
-                Some((nchw_in, nchw_out)) => {
+                Some((kernel_in, kernel_out)) => {
                     let kernel_params = ConvParams { in_offset: 0, out_offset: 0, ..params };
                     let uniform = self.gpu.buffer_init(
                         "wgconv params",
                         bytemuck::bytes_of(&kernel_params),
                         wgpu::BufferUsages::UNIFORM,
                     )?;
-                    let (to_nchw, to_nhwc) = prepared.layout_passes.as_ref().map(|(a, b)| (a, b)).ok_or_else(|| {
-                        Error::Wgpu { stage: "planning", message: "the layout passes were not prepared".into() }
-                    })?;
-                    let pass = |pipeline: &Pipeline, src, dst, elems: u64| -> Result<(wgpu::BindGroup, [u32; 2])> {
+                    let (to_kernel, from_kernel) =
+                        prepared.layout_passes.as_ref().map(|(a, b)| (a, b)).ok_or_else(|| Error::Wgpu {
+                            stage: "planning",
+                            message: "the layout passes were not prepared".into(),
+                        })?;
+                    let pass = |pipeline: &Pipeline, src, dst, invocations: u64| -> Result<(wgpu::BindGroup, [u32; 2])> {
                         let bind_group = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
                             label: Some("wgconv layout pass"),
                             layout: &pipeline.layout,
@@ -483,22 +524,28 @@ impl Conv2d {
                                 wgpu::BindGroupEntry { binding: 5, resource: dst },
                             ],
                         });
-                        let groups = workgroups_u32(elems.div_ceil(crate::kernel::LAYOUT_PASS_WG as u64))?;
+                        let groups = workgroups_u32(invocations.div_ceil(crate::kernel::LAYOUT_PASS_WG as u64))?;
                         Ok((bind_group, fold_grid(groups, limits.max_compute_workgroups_per_dimension)?))
                     };
                     let before = pass(
-                        to_nchw,
+                        to_kernel,
                         bind_range(input, in_at, in_size),
-                        nchw_in.as_entire_binding(),
+                        kernel_in.as_entire_binding(),
                         batch as u64 * problem.input.per_image(),
                     )?;
+                    let out_elems = batch as u64 * problem.output.per_image();
+                    let out_invocations = match self.storage {
+                        // One per word of the window holding an element of the chunk.
+                        Storage::F16 => (out_offset as u64 + out_elems).div_ceil(2) - out_offset as u64 / 2,
+                        Storage::F32 => out_elems,
+                    };
                     let after = pass(
-                        to_nhwc,
-                        nchw_out.as_entire_binding(),
+                        from_kernel,
+                        kernel_out.as_entire_binding(),
                         bind_range(output, out_at, out_size),
-                        batch as u64 * problem.output.per_image(),
+                        out_invocations,
                     )?;
-                    (uniform, nchw_in.as_entire_binding(), nchw_out.as_entire_binding(), Some(before), Some(after))
+                    (uniform, kernel_in.as_entire_binding(), kernel_out.as_entire_binding(), Some(before), Some(after))
                 }
             };
             let mut staging = None;
@@ -549,11 +596,11 @@ impl Conv2d {
                 layout: &prepared.pipeline.layout,
                 entries: &entries,
             });
-            dispatches.push(ChunkDispatch { to_nchw, staging, main: (bind_group, grid), to_nhwc });
+            dispatches.push(ChunkDispatch { to_kernel, staging, main: (bind_group, grid), from_kernel });
             first += batch;
         }
         scope.finish("bind group creation")?;
-        let scratch = scratch.into_iter().chain(nchw.into_iter().flat_map(|(a, b)| [a, b])).collect();
+        let scratch = scratch.into_iter().chain(kernel_io.into_iter().flat_map(|(a, b)| [a, b])).collect();
         Ok(ConvPlan { prepared, dispatches, _scratch: scratch, problem })
     }
 
@@ -571,12 +618,12 @@ impl Conv2d {
 
     /// Runs on host data: uploads `input` (`shape`, NCHW or as [`Conv2dOptions::layout`]
     /// says), returns `[N, C_out, OH, OW]` (or `[N, OH, OW, C_out]` under [`Layout::Nhwc`]).
-    /// Batches larger than the device's binding limit run chunk by chunk.
+    /// Batches larger than the device's binding limit run chunk by chunk. For an op of
+    /// f32 [`Storage`] (the default; [`Conv2d::forward_f16`] for f16).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn forward(&self, input: &[f32], shape: Shape4) -> Result<Vec<f32>> {
-        // Blocking calls from several threads take turns (the f16 kernels share one range
-        // flag per op).
-        let _turn = self.needs_turns().then(|| self.forward_lock.lock().unwrap_or_else(|e| e.into_inner()));
+        self.check_storage(Storage::F32)?;
+        let _turn = self.turn();
         pollster::block_on(self.forward_chunks(input, shape))
     }
 
@@ -584,7 +631,55 @@ impl Conv2d {
     /// a second call on the same op while one is in flight is refused (the two would share
     /// the op's range flag; waiting for the lock could block the only thread).
     pub async fn forward_async(&self, input: &[f32], shape: Shape4) -> Result<Vec<f32>> {
-        let _turn = match self.needs_turns() {
+        self.check_storage(Storage::F32)?;
+        let _turn = self.try_turn()?;
+        self.forward_chunks(input, shape).await
+    }
+
+    /// [`Conv2d::forward`] on f16 tensors, for an op of [`Storage::F16`]: the input is
+    /// uploaded and the output read back as f16 (half the bytes of f32), converted on the
+    /// device (see [`Storage::F16`]).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn forward_f16(&self, input: &[half::f16], shape: Shape4) -> Result<Vec<half::f16>> {
+        self.check_storage(Storage::F16)?;
+        let _turn = self.turn();
+        pollster::block_on(self.forward_chunks(input, shape))
+    }
+
+    /// [`Conv2d::forward_f16`] without blocking (as [`Conv2d::forward_async`]).
+    pub async fn forward_f16_async(&self, input: &[half::f16], shape: Shape4) -> Result<Vec<half::f16>> {
+        self.check_storage(Storage::F16)?;
+        let _turn = self.try_turn()?;
+        self.forward_chunks(input, shape).await
+    }
+
+    /// Refuses a forward on host slices of another element type than the op's storage,
+    /// naming the method that fits.
+    fn check_storage(&self, slices: Storage) -> Result<()> {
+        match (self.storage, slices) {
+            (op, given) if op == given => Ok(()),
+            (Storage::F16, _) => Err(Error::InvalidOptions(
+                "this op stores its tensors as f16 (Storage::F16): call forward_f16 or forward_f16_async with \
+                 half::f16 slices"
+                    .into(),
+            )),
+            (op, _) => Err(Error::InvalidOptions(format!(
+                "this op stores its tensors as {op}: call forward or forward_async with f32 slices, or build the op \
+                 with Conv2dOptions::storage(Storage::F16) for forward_f16"
+            ))),
+        }
+    }
+
+    /// A blocking forward's turn: calls from several threads take turns where the op's
+    /// kernel has a range flag (one per op, shared by the f16 precisions' forwards).
+    #[cfg(not(target_arch = "wasm32"))]
+    fn turn(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
+        self.needs_turns().then(|| self.forward_lock.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// An async forward's turn, or `Busy` while another holds it.
+    fn try_turn(&self) -> Result<Option<std::sync::MutexGuard<'_, ()>>> {
+        Ok(match self.needs_turns() {
             false => None,
             true => Some(match self.forward_lock.try_lock() {
                 Ok(guard) => guard,
@@ -596,8 +691,7 @@ impl Conv2d {
                     )))
                 }
             }),
-        };
-        self.forward_chunks(input, shape).await
+        })
     }
 
     /// Whether forwards take turns: the f16 precisions' range flag is one per op.
@@ -605,8 +699,9 @@ impl Conv2d {
         self.selection.kernel.precision() != Precision::F32
     }
 
-    /// The forward pass, chunk by chunk; the caller holds the turn where one is needed.
-    async fn forward_chunks(&self, input: &[f32], shape: Shape4) -> Result<Vec<f32>> {
+    /// The forward pass, chunk by chunk, on slices of the op's storage (`T`: f32 or f16);
+    /// the caller holds the turn where one is needed.
+    async fn forward_chunks<T: bytemuck::Pod>(&self, input: &[T], shape: Shape4) -> Result<Vec<T>> {
         let problem = self.spec.problem(shape)?;
         if input.len() as u64 != problem.input.len() {
             return Err(Error::ShapeMismatch {
@@ -621,12 +716,16 @@ impl Conv2d {
         let (in_img, out_img) = (problem.input.per_image() as usize, problem.output.per_image() as usize);
         let chunk_in = Shape4 { n: per_chunk, ..problem.input };
         let dev = &self.gpu.device;
+        // Buffers, copies and read-backs are whole 32-bit words: an f16 chunk of an odd
+        // length ends in half a word.
+        let element = std::mem::size_of::<T>();
+        let word_bytes = |elems: usize| (elems * element).next_multiple_of(4);
         // Each buffer in its own error scopes: one the device cannot hold is named.
         let in_buf = self
             .gpu
             .create_buffer_async(
                 "wgconv input",
-                (per_chunk as usize * in_img * 4) as u64,
+                word_bytes(per_chunk as usize * in_img) as u64,
                 wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
             )
             .await?;
@@ -634,17 +733,29 @@ impl Conv2d {
             .gpu
             .create_buffer_async(
                 "wgconv output",
-                (per_chunk as usize * out_img * 4) as u64,
+                word_bytes(per_chunk as usize * out_img) as u64,
                 wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
             )
             .await?;
-        // The whole output, reserved once; each chunk is read straight into its part.
-        let mut out = crate::alloc::zeroed_vec::<f32>(problem.output.len() as usize, "the output")?;
+        // The whole output, reserved once, and the rest of a last half-filled word; each
+        // chunk is read straight into its part, whole words (the rest of its last word is
+        // the next chunk's to overwrite, or cut off at the end).
+        let total = problem.output.len() as usize;
+        let mut out = crate::alloc::zeroed_vec::<T>(word_bytes(total) / element, "the output")?;
         let mut done = 0usize;
         for chunk in input.chunks(per_chunk as usize * in_img) {
             let n = (chunk.len() / in_img) as u32;
             let scope = ErrorScope::push(dev);
-            self.gpu.queue.write_buffer(&in_buf, 0, bytemuck::cast_slice(chunk));
+            let bytes: &[u8] = bytemuck::cast_slice(chunk);
+            let whole = bytes.len() - bytes.len() % 4;
+            if whole > 0 {
+                self.gpu.queue.write_buffer(&in_buf, 0, &bytes[..whole]);
+            }
+            if whole < bytes.len() {
+                let mut last = [0u8; 4];
+                last[..bytes.len() - whole].copy_from_slice(&bytes[whole..]);
+                self.gpu.queue.write_buffer(&in_buf, whole as u64, &last);
+            }
             let plan = self.plan(Shape4 { n, ..chunk_in }, &in_buf, &out_buf)?;
             let mut enc = dev.create_command_encoder(&Default::default());
             // A flag left by earlier `encode` work is not this call's business.
@@ -653,12 +764,14 @@ impl Conv2d {
             self.gpu.queue.submit([enc.finish()]);
             scope.finish_async("dispatch").await?;
             let len = n as usize * out_img;
-            self.gpu.read_buffer_into_async::<f32>(&out_buf, 0, &mut out[done..done + len]).await?;
+            let read = word_bytes(len) / element;
+            self.gpu.read_buffer_into_async::<T>(&out_buf, 0, &mut out[done..done + read]).await?;
             done += len;
             if self.take_range_flag_async().await? {
                 return Err(Error::F16Range { what: "the input", detail: String::new() });
             }
         }
+        out.truncate(total);
         Ok(out)
     }
 

@@ -446,14 +446,16 @@ const BLOCK_WGSL: &str = include_str!("wgsl/block.wgsl");
 /// Invocations per workgroup of the layout passes (`src/wgsl/layout.wgsl`).
 pub(crate) const LAYOUT_PASS_WG: u32 = 256;
 
-/// A layout pass of a channels-last convolution (`src/wgsl/layout.wgsl`) for a tensor of
-/// `c × h × w` per image: NHWC input into NCHW scratch (`to_nchw`), or NCHW scratch into
-/// NHWC output.
-pub(crate) fn layout_pass_source(to_nchw: bool, [c, h, w]: [u32; 3]) -> Result<String> {
+/// A layout pass (`src/wgsl/layout.wgsl`) for a tensor of `c × h × w` per image: the
+/// caller's input into the kernel's f32 scratch (`into_kernel`), or the kernel's f32 output
+/// scratch into the caller's output; `transpose`: the caller's tensor is NHWC and the
+/// kernel's NCHW; `f16`: the caller's tensor is packed f16.
+pub(crate) fn layout_pass_source(into_kernel: bool, transpose: bool, f16: bool, [c, h, w]: [u32; 3]) -> Result<String> {
     let mut modules = Modules::new(&[("layout", LAYOUT_WGSL)]);
     modules.insert("params", PARAMS_WGSL);
     modules.insert("layout_config", format!("const C: u32 = {c}u;\nconst H: u32 = {h}u;\nconst W: u32 = {w}u;\n"));
-    let defines: BTreeSet<&str> = if to_nchw { ["TO_NCHW"].into() } else { BTreeSet::new() };
+    let defines: BTreeSet<&str> =
+        [(into_kernel, "INTO_KERNEL"), (transpose, "TRANSPOSE"), (f16, "F16")].into_iter().filter_map(|(on, d)| on.then_some(d)).collect();
     crate::shader::preprocess("layout", &modules, &defines)
         .map_err(|e| Error::Wgpu { stage: "shader composition", message: e })
 }

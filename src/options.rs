@@ -29,6 +29,45 @@ pub enum Layout {
     Nhwc,
 }
 
+/// The element type of the input and output tensors in memory (host slices and device
+/// buffers). The arithmetic is [`crate::Precision`]'s whatever the storage; the two are
+/// independent, and of [`Layout`] too: every combination runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "tune", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub enum Storage {
+    /// f32: [`crate::Conv2d::forward`] and f32 buffers (4 bytes per element).
+    #[default]
+    F32,
+    /// IEEE binary16, for inference where memory traffic dominates:
+    /// [`crate::Conv2d::forward_f16`] on [`half::f16`] slices, and buffers of packed f16
+    /// (2 bytes per element, two per 32-bit word, the lower half first; a buffer's size
+    /// rounded up to 4 bytes). A pass converts the input into the f32 the kernels read, and
+    /// one their f32 output into f16 (rounded by the device's `pack2x16float`; beyond
+    /// f16's range ±inf), in the same compute pass. Needs no device feature: the passes
+    /// read and write 32-bit words.
+    F16,
+}
+
+impl Storage {
+    /// Bytes per element in memory: 4 for f32, 2 for f16.
+    pub fn element_bytes(self) -> u64 {
+        match self {
+            Storage::F32 => 4,
+            Storage::F16 => 2,
+        }
+    }
+}
+
+impl std::fmt::Display for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Storage::F32 => "f32",
+            Storage::F16 => "f16",
+        })
+    }
+}
+
 /// How a [`crate::Conv2d`] runs: the default (f32, no activation, selection decides the
 /// kernel) or a default changed by the builder methods.
 ///
@@ -59,6 +98,8 @@ pub struct Conv2dOptions {
     /// [`Layout::Nhwc`] the kernels that read NCHW get the input rewritten into a scratch
     /// buffer first and their output rewritten after, in the same compute pass.
     pub layout: Layout,
+    /// The element type of the input and output tensors (default f32; see [`Storage`]).
+    pub storage: Storage,
 }
 
 impl Conv2dOptions {
@@ -80,6 +121,11 @@ impl Conv2dOptions {
     /// The memory layout of the input and output tensors (see [`Layout`]).
     pub fn layout(mut self, layout: Layout) -> Self {
         self.layout = layout;
+        self
+    }
+    /// The element type of the input and output tensors (see [`Storage`]).
+    pub fn storage(mut self, storage: Storage) -> Self {
+        self.storage = storage;
         self
     }
     /// The input shape the op will run on: for the tuning cache's look-up and the f32 shape

@@ -1,33 +1,126 @@
-// The layout passes of a channels-last (`Layout::Nhwc`) convolution whose kernel reads and
-// writes NCHW: before it, the chunk's NHWC input (binding 1) into an NCHW scratch
-// (binding 5); after it, the kernel's NCHW output scratch (binding 1) into the chunk's NHWC
-// output (binding 5). One invocation per element, in the order of the NCHW side; C, H, W
-// are the tensor's (input or output), OFFSET_IN / OFFSET_OUT say which side sits at the
-// chunk's offset in its bound window (`Params.in_offset` for the input pass,
-// `Params.out_offset` for the output pass). Composed per problem (`layout_config`).
-// CPU twin: `reference::to_nchw` / `reference::to_nhwc`.
+// The layout passes of a convolution whose tensors are not in the form its kernel reads and
+// writes (f32, in the kernel's layout): channels-last tensors (`Layout::Nhwc`) for a kernel
+// of NCHW, and f16 tensors (`Storage::F16`) for any kernel. Before the kernel, the caller's
+// input window (binding 1) into an f32 scratch (binding 5) (INTO_KERNEL); after it, the
+// kernel's f32 output scratch (binding 1) into the caller's output window (binding 5).
+// TRANSPOSE: the caller's side is NHWC and the kernel's NCHW (else both sides share one
+// layout and only the element type changes). F16: the caller's side is packed f16, two per
+// u32, the lower half first (else f32). C, H, W are the tensor's (input or output); the
+// caller's side sits at the chunk's offset in its bound window (`Params.in_offset` for the
+// input pass, `Params.out_offset` for the output pass), in elements. Composed per problem
+// (`layout_config`). CPU twin: `reference::to_nchw` / `reference::to_nhwc`.
+//
+// One invocation per element written, except for an f16 output: one per u32 word, so that no
+// two invocations write one word. A word the chunk shares with its neighbour (an odd chunk
+// start or end) keeps the neighbour's half as it is: the neighbour's dispatch is ordered
+// before or after this one, never beside it.
 
 #import layout_config
 #import params
 
+#ifdef INTO_KERNEL
+#ifdef F16
+@group(0) @binding(1) var<storage, read> src: array<u32>;
+#else
 @group(0) @binding(1) var<storage, read> src: array<f32>;
+#endif
 @group(0) @binding(5) var<storage, read_write> dst: array<f32>;
+#else
+@group(0) @binding(1) var<storage, read> src: array<f32>;
+#ifdef F16
+@group(0) @binding(5) var<storage, read_write> dst: array<u32>;
+#else
+@group(0) @binding(5) var<storage, read_write> dst: array<f32>;
+#endif
+#endif
 
-@compute @workgroup_size(256)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let e = gid.x + gid.y * nwg.x * 256u;
-    if (e >= p.batch * C * H * W) {
-        return;
-    }
-    // e indexes the NCHW side: (n, c, y, x).
+// The index on the source side of element `e` of the destination side, both within the chunk.
+fn source_index(e: u32) -> u32 {
+#ifdef TRANSPOSE
     let x = e % W;
+#ifdef INTO_KERNEL
+    // e indexes the NCHW scratch: (n, c, y, x); the source is NHWC.
     let y = (e / W) % H;
     let c = (e / (W * H)) % C;
     let n = e / (W * H * C);
-    let nhwc = ((n * H + y) * W + x) * C + c;
-#ifdef TO_NCHW
-    dst[e] = src[p.in_offset + nhwc];
+    return ((n * H + y) * W + x) * C + c;
 #else
-    dst[p.out_offset + nhwc] = src[e];
+    // e indexes the NHWC output: (n, y, x, c); the source is the NCHW scratch.
+    let c = e % C;
+    let xx = (e / C) % W;
+    let y = (e / (C * W)) % H;
+    let n = e / (C * W * H);
+    return ((n * C + c) * H + y) * W + xx;
+#endif
+#else
+    return e;
+#endif
+}
+
+#ifdef F16
+// f32 to the bits of the nearest f16 (the low 16 bits). WGSL leaves pack2x16float of a value
+// beyond f16's range indeterminate: those become ±inf (as a cast to f16 in PyTorch), NaN
+// stays NaN, and the rest is packed. Tested on the bits: drivers may assume no NaN or inf.
+fn f16_bits(v: f32) -> u32 {
+    let bits = bitcast<u32>(v);
+    let sign = (bits >> 16u) & 0x8000u;
+    if (is_nan(v)) {
+        return sign | 0x7e00u;
+    }
+    // 65520 = 0x477ff000: the f32 values from here up round to inf in f16.
+    if ((bits & 0x7fffffffu) >= 0x477ff000u) {
+        return sign | 0x7c00u;
+    }
+    return pack2x16float(vec2<f32>(v, 0.0)) & 0xffffu;
+}
+#endif
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * 256u;
+    let total = p.batch * C * H * W;
+#ifdef INTO_KERNEL
+    if (i >= total) {
+        return;
+    }
+#ifdef F16
+    let at = p.in_offset + source_index(i);
+    let pair = unpack2x16float(src[at / 2u]);
+    dst[i] = select(pair.x, pair.y, (at & 1u) == 1u);
+#else
+    dst[i] = src[p.in_offset + source_index(i)];
+#endif
+#else
+#ifdef F16
+    // i counts the words of the window that hold an element of the chunk; `lo` is the
+    // element (of the window) in the lower half of this one.
+    let word = p.out_offset / 2u + i;
+    let lo = 2u * word;
+    let end = p.out_offset + total;
+    if (lo >= end) {
+        return;
+    }
+    let has_lo = lo >= p.out_offset;
+    let has_hi = lo + 1u < end;
+    var bits = 0u;
+    if (has_lo) {
+        bits = f16_bits(src[source_index(lo - p.out_offset)]);
+    }
+    if (has_hi) {
+        bits = bits | (f16_bits(src[source_index(lo + 1u - p.out_offset)]) << 16u);
+    }
+    if (!has_lo) {
+        bits = bits | (dst[word] & 0xffffu);
+    }
+    if (!has_hi) {
+        bits = bits | (dst[word] & 0xffff0000u);
+    }
+    dst[word] = bits;
+#else
+    if (i >= total) {
+        return;
+    }
+    dst[p.out_offset + i] = src[source_index(i)];
+#endif
 #endif
 }
