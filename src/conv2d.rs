@@ -514,19 +514,20 @@ impl Conv2d {
                             stage: "planning",
                             message: "the layout passes were not prepared".into(),
                         })?;
-                    let pass = |pipeline: &Pipeline, src, dst, invocations: u64| -> Result<(wgpu::BindGroup, [u32; 2])> {
-                        let bind_group = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                            label: Some("wgconv layout pass"),
-                            layout: &pipeline.layout,
-                            entries: &[
-                                wgpu::BindGroupEntry { binding: 0, resource: io_uniform.as_entire_binding() },
-                                wgpu::BindGroupEntry { binding: 1, resource: src },
-                                wgpu::BindGroupEntry { binding: 5, resource: dst },
-                            ],
-                        });
-                        let groups = workgroups_u32(invocations.div_ceil(crate::kernel::LAYOUT_PASS_WG as u64))?;
-                        Ok((bind_group, fold_grid(groups, limits.max_compute_workgroups_per_dimension)?))
-                    };
+                    let pass =
+                        |pipeline: &Pipeline, src, dst, invocations: u64| -> Result<(wgpu::BindGroup, [u32; 2])> {
+                            let bind_group = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                                label: Some("wgconv layout pass"),
+                                layout: &pipeline.layout,
+                                entries: &[
+                                    wgpu::BindGroupEntry { binding: 0, resource: io_uniform.as_entire_binding() },
+                                    wgpu::BindGroupEntry { binding: 1, resource: src },
+                                    wgpu::BindGroupEntry { binding: 5, resource: dst },
+                                ],
+                            });
+                            let groups = workgroups_u32(invocations.div_ceil(crate::kernel::LAYOUT_PASS_WG as u64))?;
+                            Ok((bind_group, fold_grid(groups, limits.max_compute_workgroups_per_dimension)?))
+                        };
                     let before = pass(
                         to_kernel,
                         bind_range(input, in_at, in_size),

@@ -454,8 +454,10 @@ pub(crate) fn layout_pass_source(into_kernel: bool, transpose: bool, f16: bool, 
     let mut modules = Modules::new(&[("layout", LAYOUT_WGSL)]);
     modules.insert("params", PARAMS_WGSL);
     modules.insert("layout_config", format!("const C: u32 = {c}u;\nconst H: u32 = {h}u;\nconst W: u32 = {w}u;\n"));
-    let defines: BTreeSet<&str> =
-        [(into_kernel, "INTO_KERNEL"), (transpose, "TRANSPOSE"), (f16, "F16")].into_iter().filter_map(|(on, d)| on.then_some(d)).collect();
+    let defines: BTreeSet<&str> = [(into_kernel, "INTO_KERNEL"), (transpose, "TRANSPOSE"), (f16, "F16")]
+        .into_iter()
+        .filter_map(|(on, d)| on.then_some(d))
+        .collect();
     crate::shader::preprocess("layout", &modules, &defines)
         .map_err(|e| Error::Wgpu { stage: "shader composition", message: e })
 }

@@ -68,13 +68,13 @@ pub use error::{BufferIssue, Error, Result};
 #[cfg(not(target_arch = "wasm32"))]
 pub use gpu::shared_instance;
 pub use gpu::{AdapterName, Gpu, GpuOptions};
+/// The `half` this crate is built against: the f16 of [`Conv2d::forward_f16`] and
+/// [`Conv2d::new_f16`].
+pub use half;
 pub use kernel::{Kernel, Precision};
 pub use options::{Activation, ConfigSource, Conv2dOptions, Layout, Selection, Storage};
 pub use spec::{AutoPad, Conv2dSpec, ConvProblem, Padding, PaddingMode, Pair, Shape4};
 pub use tile::TileConfig;
-/// The `half` this crate is built against: the f16 of [`Conv2d::forward_f16`] and
-/// [`Conv2d::new_f16`].
-pub use half;
 /// The wgpu this crate is built against: devices, queues and buffers handed to
 /// [`Gpu::from_device`] and [`Conv2d::encode`] must come from this version.
 pub use wgpu;

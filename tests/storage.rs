@@ -1,0 +1,281 @@
+//! f16 storage (`Storage::F16`): f16 input, weights, bias and output through `encode` (packed
+//! f16 buffers, NaN-poisoned output with a poisoned tail that must stay untouched) and
+//! `forward_f16`, for both layouts and the kernels the device runs (the default of each
+//! precision it has, `direct`, `tiled`); odd per-image sizes and a batch split into chunks
+//! that start and end mid-word; outputs beyond f16's range; misuse. Runs on any adapter
+//! (lavapipe in CI). The reference is the f64 CPU convolution of the f16-rounded data: what
+//! remains is the output's rounding to f16 (and the f16 kernels' own error).
+
+mod common;
+use common::*;
+use wgconv::half::f16;
+use wgconv::reference::{relu, to_nhwc};
+use wgconv::{
+    BufferIssue, Conv2d, Conv2dOptions, Conv2dSpec as S, Error, Gpu, Kernel, Layout, Padding as P, Precision, Shape4,
+    Storage,
+};
+
+/// The tolerance of f16 storage: the output's rounding to f16 (relative L2).
+const TOL_STORAGE: f64 = 1e-3;
+
+/// Bits that no conversion writes: an f16 NaN with a payload.
+const POISON: u16 = 0x7e5a;
+
+fn direct() -> Conv2dOptions {
+    Conv2dOptions::default().kernel(direct_kernel())
+}
+
+fn to_f16(values: &[f32]) -> Vec<f16> {
+    values.iter().map(|&v| f16::from_f32(v)).collect()
+}
+
+fn to_f32(values: &[f16]) -> Vec<f32> {
+    values.iter().map(|v| v.to_f32()).collect()
+}
+
+/// A case whose input, weights and bias are f16 values, with their reference.
+struct F16Case {
+    case: Case,
+    x: Vec<f16>,
+    w: Vec<f16>,
+    b: Option<Vec<f16>>,
+}
+
+fn f16_case(name: &str, spec: S, [n, h, w]: [u32; 3]) -> F16Case {
+    let mut case = Case::new(name, spec, Shape4::new(n, spec.in_channels, h, w));
+    let (x, w, b) = (to_f16(&case.x), to_f16(&case.w), case.b.as_deref().map(to_f16));
+    case.x = to_f32(&x);
+    case.w = to_f32(&w);
+    case.b = b.as_deref().map(to_f32);
+    case.want = reference_out(&case.problem, &case.x, &case.w, case.b.as_deref());
+    F16Case { case, x, w, b }
+}
+
+impl F16Case {
+    /// Input and reference in `layout`, the reference with ReLU applied where asked.
+    fn tensors(&self, layout: Layout, relu_on: bool) -> (Vec<f16>, Vec<f32>) {
+        let c = &self.case;
+        let mut want = c.want.clone();
+        if relu_on {
+            want.iter_mut().for_each(|v| *v = relu(*v));
+        }
+        match layout {
+            Layout::Nhwc => (to_f16(&to_nhwc(&c.x, c.shape)), to_nhwc(&want, c.problem.output)),
+            _ => (self.x.clone(), want),
+        }
+    }
+}
+
+/// A storage buffer holding `values` as packed f16, then `extra` poisoned elements, the size
+/// rounded up to whole words (the rest of the last word poisoned too).
+fn f16_buffer(gpu: &Gpu, label: &str, values: &[f16], extra: usize, usage: wgpu::BufferUsages) -> wgpu::Buffer {
+    use wgpu::util::DeviceExt;
+    let mut bits: Vec<u16> = values.iter().map(|v| v.to_bits()).collect();
+    bits.resize((values.len() + extra).next_multiple_of(2), POISON);
+    gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: Some(label),
+        contents: bytemuck::cast_slice(&bits),
+        usage: wgpu::BufferUsages::STORAGE | usage,
+    })
+}
+
+/// Runs `conv` through `encode` on packed f16 buffers, the output poisoned with `extra`
+/// more poisoned elements after it: returns the output and the tail's bits.
+fn run_f16_poisoned(gpu: &Gpu, conv: &Conv2d, input: &[f16], shape: Shape4, extra: usize) -> (Vec<f32>, Vec<u16>) {
+    let out_len = conv.spec().problem(shape).unwrap().output.len() as usize;
+    let x = f16_buffer(gpu, "test f16 input", input, 0, wgpu::BufferUsages::empty());
+    let y = f16_buffer(gpu, "test f16 output", &[], out_len + extra, wgpu::BufferUsages::COPY_SRC);
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    conv.encode(&mut enc, shape, &x, &y).unwrap();
+    gpu.queue.submit([enc.finish()]);
+    let mut bits = gpu.read_buffer::<u16>(&y, 0, (out_len + extra).next_multiple_of(2)).unwrap();
+    bits.truncate(out_len + extra);
+    let tail = bits.split_off(out_len);
+    (bits.into_iter().map(|b| f16::from_bits(b).to_f32()).collect(), tail)
+}
+
+/// The op with f16 storage in `layout` through `encode` and `forward_f16`, against the
+/// reference (skipped, saying so, where a named kernel cannot run here).
+fn check(gpu: &Gpu, c: &F16Case, kernel: Option<Kernel>, precision: Precision, layout: Layout, relu_on: bool) {
+    let case = &c.case;
+    let opts = options_at(precision, kernel.clone(), relu_on).layout(layout).storage(Storage::F16);
+    let conv = match Conv2d::new_f16(gpu, case.spec, &c.w, c.b.as_deref(), opts) {
+        Ok(conv) => conv,
+        Err(e) if kernel.is_some() => return eprintln!("{}: {e}", case.label("skipped")),
+        Err(e) => panic!("{}: {e}", case.label("default")),
+    };
+    assert_eq!((conv.storage(), conv.layout()), (Storage::F16, layout));
+    let kind = conv.kernel().kernel.clone();
+    let tol = TOL_STORAGE.max(tolerance(&kind));
+    let (x, want) = c.tensors(layout, relu_on);
+    let what = format!("{layout:?} f16 storage, {kind}");
+    let (got, tail) = run_f16_poisoned(gpu, &conv, &x, case.shape, 5);
+    assert_close(&case.label(&format!("encode, {what}")), &got, &want, tol);
+    assert!(tail.iter().all(|&b| b == POISON), "{}: wrote past the output: {tail:x?}", case.label(&what));
+    assert!(!conv.take_range_flag().unwrap(), "{}: range flag on normal data", case.label(&what));
+    let got = conv.forward_f16(&x, case.shape).unwrap_or_else(|e| panic!("{}: {e}", case.label(&what)));
+    assert_close(&case.label(&format!("forward_f16, {what}")), &to_f32(&got), &want, tol);
+}
+
+#[test]
+fn f16_storage_matches_reference() {
+    let gpu = gpu();
+    let shapes = [
+        // 5·7·9 = 315 output elements: an odd image, and an odd tensor.
+        ("3x3_pad_bias_odd", S::new(3, 5, 3).padding(P::uniform(1)).with_bias(true), [1, 7, 9], false),
+        ("stride2_asym_relu", S::new(6, 4, 3).stride(2).padding(P::new(1, 0, 2, 1)).with_bias(true), [2, 9, 8], true),
+        ("grouped", S::new(8, 12, 3).groups(4).padding(P::uniform(1)), [2, 7, 7], false),
+        ("depthwise_bias_relu", S::new(6, 6, 3).groups(6).padding(P::uniform(1)).with_bias(true), [1, 9, 11], true),
+        // 3·5·3 = 45 per image, three images: the second starts mid-word.
+        ("1x1_odd_n3", S::new(5, 3, 1), [3, 5, 3], false),
+    ];
+    let mut precisions = vec![Precision::F32];
+    if has_f16(&gpu) {
+        precisions.push(Precision::F16Accum32);
+    }
+    for (name, spec, nhw, relu_on) in shapes {
+        let c = f16_case(name, spec, nhw);
+        for layout in [Layout::Nchw, Layout::Nhwc] {
+            for &precision in &precisions {
+                check(&gpu, &c, None, precision, layout, relu_on);
+            }
+            check(&gpu, &c, Some(direct_kernel()), Precision::F32, layout, relu_on);
+            check(&gpu, &c, Some(kernel("tiled")), Precision::F32, layout, relu_on);
+        }
+    }
+}
+
+/// `new_f16` is `new` on the widened weights: the same output, bit for bit.
+#[test]
+fn new_f16_matches_new_on_widened_weights() {
+    let gpu = gpu();
+    let c = f16_case("new_f16", S::new(4, 6, 3).padding(P::uniform(1)).with_bias(true), [2, 6, 5]);
+    let opts = || Conv2dOptions::default().storage(Storage::F16);
+    let from_f16 = Conv2d::new_f16(&gpu, c.case.spec, &c.w, c.b.as_deref(), opts()).unwrap();
+    let from_f32 = Conv2d::new(&gpu, c.case.spec, &c.case.w, c.case.b.as_deref(), opts()).unwrap();
+    let a = from_f16.forward_f16(&c.x, c.case.shape).unwrap();
+    let b = from_f32.forward_f16(&c.x, c.case.shape).unwrap();
+    assert_eq!(a, b, "{}", c.case.label("new_f16 vs new"));
+    assert_close(&c.case.label("new_f16"), &to_f32(&a), &c.case.want, TOL_STORAGE);
+    // f16 weights with f32 tensors: storage is the tensors' type, not the weights'.
+    let f32_tensors = Conv2d::new_f16(&gpu, c.case.spec, &c.w, c.b.as_deref(), Conv2dOptions::default()).unwrap();
+    assert_eq!(f32_tensors.storage(), Storage::F32);
+    let got = f32_tensors.forward(&c.case.x, c.case.shape).unwrap();
+    assert_close(&c.case.label("new_f16, f32 storage"), &got, &c.case.want, TOL_F32);
+}
+
+/// Chunks under a small binding limit, three images each: with 429 input and 715 output
+/// elements per image (odd), chunks start and end mid-word in both tensors (elements 1287,
+/// 2145, …), so the input pass reads half words and the output pass writes the chunk's
+/// half of a word whose other half is the neighbouring chunk's (or the poisoned tail's).
+#[test]
+fn f16_storage_in_chunks() {
+    let c = f16_case("f16_chunked", S::new(3, 5, 3).padding(P::uniform(1)).with_bias(true), [7, 13, 11]);
+    let (per_in, per_out) = (c.case.problem.input.per_image(), c.case.problem.output.per_image());
+    assert_eq!((per_in, per_out), (429, 715));
+    let _serial = serial();
+    // Three images of f32 output scratch (the kernel's) and the slack of an offset alignment
+    // fit; four do not. Also holds the seed tile config's packed weights (8192 B).
+    let binding = 3 * per_out * 4 + 256;
+    let gpu = gpu_with_limits(|l| l.max_storage_buffer_binding_size = binding);
+    assert_eq!(gpu.limits().max_storage_buffer_binding_size, binding, "the device did not take the lowered limit");
+    for kernel in [kernel("tiled:m32n64k32-t4x4-w4-s2"), direct_kernel()] {
+        for layout in [Layout::Nchw, Layout::Nhwc] {
+            let opts = Conv2dOptions::default().kernel(kernel.clone()).layout(layout).storage(Storage::F16);
+            let conv = Conv2d::new_f16(&gpu, c.case.spec, &c.w, c.b.as_deref(), opts).unwrap();
+            let what = format!("{layout:?} f16 storage in chunks, {kernel}");
+            let (x, want) = c.tensors(layout, false);
+            let xb = f16_buffer(&gpu, "x", &x, 0, wgpu::BufferUsages::empty());
+            let yb = f16_buffer(&gpu, "y", &[], want.len(), wgpu::BufferUsages::empty());
+            assert_eq!(conv.plan(c.case.shape, &xb, &yb).unwrap().chunks(), 3, "{what}");
+            let (got, tail) = run_f16_poisoned(&gpu, &conv, &x, c.case.shape, 3);
+            assert_close(&c.case.label(&format!("encode, {what}")), &got, &want, TOL_STORAGE);
+            assert!(tail.iter().all(|&b| b == POISON), "{}: wrote past the output", c.case.label(&what));
+            let got = conv.forward_f16(&x, c.case.shape).unwrap();
+            assert_close(&c.case.label(&format!("forward_f16, {what}")), &to_f32(&got), &want, TOL_STORAGE);
+        }
+    }
+}
+
+/// Outputs beyond f16's range become ±inf (WGSL leaves pack2x16float of them
+/// indeterminate), NaN stays NaN, and the largest finite values round as in f16.
+#[test]
+fn f16_storage_out_of_range_outputs() {
+    let gpu = gpu();
+    let spec = S::new(2, 1, 1);
+    let conv = Conv2d::new(&gpu, spec, &[1.0, 1.0], None, direct().storage(Storage::F16)).unwrap();
+    // Pairs of input channels summed: 120000, -120000, 65504 + 8 (rounds to 65504),
+    // 65504 + 16 (rounds to inf), NaN, 1.5.
+    let pairs =
+        [(60000.0, 60000.0), (-60000.0, -60000.0), (65504.0, 8.0), (65504.0, 16.0), (f32::NAN, 1.0), (1.0, 0.5)];
+    let shape = Shape4::new(1, 2, 1, pairs.len() as u32);
+    let x: Vec<f16> = pairs.iter().map(|p| p.0).chain(pairs.iter().map(|p| p.1)).map(f16::from_f32).collect();
+    let got = conv.forward_f16(&x, shape).unwrap();
+    let got: Vec<f32> = to_f32(&got);
+    assert_eq!(got[..4], [f32::INFINITY, f32::NEG_INFINITY, 65504.0, f32::INFINITY], "{got:?}");
+    assert!(got[4].is_nan(), "{got:?}");
+    assert_eq!(got[5], 1.5);
+}
+
+#[test]
+fn storage_misuse_is_refused() {
+    let gpu = gpu();
+    let spec = S::new(3, 4, 3).padding(P::uniform(1));
+    let shape = Shape4::new(1, 3, 5, 5);
+    let (in_len, out_len) = (shape.len() as usize, spec.problem(shape).unwrap().output.len() as usize);
+    assert_eq!((in_len % 2, out_len % 2), (1, 0));
+    let w = vec![f16::from_f32(0.5); spec.weight_len()];
+    let f16_op = Conv2d::new_f16(&gpu, spec, &w, None, direct().storage(Storage::F16)).unwrap();
+    let f32_op = Conv2d::new_f16(&gpu, spec, &w, None, direct()).unwrap();
+
+    // The host method of the other element type names the right one.
+    let e = f16_op.forward(&vec![1.0; in_len], shape).unwrap_err();
+    assert!(matches!(&e, Error::InvalidOptions(m) if m.contains("forward_f16")), "{e:?}");
+    let e = pollster::block_on(f16_op.forward_async(&vec![1.0; in_len], shape)).unwrap_err();
+    assert!(matches!(&e, Error::InvalidOptions(m) if m.contains("forward_f16")), "{e:?}");
+    let x16 = vec![f16::ONE; in_len];
+    let e = f32_op.forward_f16(&x16, shape).unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidOptions(m) if m.contains("call forward") && m.contains("Storage::F16")),
+        "{e:?}"
+    );
+    let e = pollster::block_on(f32_op.forward_f16_async(&x16, shape)).unwrap_err();
+    assert!(matches!(&e, Error::InvalidOptions(_)), "{e:?}");
+    // The input's length is checked in elements, as for f32.
+    let e = f16_op.forward_f16(&x16[1..], shape).unwrap_err();
+    assert!(
+        matches!(e, Error::ShapeMismatch { expected, got, .. } if expected == in_len as u64 && got == in_len as u64 - 1)
+    );
+
+    // Buffers: 2 bytes per element, rounded up to a whole word (75 elements: 152 B).
+    let buffer = |bytes: u64| gpu.create_buffer("test", bytes, wgpu::BufferUsages::STORAGE).unwrap();
+    let needed_in = (in_len as u64 * 2).next_multiple_of(4);
+    assert_eq!(needed_in, 152);
+    let y = buffer(out_len as u64 * 2);
+    assert!(f16_op.plan(shape, &buffer(needed_in), &y).is_ok());
+    for (what, x, y) in [
+        ("input", buffer(needed_in - 4), buffer(out_len as u64 * 2)),
+        ("output", buffer(needed_in), buffer(out_len as u64 * 2 - 4)),
+    ] {
+        let e = f16_op.plan(shape, &x, &y).err().unwrap();
+        let needed = if what == "input" { needed_in } else { out_len as u64 * 2 };
+        assert!(
+            matches!(&e, Error::Buffer { buffer, issue: BufferIssue::TooSmall { needed: n, .. } } if *buffer == what && *n == needed),
+            "{what}: {e:?}"
+        );
+    }
+    // The same buffers are too small for f32 elements.
+    let e = f32_op.plan(shape, &buffer(needed_in), &buffer(out_len as u64 * 4)).err().unwrap();
+    assert!(
+        matches!(&e, Error::Buffer { buffer: "input", issue: BufferIssue::TooSmall { needed, .. } } if *needed == in_len as u64 * 4),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn storage_option_and_names() {
+    assert_eq!(Conv2dOptions::default().storage, Storage::F32);
+    assert_eq!(Conv2dOptions::default().storage(Storage::F16).storage, Storage::F16);
+    assert_eq!((Storage::F32.element_bytes(), Storage::F16.element_bytes()), (4, 2));
+    assert_eq!((Storage::F32.to_string(), Storage::F16.to_string()), ("f32".to_string(), "f16".to_string()));
+}
