@@ -47,7 +47,14 @@ pub fn main(args: Args) -> CliResult {
                     Some(k) => kernels.push(k),
                     None => {
                         if auto.is_none() {
-                            auto = Some(auto_selection(&gpu, &problem, precision, activation, args.layout.into())?);
+                            auto = Some(auto_selection(
+                                &gpu,
+                                &problem,
+                                precision,
+                                activation,
+                                args.layout.into(),
+                                args.storage.into(),
+                            )?);
                         }
                         kernels.extend(auto.as_ref().map(|s| s.kernel.clone()));
                     }
@@ -74,6 +81,7 @@ pub fn main(args: Args) -> CliResult {
         seed: 0x00c0_ffee,
         check: CheckImages::FirstAndLast,
         layout: args.layout.into(),
+        storage: args.storage.into(),
     };
     let bar = ProgressBar::new(opts.kernels.len() as u64);
     bar.set_style(

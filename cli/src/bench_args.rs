@@ -31,7 +31,7 @@ cli/data/models.json; no bias) at the model's batch (a CPU adapter: batch 2; --b
 kernel a default Conv2d told the input shape picks (and why) and every kernel of the precision's default family's sweep that the \
 device and the layer accept (--configs instead: the default plus those), each checked against ONE CPU reference \
 image (image 0, NaN-poisoned output) and timed like the single-problem bench; the best correct one; TFLOP/s, \
-GB/s (input + weights + output, f32) and the % of the device's floor max(FLOPs / peak, bytes / bandwidth), \
+GB/s (input + weights + output: the tensors at --storage's size, the weights f32) and the % of the device's floor max(FLOPs / peak, bytes / bandwidth), \
 with the bandwidth measured at start by a large compute-shader copy. Network totals are Σ time × multiplicity. \
 --compare adds cuDNN's columns from scripts/cudnn_layers.py's JSON. --runs may go below 20 here (rough medians).",
     after_help = "Examples:\n  wgconv bench\n  wgconv bench --preset alexnet-conv1 --batch 64 --json bench.json --svg bench.svg\n  \
@@ -93,6 +93,11 @@ pub struct Args {
     /// passes around the kernels that read NCHW)
     #[arg(long, value_enum, default_value = "nchw")]
     pub(crate) layout: crate::cli::LayoutArg,
+    /// The input and output tensors' element type in memory (every kernel runs both; f16
+    /// adds conversion passes around the kernels, which compute at --precision whatever the
+    /// storage; GB/s counts the tensors at this size, the weights at f32's)
+    #[arg(long, value_enum, default_value = "f32")]
+    pub(crate) storage: crate::cli::StorageArg,
     /// Write every figure as JSON
     #[arg(long)]
     pub(crate) json: Option<std::path::PathBuf>,
@@ -138,8 +143,8 @@ pub(crate) fn parse_entry(entry: &str, precision: Precision, gpu: &Gpu) -> CliRe
     })
 }
 
-/// The kernel a `Conv2d` with default options (at this precision and activation, told the
-/// input shape as `wgconv run` tells it) runs on this problem and device, and why:
+/// The kernel a `Conv2d` with default options (at this precision, activation, layout and
+/// storage, told the input shape as `wgconv run` tells it) runs on this problem and device, and why:
 /// `--configs auto`. Built for real (with zero weights), so that it is the library's own
 /// selection, not a copy of it.
 pub(crate) fn auto_selection(
@@ -148,6 +153,7 @@ pub(crate) fn auto_selection(
     precision: Precision,
     activation: Activation,
     layout: wgconv::Layout,
+    storage: wgconv::Storage,
 ) -> CliResult<Selection> {
     let spec = problem.spec;
     let weight = vec![0.0f32; spec.weight_len()];
@@ -156,6 +162,7 @@ pub(crate) fn auto_selection(
         .precision(precision)
         .activation(activation)
         .layout(layout)
+        .storage(storage)
         .tuning_key_input(problem.input);
     let conv = Conv2d::new(gpu, spec, &weight, bias.as_deref(), options)
         .map_err(|e| CliError(format!("--configs auto: {e}")))?;

@@ -5,10 +5,11 @@
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use wgconv::advanced::AdapterSummary;
+use wgconv::half::f16;
 use wgconv::tune::timing::{spin_up, time_plan, Clock, Summary};
 use wgconv::{
     reference, Activation, ConfigSource, Conv2d, Conv2dOptions, ConvPlan, ConvProblem, Error, Gpu, Kernel, Precision,
-    Result, Selection, TileConfig,
+    Result, Selection, Storage, TileConfig,
 };
 use wgpu::util::DeviceExt;
 
@@ -42,6 +43,28 @@ pub fn tolerance(p: Precision) -> f64 {
     }
 }
 
+/// The tolerance of a kernel's precision on tensors stored as `storage`: f16 storage rounds
+/// the output to f16 (about 3e-4 relative), whatever the arithmetic.
+pub fn check_tolerance(p: Precision, storage: Storage) -> f64 {
+    match storage {
+        Storage::F32 => tolerance(p),
+        _ => tolerance(p).max(F16_TOLERANCE),
+    }
+}
+
+/// The fewest bytes a kernel must move: input and output at the storage's element size,
+/// weights and bias (f32 on the device) read once.
+pub fn min_bytes(problem: &ConvProblem, storage: Storage) -> f64 {
+    let bias = if problem.spec.bias { problem.spec.out_channels as u64 } else { 0 };
+    let tensors = (problem.input.len() + problem.output.len()) as f64 * storage.element_bytes() as f64;
+    tensors + 4.0 * (problem.spec.weight_len() as u64 + bias) as f64
+}
+
+/// Bytes of `elems` elements of `storage` in a buffer: whole 32-bit words.
+fn buffer_bytes(elems: u64, storage: Storage) -> u64 {
+    (elems * storage.element_bytes()).next_multiple_of(4)
+}
+
 /// Batch used on CPU adapters (lavapipe) when the caller gives none.
 pub const CPU_BATCH: u32 = 2;
 
@@ -64,6 +87,8 @@ pub struct BenchOptions {
     pub check: CheckImages,
     /// The tensors' memory layout.
     pub layout: wgconv::Layout,
+    /// The tensors' element type.
+    pub storage: Storage,
 }
 
 /// The images of the batch whose output is checked against the CPU reference.
@@ -221,10 +246,16 @@ pub fn run(
     // Re-derive the problem: `ConvProblem`'s fields are public and `with_batch` does not check.
     let problem = opts.problem.spec.problem(opts.problem.input)?;
     let spec = problem.spec;
-    check_buffer(gpu, "the benchmark input", problem.input.len().saturating_mul(4))?;
-    check_buffer(gpu, "the benchmark output", problem.output.len().saturating_mul(4))?;
+    let storage = opts.storage;
+    let element = storage.element_bytes();
+    check_buffer(gpu, "the benchmark input", problem.input.len().saturating_mul(element))?;
+    check_buffer(gpu, "the benchmark output", problem.output.len().saturating_mul(element))?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(opts.seed);
-    let x = randn(problem.input.len() as usize, &mut rng);
+    let mut x = randn(problem.input.len() as usize, &mut rng);
+    if storage == Storage::F16 {
+        // The reference sees the input the kernels see: f16 values.
+        x.iter_mut().for_each(|v| *v = f16::from_f32(*v).to_f32());
+    }
     let w = randn(spec.weight_len(), &mut rng);
     let b = spec.bias.then(|| randn(spec.out_channels as usize, &mut rng));
 
@@ -252,23 +283,45 @@ pub fn run(
         wgconv::Layout::Nhwc => reference::to_nhwc(&x, problem.input),
         _ => x,
     };
+    let x_bytes: Vec<u8> = match storage {
+        Storage::F32 => bytemuck::cast_slice(&x).to_vec(),
+        _ => {
+            let mut bits: Vec<u16> = x.iter().map(|&v| f16::from_f32(v).to_bits()).collect();
+            bits.resize(bits.len().next_multiple_of(2), 0);
+            bytemuck::cast_slice(&bits).to_vec()
+        }
+    };
+    drop(x);
     let dev = &gpu.device;
     let (in_buf, out_buf) = scoped(dev, "bench buffers", || {
         let in_buf = dev.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some("bench input"),
-            contents: bytemuck::cast_slice(&x),
+            contents: &x_bytes,
             usage: wgpu::BufferUsages::STORAGE,
         });
         let out_buf = dev.create_buffer(&wgpu::BufferDescriptor {
             label: Some("bench output"),
-            size: problem.output.len() * 4,
+            size: buffer_bytes(problem.output.len(), storage),
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
         (in_buf, out_buf)
     })?;
-    drop(x);
-    let poison = vec![f32::NAN; per_out];
+    drop(x_bytes);
+    // A sampled image's output as whole words (with f16 storage an image may start or end
+    // mid-word; the neighbour's half is rewritten by the run anyway): the byte range, and
+    // where the image starts in it.
+    let image_words = |img: u32| {
+        let start = img as u64 * per_out as u64 * element;
+        let at = start - start % 4;
+        let end = (start + per_out as u64 * element).next_multiple_of(4);
+        (at, end - at, start - at)
+    };
+    // NaN in both halves of a word for f16.
+    let poison_word: u32 = match storage {
+        Storage::F32 => f32::NAN.to_bits(),
+        _ => 0x7e00_7e00,
+    };
 
     let baseline = opts.kernels.first().map(|k| k.to_string()).unwrap_or_default();
     let mut results = Vec::new();
@@ -296,18 +349,32 @@ pub fn run(
                     .kernel(kernel.clone())
                     .activation(opts.activation)
                     .precision(kernel.precision())
-                    .layout(opts.layout);
+                    .layout(opts.layout)
+                    .storage(storage);
                 let conv = Conv2d::new(gpu, spec, &w, b.as_deref(), options)?;
                 let plan = conv.plan(problem.input, &in_buf, &out_buf)?;
                 for &img in &sampled {
-                    gpu.queue.write_buffer(&out_buf, img as u64 * per_out as u64 * 4, bytemuck::cast_slice(&poison));
+                    let (at, len, _) = image_words(img);
+                    let poison = vec![poison_word; (len / 4) as usize];
+                    gpu.queue.write_buffer(&out_buf, at, bytemuck::cast_slice(&poison));
                 }
                 let mut enc = dev.create_command_encoder(&Default::default());
                 plan.encode(&mut enc, None);
                 gpu.queue.submit([enc.finish()]);
                 let mut err: f64 = 0.0;
                 for (&img, want) in sampled.iter().zip(&want) {
-                    let got = gpu.read_buffer::<f32>(&out_buf, img as u64 * per_out as u64 * 4, per_out)?;
+                    let (at, len, skip) = image_words(img);
+                    let words = gpu.read_buffer::<u8>(&out_buf, at, len as usize)?;
+                    let image = &words[skip as usize..][..per_out * element as usize];
+                    let got: Vec<f32> = match storage {
+                        Storage::F32 => {
+                            image.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+                        }
+                        _ => image
+                            .chunks_exact(2)
+                            .map(|b| f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32())
+                            .collect(),
+                    };
                     err = worst_error(err, reference::relative_l2(&got, want));
                 }
                 Ok((conv, plan, err))
@@ -336,7 +403,7 @@ pub fn run(
                 if conv.take_range_flag()? {
                     return Ok(Outcome::Failed { reason: "input beyond f16's range".into() });
                 }
-                if err.is_nan() || err > tolerance(kernel.precision()) {
+                if err.is_nan() || err > check_tolerance(kernel.precision(), storage) {
                     return Ok(Outcome::Wrong { rel_l2: err, time_ms: Some(time) });
                 }
                 let tflops = problem.flops() / (time.median * 1e-3) / 1e12;
@@ -370,12 +437,19 @@ pub fn run(
         date: chrono::Utc::now().to_rfc3339(),
         wgconv_version: env!("CARGO_PKG_VERSION").into(),
         problem,
-        problem_text: match opts.layout {
-            wgconv::Layout::Nhwc => format!("{problem} NHWC"),
-            _ => problem.to_string(),
-        },
+        problem_text: format!(
+            "{problem}{}{}",
+            match opts.layout {
+                wgconv::Layout::Nhwc => " NHWC",
+                _ => "",
+            },
+            match storage {
+                Storage::F16 => " f16 storage",
+                _ => "",
+            }
+        ),
         gflop: problem.flops() / 1e9,
-        min_mbytes: problem.min_bytes() / 1e6,
+        min_mbytes: min_bytes(&problem, storage) / 1e6,
         clock,
         warmup: opts.warmup,
         runs: opts.runs,

@@ -20,6 +20,25 @@ impl From<LayoutArg> for wgconv::Layout {
     }
 }
 
+/// `--storage` of `bench`: the tensors' element type in memory.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum StorageArg {
+    /// 4 bytes per element
+    #[default]
+    F32,
+    /// 2 bytes per element (converted to f32 around the kernel)
+    F16,
+}
+
+impl From<StorageArg> for wgconv::Storage {
+    fn from(s: StorageArg) -> Self {
+        match s {
+            StorageArg::F32 => wgconv::Storage::F32,
+            StorageArg::F16 => wgconv::Storage::F16,
+        }
+    }
+}
+
 /// `--precision` of `bench`, `tune` and `run`: wgconv's [`wgconv::Precision`] by its CLI name.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PrecisionArg {

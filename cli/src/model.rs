@@ -160,7 +160,8 @@ pub struct Perf {
     pub kernel: String,
     pub time_ms: Summary,
     pub tflops: f64,
-    /// Input + weights + output (f32) over the median time, GB/s.
+    /// Input + weights + output (the tensors at `--storage`'s size, the weights f32) over
+    /// the median time, GB/s.
     pub gb_per_s: f64,
     /// The peak the compute floor uses: `--peak-tflops`, else the known table for this
     /// adapter and the kernel's family.
@@ -217,7 +218,7 @@ pub struct LayerReport {
     /// `None` where the layer's convolution is not valid at this batch.
     pub problem: Option<ConvProblem>,
     pub gflop: f64,
-    /// Input + weights + output, f32, MB.
+    /// Input + weights + output (the tensors at `--storage`'s size, the weights f32), MB.
     pub mbytes: f64,
     /// What a default `Conv2d` picks, where it could be built.
     pub default_selection: Option<AutoSelection>,
@@ -292,6 +293,8 @@ pub struct ModelReport {
     pub wgconv_version: String,
     pub command_line: Vec<String>,
     pub precision: String,
+    /// The tensors' element type (`--storage`): `f32` or `f16`.
+    pub storage: String,
     pub batch: u32,
     pub warmup: u32,
     pub runs: u32,
@@ -472,6 +475,7 @@ pub fn main(args: Args) -> CliResult {
         wgconv_version: env!("CARGO_PKG_VERSION").into(),
         command_line: std::env::args().collect(),
         precision: precision.to_string(),
+        storage: wgconv::Storage::from(args.storage).to_string(),
         batch,
         warmup: args.warmup,
         runs: args.runs,
@@ -541,12 +545,13 @@ fn bench_layer(
         }
     };
     let flops = problem.flops();
-    let bytes = 4.0 * (problem.input.len() + problem.spec.weight_len() as u64 + problem.output.len()) as f64;
+    let bytes = bench_run::min_bytes(&problem, args.storage.into());
     report.problem = Some(problem);
     report.gflop = flops / 1e9;
     report.mbytes = bytes / 1e6;
     progress("selecting the default");
-    let selection = match auto_selection(gpu, &problem, precision, activation, args.layout.into()) {
+    let selection = match auto_selection(gpu, &problem, precision, activation, args.layout.into(), args.storage.into())
+    {
         Ok(s) => Some(s),
         Err(e) => {
             report.default_problem = Some(format!("no default Conv2d: {}", e.0));
@@ -575,6 +580,7 @@ fn bench_layer(
         seed: 0x00c0_ffee,
         check: CheckImages::First,
         layout: args.layout.into(),
+        storage: args.storage.into(),
     };
     let run = match bench_run::run(gpu, &opts, selection.as_ref(), |_, _, msg| progress(msg)) {
         Ok(r) => r,
@@ -684,12 +690,13 @@ pub fn table(report: &ModelReport) -> String {
     let a = &report.adapter;
     let _ = writeln!(
         s,
-        "wgconv bench --model {} | {} | {} {} | {} | batch {} | {} layers | {}, median of {} runs after {} warm-up{}",
+        "wgconv bench --model {} | {} | {} {} | {}{} | batch {} | {} layers | {}, median of {} runs after {} warm-up{}",
         report.model,
         a.name,
         a.backend,
         a.driver_info,
         report.precision,
+        if report.storage == "f32" { String::new() } else { format!(" | {} storage", report.storage) },
         report.batch,
         report.layers.len(),
         match report.clock {
@@ -721,12 +728,17 @@ pub fn table(report: &ModelReport) -> String {
     }
     let _ = writeln!(
         s,
-        "peak: {}; floor = max(FLOPs / peak, (input + weights + output) x 4 B / bandwidth)",
+        "peak: {}; floor = max(FLOPs / peak, {} / bandwidth)",
         match (report.peak_tflops_arg, report.default_family_peak_tflops) {
             (Some(p), _) => format!("{} TFLOP/s (--peak-tflops)", sig(p)),
             (None, Some(p)) =>
                 format!("{} TFLOP/s for {} (datasheet table, per kernel family)", sig(p), report.default_family),
             (None, None) => "unknown for this adapter (% floor: pass --peak-tflops)".into(),
+        },
+        match report.storage.as_str() {
+            "f32" => "(input + weights + output) x 4 B",
+            // The weights stay f32 on the device.
+            _ => "(input + output) x 2 B + weights x 4 B",
         }
     );
     if let Some(c) = &report.compare {

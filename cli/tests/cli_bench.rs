@@ -170,6 +170,36 @@ fn bench_f16_precision_runs_the_f16_kernel() {
     }
 }
 
+/// `--storage f16` on images of an odd output size (17 × 11 × 11 = 2057 elements: the second
+/// image starts mid-word) in both layouts: every kernel correct within the f16 output's
+/// rounding (above f32's error), the problem text says so, and the bytes count 2 per element
+/// of the tensors (the weights stay f32).
+#[test]
+fn bench_f16_storage_on_odd_images() {
+    let dir = tempfile::tempdir().unwrap();
+    for layout in ["nchw", "nhwc"] {
+        let mut args = vec!["bench", "--batch", "2", "--in-channels", "3", "--height", "21", "--width", "21"];
+        args.extend(["--out-channels", "17", "--kernel", "3", "--stride", "2", "--padding", "1", "--runs", "20"]);
+        args.extend(["--warmup", "1", "--configs", "auto,m32n64k32-t4x4-w4-s2,direct", "--storage", "f16"]);
+        args.extend(["--layout", layout, "--json", "s.json"]);
+        let out = wgconv(dir.path(), &args);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "exit {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+        let json: Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
+        assert!(json["problem_text"].as_str().unwrap().ends_with(" f16 storage"), "{}", json["problem_text"]);
+        assert_eq!(json["sampled_images"], serde_json::json!([0, 1]));
+        // Input 2·3·21·21 and output 2·17·11·11 at 2 B, weights 17·27 and bias 17 at 4 B.
+        let bytes = (2 * 3 * 21 * 21 + 2 * 17 * 11 * 11) as f64 * 2.0 + (17 * 27 + 17) as f64 * 4.0;
+        assert!((json["min_mbytes"].as_f64().unwrap() - bytes / 1e6).abs() < 1e-12, "{}", json["min_mbytes"]);
+        for r in json["results"].as_array().unwrap() {
+            assert_eq!(r["outcome"]["status"], "ok", "{layout}: {r}");
+            let err = r["outcome"]["rel_l2"].as_f64().unwrap();
+            assert!(err > 1e-5 && err <= 1e-3, "{layout}: {r}");
+        }
+    }
+}
+
 /// `--precision f16x3` runs only on cooperative matrices: on lavapipe a one-line refusal
 /// that names them, and no JSON; the row-band kernel is refused outside `--precision f16`.
 #[test]

@@ -264,6 +264,47 @@ fn mobilenet_two_layers_sweep_and_compare() {
     }
 }
 
+/// `--storage f16` on a model layer: the header says so, the layer is correct within the
+/// f16 output's rounding, and its bytes count the tensors at 2 B (the weights at 4).
+#[test]
+fn model_f16_storage_counts_two_bytes_per_tensor_element() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, stdout, stderr) = wgconv(
+        dir.path(),
+        &[
+            "bench",
+            "--model",
+            "mobilenet_v2",
+            "--batch",
+            "1",
+            "--layers",
+            "b3.pj.192-32",
+            "--configs",
+            "auto",
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--storage",
+            "f16",
+            "--json",
+            "m.json",
+        ],
+    );
+    assert!(out.status.success(), "exit {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    assert!(stdout.contains("| f32 | f16 storage | batch 1 |"), "{stdout}");
+    assert!(stdout.contains("(input + output) x 2 B + weights x 4 B"), "{stdout}");
+    let j = json(&dir.path().join("m.json"));
+    assert_eq!(j["storage"], "f16");
+    let layer = &j["layers"][0];
+    // 192→32 1×1 on 28×28: input 192·784 and output 32·784 at 2 B, weights 32·192 at 4 B.
+    let bytes = (192 * 784 + 32 * 784) as f64 * 2.0 + (32 * 192) as f64 * 4.0;
+    assert!(close(f(&layer["mbytes"]), bytes / 1e6), "{}", layer["mbytes"]);
+    let best = &layer["best"];
+    assert!(f(&best["rel_l2"]) > 1e-5 && f(&best["rel_l2"]) <= 1e-3, "{best}");
+    assert!(close(f(&best["gb_per_s"]), bytes / f(&best["time_ms"]["median"]) / 1e6), "{best}");
+}
+
 #[test]
 fn unknown_models_and_layers_are_refused_with_the_known_ones() {
     let dir = tempfile::tempdir().unwrap();
