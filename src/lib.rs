@@ -25,7 +25,8 @@
 //! Stride, dilation and kernel size take a number or a `(height, width)` pair
 //! (`.stride(2)`, `.stride((2, 1))`); padding a number, a pair, `[top, left, bottom, right]`
 //! or a rule resolved against the input size ([`Padding::same`], [`Padding::valid`],
-//! [`AutoPad`]). [`Conv2dOptions`] names the [`Precision`] (an accuracy contract) and, if
+//! [`AutoPad`]). [`Conv2dOptions`] names the [`Precision`] (an accuracy contract), the
+//! tensors' [`Layout`] and [`Storage`] (f32, or f16 through [`Conv2d::forward_f16`]) and, if
 //! you want, the [`Kernel`]. Every mistake comes back as an [`Error`] variant of its kind,
 //! before any GPU work is encoded.
 //!
