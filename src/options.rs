@@ -32,6 +32,17 @@ pub enum Layout {
 /// The element type of the input and output tensors in memory (host slices and device
 /// buffers). The arithmetic is [`crate::Precision`]'s whatever the storage; the two are
 /// independent, and of [`Layout`] too: every combination runs.
+///
+/// ```no_run
+/// use wgconv::{half::f16, Conv2d, Conv2dOptions, Conv2dSpec, Gpu, Shape4, Storage};
+/// let gpu = Gpu::new()?;
+/// let spec = Conv2dSpec::new(3, 8, 3);
+/// let weight = vec![f16::from_f32(0.1); spec.weight_len()];
+/// let options = Conv2dOptions::default().storage(Storage::F16);
+/// let conv = Conv2d::new_f16(&gpu, spec, &weight, None, options)?;
+/// let y: Vec<f16> = conv.forward_f16(&vec![f16::ONE; 3 * 16 * 16], Shape4::new(1, 3, 16, 16))?;
+/// # Ok::<(), wgconv::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(feature = "tune", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
