@@ -22,7 +22,10 @@ use std::sync::{Arc, Mutex};
 #[cfg_attr(feature = "tune", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub enum Precision {
-    /// f32 operands, f32 accumulation (relative L2 error ~1e-7 against f64).
+    /// f32-accurate (relative L2 error ~1e-7 against f64, bound 1e-5), with f32's semantics
+    /// of special values: f32 FMAs, or on devices whose declared rates favour their matrix
+    /// units (README, "Which kernel runs") the f16x3 technique with each batch chunk's input
+    /// scaled by a power of two into f16's range (`coop-nhwc-f32`; finite weights only).
     #[default]
     F32,
     /// Operands rounded to f16 inside the kernel, f32 accumulation; tensors stay f32 in
