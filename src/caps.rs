@@ -178,7 +178,37 @@ impl DeviceCaps {
     pub fn is_nvidia(&self) -> bool {
         self.vendor == VENDOR_NVIDIA
     }
+    /// The datasheet rates of the adapter, where its name is in [`DECLARED_RATES`].
+    pub fn declared_rates(&self) -> Option<DeclaredRates> {
+        let name = self.name.to_lowercase();
+        DECLARED_RATES.iter().find(|(key, _)| name.contains(key)).map(|&(_, rates)| rates)
+    }
 }
+
+/// An adapter's datasheet rates: what selection weighs the SIMT units against the matrix
+/// units with, where no device work may be done.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct DeclaredRates {
+    /// Dense fp32 FMA, TFLOP/s.
+    pub fp32_tflops: f64,
+    /// Dense f16 × f16 → f32 on the matrix units, TFLOP/s.
+    pub f16_matrix_tflops: f64,
+    /// Memory bandwidth, GB/s.
+    pub bandwidth_gbs: f64,
+}
+
+/// Datasheet rates by adapter name (a lower-case substring; the first match counts). The
+/// ratio of the two rates decides where `Precision::F32` may run on the matrix units (three
+/// f16 products per multiply-add): data-centre parts run f16 with f32 accumulation at 15–16×
+/// their fp32 rate, GeForce parts at 2× (half rate with f32 accumulation), and adapters not
+/// listed never do.
+pub const DECLARED_RATES: &[(&str, DeclaredRates)] = &[
+    ("h100", DeclaredRates { fp32_tflops: 67.0, f16_matrix_tflops: 989.4, bandwidth_gbs: 3350.0 }),
+    ("h200", DeclaredRates { fp32_tflops: 67.0, f16_matrix_tflops: 989.4, bandwidth_gbs: 4800.0 }),
+    ("a100", DeclaredRates { fp32_tflops: 19.5, f16_matrix_tflops: 312.0, bandwidth_gbs: 2039.0 }),
+    ("4090", DeclaredRates { fp32_tflops: 82.6, f16_matrix_tflops: 165.2, bandwidth_gbs: 1008.0 }),
+];
 
 /// The adapter's name, or where it has none (browsers leave WebGPU's adapter description
 /// empty unless asked for it, to limit fingerprinting) a name from what is known: backend,

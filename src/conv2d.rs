@@ -7,7 +7,8 @@
 use crate::error::{BufferIssue, Error, Result};
 use crate::gpu::Gpu;
 use crate::kernel::{
-    bindings, workgroups_u32, ConvParams, Pipeline, Precision, Shaped, FLAG_RELU, GRID_BINDING, PAD_MODE_SHIFT,
+    bindings, workgroups_u32, ConvParams, Pipeline, Precision, Shaped, FLAG_RELU, GRID_BINDING, INPUT_MAX_BINDING,
+    PAD_MODE_SHIFT,
 };
 use crate::lru::Lru;
 use crate::options::{Activation, Conv2dOptions, Layout, Selection, Storage};
@@ -26,6 +27,8 @@ struct Prepared {
     pipeline: Arc<Pipeline>,
     /// The pipeline of the kernel's staging pass, where it has one.
     staging: Option<Arc<Pipeline>>,
+    /// The input-maximum pass before the staging pass, where the kernel scales its input.
+    input_max: Option<Arc<Pipeline>>,
     /// Where the tensors are not in the kernel's form (channels-last tensors for a kernel
     /// of NCHW, f16 storage): the passes that rewrite the input into it before the kernel
     /// and its output back after it (`src/wgsl/layout.wgsl`).
@@ -41,10 +44,11 @@ impl Prepared {
 }
 
 /// One chunk's dispatches: the layout pass into the kernel's form (channels-last tensors
-/// for a kernel of NCHW, f16 storage), the staging pass (where the kernel has one), the
-/// kernel, and the layout pass back into the caller's form.
+/// for a kernel of NCHW, f16 storage), the input-maximum and staging passes (where the
+/// kernel has them), the kernel, and the layout pass back into the caller's form.
 struct ChunkDispatch {
     to_kernel: Option<(wgpu::BindGroup, [u32; 2])>,
+    input_max: Option<(wgpu::BindGroup, [u32; 2])>,
     staging: Option<(wgpu::BindGroup, [u32; 2])>,
     main: (wgpu::BindGroup, [u32; 2]),
     from_kernel: Option<(wgpu::BindGroup, [u32; 2])>,
@@ -96,6 +100,9 @@ pub struct ConvPlan {
     /// output: one chunk's worth each, reused chunk after chunk (wgpu orders the dispatches
     /// that write and read them).
     _scratch: Vec<wgpu::Buffer>,
+    /// Per chunk, the input maximum of the scaled-input kernels (one aligned slot each),
+    /// cleared before every compute pass.
+    input_max: Option<wgpu::Buffer>,
     /// The problem planned.
     pub problem: ConvProblem,
 }
@@ -103,6 +110,9 @@ pub struct ConvPlan {
 impl ConvPlan {
     /// Records the dispatches in one compute pass; `timestamps` wrap the whole pass.
     pub fn encode(&self, encoder: &mut wgpu::CommandEncoder, timestamps: Option<wgpu::ComputePassTimestampWrites<'_>>) {
+        if let Some(input_max) = &self.input_max {
+            encoder.clear_buffer(input_max, 0, None);
+        }
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some("wgconv conv2d"),
             timestamp_writes: timestamps,
@@ -112,6 +122,7 @@ impl ConvPlan {
         for chunk in &self.dispatches {
             for (dispatch, pipeline) in [
                 (chunk.to_kernel.as_ref(), to_kernel),
+                (chunk.input_max.as_ref(), p.input_max.as_ref()),
                 (chunk.staging.as_ref(), p.staging.as_ref()),
                 (Some(&chunk.main), Some(&p.pipeline)),
                 (chunk.from_kernel.as_ref(), from_kernel),
@@ -213,7 +224,8 @@ impl Conv2d {
         }
         // The bias given decides, as PyTorch's module has one or not.
         spec.bias = bias.is_some();
-        let selection = crate::select::select_on(gpu, &spec, &options)?;
+        let finite_weights = weight.iter().all(|w| w.is_finite());
+        let selection = crate::select::select_on(gpu, &spec, &options, finite_weights)?;
         let kernel = selection.kernel.config();
         gpu.check_buffer("the packed weights", kernel.packed_bytes(&spec), true)?;
         let zeros;
@@ -362,6 +374,9 @@ impl Conv2d {
                 if kernel.precision() != Precision::F32 {
                     b.push(6);
                 }
+                if s.scaled_input {
+                    b.push(INPUT_MAX_BINDING);
+                }
                 Some(self.gpu.pipelines().get_or_build(
                     &self.gpu.device,
                     s.source.clone(),
@@ -369,6 +384,15 @@ impl Conv2d {
                     self.gpu.runtime_checks(),
                 )?)
             }
+        };
+        let input_max = match shaped.staging().is_some_and(|s| s.scaled_input) {
+            false => None,
+            true => Some(self.gpu.pipelines().get_or_build(
+                &self.gpu.device,
+                crate::kernel::input_max_pass_source()?,
+                vec![0, 1, INPUT_MAX_BINDING],
+                self.gpu.runtime_checks(),
+            )?),
         };
         let layout_passes = match needs_layout_passes {
             false => None,
@@ -385,7 +409,7 @@ impl Conv2d {
             .iter()
             .map(|(b, label, bytes)| Ok((*b, storage_buffer(&self.gpu, label, bytes)?)))
             .collect::<Result<Vec<_>>>()?;
-        let prepared = Arc::new(Prepared { shaped, pipeline, staging, layout_passes, tables });
+        let prepared = Arc::new(Prepared { shaped, pipeline, staging, input_max, layout_passes, tables });
         map.insert(key, prepared.clone());
         Ok(prepared)
     }
@@ -442,6 +466,16 @@ impl Conv2d {
                     self.gpu.create_buffer("wgconv kernel output", bytes(problem.output.per_image()), usage)?,
                 ))
             }
+        };
+        // One word per chunk for the input maximum, each at an aligned binding offset.
+        let input_max_slot = align.max(4);
+        let input_max_buffer = match prepared.input_max {
+            None => None,
+            Some(_) => Some(self.gpu.create_buffer(
+                "wgconv input maximum",
+                problem.input.n.div_ceil(per_chunk) as u64 * input_max_slot,
+                wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            )?),
         };
         // The problem's spec: its padding is resolved for this input size.
         let s = &problem.spec;
@@ -549,6 +583,23 @@ impl Conv2d {
                     (uniform, kernel_in.as_entire_binding(), kernel_out.as_entire_binding(), Some(before), Some(after))
                 }
             };
+            let input_max_word =
+                input_max_buffer.as_ref().map(|b| bind_range(b, dispatches.len() as u64 * input_max_slot, 4));
+            let mut input_max = None;
+            if let (Some(word), Some(pipeline)) = (&input_max_word, &prepared.input_max) {
+                let bind_group = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some("wgconv input maximum"),
+                    layout: &pipeline.layout,
+                    entries: &[
+                        wgpu::BindGroupEntry { binding: 0, resource: uniform.as_entire_binding() },
+                        wgpu::BindGroupEntry { binding: 1, resource: input_range.clone() },
+                        wgpu::BindGroupEntry { binding: INPUT_MAX_BINDING, resource: word.clone() },
+                    ],
+                });
+                let elements = batch as u64 * problem.input.per_image();
+                let groups = workgroups_u32(crate::kernel::input_max_workgroups(elements))?;
+                input_max = Some((bind_group, fold_grid(groups, limits.max_compute_workgroups_per_dimension)?));
+            }
             let mut staging = None;
             if let (Some(scratch), Some(pipeline), Some(s)) = (&scratch, &prepared.staging, prepared.shaped.staging()) {
                 let mut entries = vec![
@@ -558,6 +609,9 @@ impl Conv2d {
                 ];
                 if self.selection.kernel.precision() != Precision::F32 {
                     entries.push(wgpu::BindGroupEntry { binding: 6, resource: self.range_flag.as_entire_binding() });
+                }
+                if let Some(word) = &input_max_word {
+                    entries.push(wgpu::BindGroupEntry { binding: INPUT_MAX_BINDING, resource: word.clone() });
                 }
                 let bind_group = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
                     label: Some("wgconv staging"),
@@ -592,17 +646,20 @@ impl Conv2d {
             if self.selection.kernel.precision() != Precision::F32 {
                 entries.push(wgpu::BindGroupEntry { binding: 6, resource: self.range_flag.as_entire_binding() });
             }
+            if let Some(word) = input_max_word {
+                entries.push(wgpu::BindGroupEntry { binding: INPUT_MAX_BINDING, resource: word });
+            }
             let bind_group = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: Some("wgconv conv2d"),
                 layout: &prepared.pipeline.layout,
                 entries: &entries,
             });
-            dispatches.push(ChunkDispatch { to_kernel, staging, main: (bind_group, grid), from_kernel });
+            dispatches.push(ChunkDispatch { to_kernel, input_max, staging, main: (bind_group, grid), from_kernel });
             first += batch;
         }
         scope.finish("bind group creation")?;
         let scratch = scratch.into_iter().chain(kernel_io.into_iter().flat_map(|(a, b)| [a, b])).collect();
-        Ok(ConvPlan { prepared, dispatches, _scratch: scratch, problem })
+        Ok(ConvPlan { prepared, dispatches, _scratch: scratch, input_max: input_max_buffer, problem })
     }
 
     /// Encodes the convolution of `input` (shape `shape`) into `output` on the caller's encoder.

@@ -22,7 +22,10 @@ use std::sync::{Arc, Mutex};
 #[cfg_attr(feature = "tune", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub enum Precision {
-    /// f32 operands, f32 accumulation (relative L2 error ~1e-7 against f64).
+    /// f32-accurate (relative L2 error ~1e-7 against f64, bound 1e-5), with f32's semantics
+    /// of special values: f32 FMAs, or on devices whose declared rates favour their matrix
+    /// units (README, "Which kernel runs") the f16x3 technique with each batch chunk's input
+    /// scaled by a power of two into f16's range (`coop-nhwc-f32`; finite weights only).
     #[default]
     F32,
     /// Operands rounded to f16 inside the kernel, f32 accumulation; tensors stay f32 in
@@ -210,6 +213,10 @@ pub(crate) struct Staging {
     pub invocations_per_image: u64,
     /// Invocations per workgroup (the source's `@workgroup_size`).
     pub workgroup_size: u32,
+    /// Whether an input-maximum pass runs first (`src/wgsl/input_max.wgsl`), whose result the
+    /// staging pass and the kernel read at [`INPUT_MAX_BINDING`] to scale the input into f16's
+    /// range and undo it (the F32 kernel on the matrix units).
+    pub scaled_input: bool,
 }
 
 /// One family's config: what makes a [`Kernel`] run.
@@ -442,6 +449,8 @@ const PRECISION_WGSL: &str = include_str!("wgsl/precision.wgsl");
 const ROW_GRID_WGSL: &str = include_str!("wgsl/row_grid.wgsl");
 const LAYOUT_WGSL: &str = include_str!("wgsl/layout.wgsl");
 const BLOCK_WGSL: &str = include_str!("wgsl/block.wgsl");
+const INPUT_SCALE_WGSL: &str = include_str!("wgsl/input_scale.wgsl");
+const INPUT_MAX_WGSL: &str = include_str!("wgsl/input_max.wgsl");
 
 /// Invocations per workgroup of the layout passes (`src/wgsl/layout.wgsl`).
 pub(crate) const LAYOUT_PASS_WG: u32 = 256;
@@ -462,9 +471,31 @@ pub(crate) fn layout_pass_source(into_kernel: bool, transpose: bool, f16: bool, 
         .map_err(|e| Error::Wgpu { stage: "shader composition", message: e })
 }
 
+/// Invocations per workgroup of the input-maximum pass (`src/wgsl/input_max.wgsl`).
+pub(crate) const INPUT_MAX_WG: u32 = 256;
+/// Input elements each invocation of the input-maximum pass reads (at most; a grid-stride
+/// loop): enough that one atomic per workgroup is rare next to the loads.
+pub(crate) const INPUT_MAX_PER_INVOCATION: u64 = 16;
+/// The binding of the chunk's input maximum (the bits of the largest finite magnitude), which
+/// the input-maximum pass writes and the scaled-input staging pass and kernel read.
+pub(crate) const INPUT_MAX_BINDING: u32 = 8;
+
+/// The input-maximum pass's WGSL (`src/wgsl/input_max.wgsl`).
+pub(crate) fn input_max_pass_source() -> Result<String> {
+    let mut modules = Modules::new(&[("input_max", INPUT_MAX_WGSL)]);
+    modules.insert("params", PARAMS_WGSL);
+    crate::shader::preprocess("input_max", &modules, &BTreeSet::new())
+        .map_err(|e| Error::Wgpu { stage: "shader composition", message: e })
+}
+
+/// Workgroups of the input-maximum pass over a chunk of `elements` input values.
+pub(crate) fn input_max_workgroups(elements: u64) -> u64 {
+    elements.div_ceil(INPUT_MAX_WG as u64 * INPUT_MAX_PER_INVOCATION).max(1)
+}
+
 /// A family's WGSL: its own modules, the shared ones, a generated `config` module of
 /// `const`s (WGSL `override`s cannot size the function-scope arrays the kernels need), and
-/// the precision's `#define` (`F16`, `F16X3` or neither), with the `enable`s it needs.
+/// the precision's `#define`s ([`Operands::of`]), with the `enable`s it needs.
 pub(crate) fn compose(
     entry: &str,
     own: &[(&'static str, &'static str)],
@@ -472,30 +503,64 @@ pub(crate) fn compose(
     precision: Precision,
     cooperative: bool,
 ) -> Result<String> {
+    compose_operands(entry, own, generated, Operands::of(precision), cooperative)
+}
+
+/// How a kernel's operands enter its products: the `#define`s its WGSL is composed with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Operands {
+    /// f32 (no define).
+    F32,
+    /// Rounded to f16, clamped and flagged (`F16`, `RANGE_FLAG`).
+    F16,
+    /// Split into two f16, clamped and flagged (`F16X3`, `RANGE_FLAG`).
+    F16x3,
+    /// Split into two f16 after the staging pass scaled the input into f16's range by a
+    /// power of two (`F16X3`, `SCALED_INPUT`): [`Precision::F32`] on the matrix units.
+    F16x3Scaled,
+}
+
+impl Operands {
+    /// The operands of a precision's kernels (the f16x3 kernels clamp).
+    pub(crate) fn of(precision: Precision) -> Operands {
+        match precision {
+            Precision::F32 => Operands::F32,
+            Precision::F16Accum32 => Operands::F16,
+            Precision::F16x3 => Operands::F16x3,
+        }
+    }
+    fn defines(self) -> &'static [&'static str] {
+        match self {
+            Operands::F32 => &[],
+            Operands::F16 => &["F16", "RANGE_FLAG"],
+            Operands::F16x3 => &["F16X3", "RANGE_FLAG"],
+            Operands::F16x3Scaled => &["F16X3", "SCALED_INPUT"],
+        }
+    }
+}
+
+/// [`compose`] with the operands given.
+pub(crate) fn compose_operands(
+    entry: &str,
+    own: &[(&'static str, &'static str)],
+    generated: Vec<(&'static str, String)>,
+    operands: Operands,
+    cooperative: bool,
+) -> Result<String> {
     let mut modules = Modules::new(own);
     modules.insert("params", PARAMS_WGSL);
     modules.insert("precision", PRECISION_WGSL);
     modules.insert("row_grid", ROW_GRID_WGSL);
     modules.insert("block", BLOCK_WGSL);
+    modules.insert("input_scale", INPUT_SCALE_WGSL);
     for (name, text) in generated {
         modules.insert(name, text);
     }
-    let mut defines = BTreeSet::new();
-    match precision {
-        Precision::F32 => {}
-        Precision::F16Accum32 => {
-            defines.insert("F16");
-            defines.insert("RANGE_FLAG");
-        }
-        Precision::F16x3 => {
-            defines.insert("F16X3");
-            defines.insert("RANGE_FLAG");
-        }
-    }
+    let defines: BTreeSet<&str> = operands.defines().iter().copied().collect();
     let body = crate::shader::preprocess(entry, &modules, &defines)
         .map_err(|e| Error::Wgpu { stage: "shader composition", message: e })?;
     let mut enables = String::new();
-    if precision != Precision::F32 {
+    if operands != Operands::F32 {
         enables.push_str("enable f16;\n");
     }
     if cooperative {
@@ -638,7 +703,7 @@ fn build(device: &wgpu::Device, src: &str, bindings: &[u32], runtime_checks: boo
             ty: wgpu::BindingType::Buffer {
                 ty: match binding {
                     0 | GRID_BINDING => wgpu::BufferBindingType::Uniform,
-                    5 | 6 => wgpu::BufferBindingType::Storage { read_only: false },
+                    5 | 6 | INPUT_MAX_BINDING => wgpu::BufferBindingType::Storage { read_only: false },
                     _ => wgpu::BufferBindingType::Storage { read_only: true },
                 },
                 has_dynamic_offset: false,

@@ -63,7 +63,7 @@ pub mod reference;
 #[cfg(feature = "tune")]
 pub mod tune;
 
-pub use caps::{DeviceCaps, KernelLimits};
+pub use caps::{DeclaredRates, DeviceCaps, KernelLimits, DECLARED_RATES};
 pub use conv2d::{Conv2d, ConvPlan};
 pub use error::{BufferIssue, Error, Result};
 #[cfg(not(target_arch = "wasm32"))]
@@ -128,9 +128,10 @@ pub mod advanced {
     }
 
     /// The kernel a `Conv2d` with these options would run on a device with these
-    /// capabilities, and why (without the tuning cache, and without opening a device).
+    /// capabilities, and why, for finite weights (without the tuning cache, and without
+    /// opening a device).
     pub fn select(caps: &DeviceCaps, spec: &Conv2dSpec, options: &Conv2dOptions) -> Result<Selection> {
-        crate::select::select(caps, spec, options, |_| None)
+        crate::select::select(caps, spec, options, true, |_| None)
     }
 
     /// The precision's default kernel on a device, before any convolution is known (the

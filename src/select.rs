@@ -23,8 +23,13 @@ pub const STEM_DEFAULT_MAX_CHANNELS: u32 = 4;
 
 /// Decides the kernel for a convolution on a device: [`select`] with the tuning cache's
 /// decision where the options name the input shape.
-pub(crate) fn select_on(gpu: &Gpu, spec: &Conv2dSpec, options: &Conv2dOptions) -> Result<Selection> {
-    select(gpu.caps(), spec, options, |default| cached(gpu, spec, options, default))
+pub(crate) fn select_on(
+    gpu: &Gpu,
+    spec: &Conv2dSpec,
+    options: &Conv2dOptions,
+    finite_weights: bool,
+) -> Result<Selection> {
+    select(gpu.caps(), spec, options, finite_weights, |default| cached(gpu, spec, options, default))
 }
 
 /// The tuning cache's decision for the spec at the input shape the options name, measured
@@ -52,12 +57,15 @@ fn cached(_gpu: &Gpu, _spec: &Conv2dSpec, _options: &Conv2dOptions, _default: &K
     None
 }
 
-/// Decides the kernel for a convolution; `cached` answers the tuning cache's decision for
-/// a precision's default kernel (its family), where the input shape is known.
+/// Decides the kernel for a convolution; `finite_weights`: no weight is infinite or NaN (the
+/// f32 kernel on the matrix units takes finite weights only); `cached` answers the tuning
+/// cache's decision for a precision's default kernel (its family), where the input shape is
+/// known.
 pub(crate) fn select(
     caps: &DeviceCaps,
     spec: &Conv2dSpec,
     options: &Conv2dOptions,
+    finite_weights: bool,
     cached: impl FnOnce(&Kernel) -> Option<(Kernel, String)>,
 ) -> Result<Selection> {
     if let Some(kernel) = &options.kernel {
@@ -96,6 +104,11 @@ pub(crate) fn select(
     if let Some((kernel, reason)) = channels_last_rule(caps, spec, problem.as_ref(), options.precision, options.layout)
     {
         return Ok(Selection { kernel, source: ConfigSource::Default, reason });
+    }
+    if options.precision == Precision::F32 {
+        if let Some((kernel, reason)) = f32_matrix_rule(caps, spec, problem.as_ref(), options.layout, finite_weights) {
+            return Ok(Selection { kernel, source: ConfigSource::Default, reason });
+        }
     }
     if let Some(problem) = problem.filter(|_| options.precision == Precision::F32 && !caps.is_cpu()) {
         if let Some((kernel, reason)) = f32_shape_rule(caps, &problem) {
@@ -266,11 +279,16 @@ const CHANNELS_LAST_F16_CONFIGS: [(TileConfig, f64); 3] = [
     (TileConfig::with_thread_tile(64, 128, 32, 8, 8, 2), 0.58),
     (TileConfig::with_thread_tile(64, 64, 32, 4, 8, 2), 0.6),
 ];
-/// See [`CHANNELS_LAST_F16_CONFIGS`].
-const CHANNELS_LAST_F16X3_CONFIGS: [(TileConfig, f64); 3] = [
+/// The split kernels' configs (f16x3, and f32 on the matrix units), whose doubled tiles
+/// leave no room for K steps of 64 at 128×128: fitted to the H100's f32 sweeps of ResNet-50's
+/// and VGG-16's dense layers, where choosing by them came within 2.4 % of each layer's best
+/// kernel (geometric mean). The 64-wide blocks run at about 0.6 of the 128×128 block's rate
+/// per multiply-add, and win where the wide one would pad N or leave the device half empty.
+const CHANNELS_LAST_SPLIT_CONFIGS: [(TileConfig, f64); 4] = [
     (TileConfig::with_thread_tile(128, 128, 32, 8, 8, 1), 1.0),
-    (TileConfig::with_thread_tile(64, 128, 32, 8, 8, 1), 0.77),
-    (TileConfig::with_thread_tile(64, 64, 64, 4, 8, 1), 0.71),
+    (TileConfig::with_thread_tile(128, 64, 32, 8, 8, 1), 0.65),
+    (TileConfig::with_thread_tile(64, 128, 32, 8, 8, 1), 0.65),
+    (TileConfig::with_thread_tile(64, 64, 64, 4, 8, 1), 0.6),
 ];
 
 /// The channels-last rule: f16 and f16x3 convolutions on cooperative matrices whose groups'
@@ -291,8 +309,8 @@ pub(crate) fn channels_last_rule(
     if !channels_last_rule_applies_for(caps, spec, precision, layout) {
         return None;
     }
-    let (family, configs) = match precision {
-        Precision::F16x3 => (&nhwc::COOP_NHWC_F16X3, &CHANNELS_LAST_F16X3_CONFIGS),
+    let (family, configs): (_, &[(TileConfig, f64)]) = match precision {
+        Precision::F16x3 => (&nhwc::COOP_NHWC_F16X3, &CHANNELS_LAST_SPLIT_CONFIGS),
         _ => (&nhwc::COOP_NHWC_F16, &CHANNELS_LAST_F16_CONFIGS),
     };
     let what = format!(
@@ -300,7 +318,7 @@ pub(crate) fn channels_last_rule(
         spec.in_channels_per_group()
     );
     let k = (spec.kernel[0] * spec.kernel[1] * spec.in_channels_per_group().next_multiple_of(8)) as u64;
-    if let Some((kernel, tiles, tile)) =
+    if let Some((kernel, tiles, tile, _)) =
         problem.and_then(|p| estimated_best(caps, p, k, configs, |t| family.reference().with_tile(t)))
     {
         let reason = format!(
@@ -318,14 +336,15 @@ pub(crate) fn channels_last_rule(
 /// time that the device accepts: `max(tiles, FILL_WORKGROUPS) × padded multiply-adds per
 /// tile / rate`, with M, N and `k` (the GEMM's K as the kernel walks it) padded to whole
 /// blocks — padding and grids that leave the device part empty both count. Returns the
-/// kernel, its workgroup tiles and its tile.
+/// kernel, its workgroup tiles, its tile and that estimate (multiply-adds at the reference
+/// config's rate).
 fn estimated_best(
     caps: &DeviceCaps,
     problem: &ConvProblem,
     k: u64,
     configs: &[(TileConfig, f64)],
     make: impl Fn(TileConfig) -> Option<Kernel>,
-) -> Option<(Kernel, u64, TileConfig)> {
+) -> Option<(Kernel, u64, TileConfig, f64)> {
     let spec = &problem.spec;
     let m = problem.output.n as u64 * problem.output.h as u64 * problem.output.w as u64;
     let n = spec.out_channels_per_group() as u64;
@@ -338,11 +357,115 @@ fn estimated_best(
         })
         .collect();
     ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
-    ranked.into_iter().find_map(|(_, tiles, tile)| {
+    ranked.into_iter().find_map(|(cost, tiles, tile)| {
         let kernel = make(tile)?;
         kernel.check(spec, caps).ok()?;
-        Some((kernel, tiles, tile))
+        Some((kernel, tiles, tile, cost))
     })
+}
+
+/// The least ratio of a device's declared f16-matrix rate to its fp32 FMA rate
+/// ([`DeviceCaps::declared_rates`]) at which `Precision::F32` may run on the matrix units.
+/// Each multiply-add costs three f16 products there, and our matrix kernel reaches a smaller
+/// share of its units' rate than the FMA kernels of theirs ([`F32_MATRIX_EFFICIENCY`],
+/// [`F32_SIMT_EFFICIENCY`]): below about 8 the FMA kernels are faster on every layer (an RTX
+/// 4090's ratio is 2, an H100's 14.8).
+pub const F32_MATRIX_MIN_RATE_RATIO: f64 = 8.0;
+
+/// The share of the declared fp32 rate the tiled f32 kernels reach on large layers, and of
+/// the declared f16-matrix rate (counting three products per multiply-add) the f32 kernel on
+/// the matrix units reaches: fitted on the H100 (VGG-16's 3×3 512→512 layer at 28×28, N=16:
+/// 1.66 ms on the FMA units, 0.84 ms on the matrix units).
+pub const F32_SIMT_EFFICIENCY: f64 = 0.53;
+/// See [`F32_SIMT_EFFICIENCY`].
+pub const F32_MATRIX_EFFICIENCY: f64 = 0.21;
+
+/// Bytes per input element that the matrix path moves besides its kernel: the
+/// input-maximum pass reads it (4), the staging pass reads it (4) and writes its two f16
+/// halves (4). The channels-last layout passes that the FMA kernels need around them move
+/// 8 per input and output element.
+const MATRIX_STAGING_BYTES: f64 = 12.0;
+const LAYOUT_PASS_BYTES: f64 = 8.0;
+/// The share of the declared bandwidth those passes reach (fitted with the efficiencies
+/// above: ResNet-50's 1×1 layers with 256–512 input and 64–128 output channels stay on
+/// the FMA units, where staging costs about as much as the matrix units save).
+const PASS_BANDWIDTH_SHARE: f64 = 0.6;
+/// The fixed cost of the matrix path's two extra dispatches (input maximum and staging),
+/// which decides small layers (MobileNetV2's narrow expansions at 14×14).
+const MATRIX_PASSES_SECONDS: f64 = 5e-6;
+
+/// The f32 matrix rule: `Precision::F32` on a device with cooperative matrices whose declared
+/// f16-matrix rate is at least [`F32_MATRIX_MIN_RATE_RATIO`] times its fp32 rate runs the
+/// channels-last kernel with its input scaled per chunk and split into f16 halves
+/// (`coop-nhwc-f32`, as accurate as the FMA kernels, special values alike), where the
+/// weights are finite and each group's channels pad K by at most
+/// [`CHANNELS_LAST_MAX_K_PADDING`] (on channels-last tensors: any). With the input shape
+/// known, only where its estimated time — padded work at [`F32_MATRIX_EFFICIENCY`] of a third
+/// of the matrix rate, plus the staging passes' bytes at the declared bandwidth — is below
+/// the FMA kernels' (the shape rule's best config at [`F32_SIMT_EFFICIENCY`] of the fp32
+/// rate, plus the layout passes where the tensors are channels last). Fitted on the H100's
+/// dense layers of ResNet-50, ResNeXt-50, MobileNetV2, VGG-16 and AlexNet: within 4 % of each
+/// layer's best of both families' configs (geometric mean), where always taking the matrix
+/// units was 9 % off on ResNet-50 and VGG-16 alone. Returns the kernel and
+/// why, or `None` where the rule does not apply.
+pub(crate) fn f32_matrix_rule(
+    caps: &DeviceCaps,
+    spec: &Conv2dSpec,
+    problem: Option<&ConvProblem>,
+    layout: Layout,
+    finite_weights: bool,
+) -> Option<(Kernel, String)> {
+    let family = &nhwc::COOP_NHWC_F32;
+    if !finite_weights || family.unavailable(caps).is_some() || depthwise_rule_applies(caps, spec, Precision::F32) {
+        return None;
+    }
+    let rates = caps.declared_rates()?;
+    let ratio = rates.f16_matrix_tflops / rates.fp32_tflops;
+    let cg = spec.in_channels_per_group();
+    let padding_ok =
+        layout == Layout::Nhwc || (cg.next_multiple_of(8) as f64) <= CHANNELS_LAST_MAX_K_PADDING * cg as f64;
+    if ratio < F32_MATRIX_MIN_RATE_RATIO || !padding_ok {
+        return None;
+    }
+    let what = format!(
+        "f32 on cooperative matrices (declared f16 matrix rate {ratio:.1}x the fp32 rate), {cg} input channels per \
+         group: the channels-last kernel, input scaled per chunk and split into f16 halves"
+    );
+    let Some(problem) = problem else {
+        let kernel = family.reference();
+        kernel.check(spec, caps).ok()?;
+        return Some((kernel, format!("{what}, its reference config (input shape not known)")));
+    };
+    let k8 = (spec.kernel[0] * spec.kernel[1] * cg.next_multiple_of(8)) as u64;
+    let (kernel, tiles, tile, cost) =
+        estimated_best(caps, problem, k8, &CHANNELS_LAST_SPLIT_CONFIGS, |t| family.reference().with_tile(t))?;
+    let seconds = |flops: f64, tflops: f64, share: f64| flops / (tflops * 1e12 * share);
+    let (input, output) = (problem.input.len() as f64, problem.output.len() as f64);
+    let bandwidth = rates.bandwidth_gbs * 1e9 * PASS_BANDWIDTH_SHARE;
+    let matrix = seconds(6.0 * cost, rates.f16_matrix_tflops, F32_MATRIX_EFFICIENCY)
+        + MATRIX_STAGING_BYTES * input / bandwidth
+        + MATRIX_PASSES_SECONDS;
+    let fma = estimated_best(caps, problem, spec.k_total() as u64, &F32_SHAPE_CONFIGS, |t| {
+        tiled::TILED.reference().with_tile(t)
+    })
+    .map(|(_, _, _, cost)| {
+        let passes = if layout == Layout::Nhwc { LAYOUT_PASS_BYTES * (input + output) / bandwidth } else { 0.0 };
+        seconds(2.0 * cost, rates.fp32_tflops, F32_SIMT_EFFICIENCY) + passes
+    });
+    if fma.is_some_and(|fma| fma <= matrix) {
+        return None;
+    }
+    let against = fma.map_or("no FMA config fits".to_string(), |t| format!("{:.3} ms on the FMA units", t * 1e3));
+    Some((
+        kernel,
+        format!(
+            "{what}, the config with the least estimated time ({tiles} workgroup tiles of {}x{}): {:.3} ms \
+             against {against}",
+            tile.block_m,
+            tile.block_n,
+            matrix * 1e3
+        ),
+    ))
 }
 
 /// The tile config a dense f32 convolution starts from, by the kind of device, fitted to
@@ -393,7 +516,7 @@ fn f32_shape_rule(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, S
     let spec = &problem.spec;
     let m = problem.output.n as u64 * problem.output.h as u64 * problem.output.w as u64;
     let (n, k) = (spec.out_channels_per_group() as u64, spec.k_total() as u64);
-    let (kernel, tiles, tile) =
+    let (kernel, tiles, tile, _) =
         estimated_best(caps, problem, k, &F32_SHAPE_CONFIGS, |t| tiled::TILED.reference().with_tile(t))?;
     Some((
         kernel,
@@ -475,7 +598,7 @@ mod tests {
 
     /// The selection, whose kernel must be registered (its name parses back to it).
     fn pick(caps: &DeviceCaps, spec: Conv2dSpec, precision: Precision) -> Selection {
-        let s = select(caps, &spec, &Conv2dOptions { precision, ..Default::default() }, |_| None).unwrap();
+        let s = select(caps, &spec, &Conv2dOptions { precision, ..Default::default() }, true, |_| None).unwrap();
         assert_eq!(Kernel::parse(&s.kernel.to_string()).unwrap(), s.kernel, "{} is not in the registry", s.kernel);
         s
     }
@@ -531,7 +654,7 @@ mod tests {
         // which would need layout passes) and for channels that pad K.
         let nhwc = Conv2dOptions::default().precision(Precision::F16Accum32).layout(Layout::Nhwc);
         for spec in [image, Conv2dSpec::new(384, 384, 3).groups(32)] {
-            let s = select(&gpu, &spec, &nhwc, |_| None).unwrap();
+            let s = select(&gpu, &spec, &nhwc, true, |_| None).unwrap();
             assert_eq!(s.kernel.family(), "coop-nhwc-f16", "{s}");
         }
         // f16x3 depthwise: the f32 depthwise family where cooperative matrices exist
@@ -544,7 +667,8 @@ mod tests {
         assert_eq!(pick(&amd, image, Precision::F16Accum32).kernel.family(), "coop-f16");
         assert_eq!(pick(&cpu, image, Precision::F16Accum32).kernel.family(), "tiled-f16");
         // f16x3 exists only on cooperative matrices, and says so.
-        let e = select(&cpu, &dense, &Conv2dOptions { precision: Precision::F16x3, ..Default::default() }, |_| None);
+        let e =
+            select(&cpu, &dense, &Conv2dOptions { precision: Precision::F16x3, ..Default::default() }, true, |_| None);
         assert!(e.unwrap_err().to_string().contains("cooperative matrices"));
     }
 
@@ -563,6 +687,40 @@ mod tests {
             ["coop-stem-f16", "coop-f16", "coop-nhwc-f16", "coop-band-f16", "tiled-f16", "depthwise-f16"]
         );
         assert_eq!(benchmark_families(&nvidia, Precision::F16x3), ["coop-f16x3", "coop-nhwc-f16x3"]);
+        assert_eq!(benchmark_families(&nvidia, Precision::F32), ["coop-nhwc-f32", "tiled", "depthwise"]);
+    }
+
+    /// F32 runs on the matrix units where the device's declared rates make them the faster
+    /// units (H100, not an RTX 4090 or an adapter not in the table), the weights are finite
+    /// and, with the shape known, the estimate says so.
+    #[test]
+    fn f32_runs_on_matrix_units_where_the_declared_rates_say() {
+        use crate::spec::Shape4;
+        let named = |name: &str| DeviceCaps {
+            name: name.into(),
+            ..caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, true)
+        };
+        let (h100, rtx, unknown) = (named("NVIDIA H100 80GB HBM3"), named("NVIDIA GeForce RTX 4090"), named("x"));
+        let vgg = Conv2dSpec::new(512, 512, 3).padding(Padding::uniform(1));
+        let at = |caps: &DeviceCaps, spec: Conv2dSpec, input: Option<Shape4>, finite: bool| {
+            let opts = Conv2dOptions { tuning_key_input: input, ..Default::default() };
+            select(caps, &spec, &opts, finite, |_| None).unwrap()
+        };
+        let big = Some(Shape4::new(16, 512, 28, 28));
+        let s = at(&h100, vgg, big, true);
+        assert_eq!(s.kernel.family(), "coop-nhwc-f32", "{s}");
+        assert!(s.reason.contains("f32 on cooperative matrices") && s.reason.contains("ms against"), "{s}");
+        assert_eq!(at(&h100, vgg, None, true).kernel.family(), "coop-nhwc-f32");
+        for (caps, finite) in [(&rtx, true), (&unknown, true), (&h100, false)] {
+            assert_eq!(at(caps, vgg, big, finite).kernel.family(), "tiled", "{}", caps.name);
+        }
+        // Three input channels pad K 2.7x, depthwise layers have their own family.
+        assert_eq!(
+            at(&h100, Conv2dSpec::new(3, 64, 3), Some(Shape4::new(16, 3, 224, 224)), true).kernel.family(),
+            "tiled"
+        );
+        let dw = Conv2dSpec::new(32, 32, 3).groups(32);
+        assert_eq!(at(&h100, dw, Some(Shape4::new(32, 32, 112, 112)), true).kernel.family(), "depthwise");
     }
 
     #[test]
@@ -571,11 +729,11 @@ mod tests {
         let spec = Conv2dSpec::new(3, 8, 3);
         let k: Kernel = "tiled:m32n64k32-t4x4-w4-s2".parse().unwrap();
         let opts = Conv2dOptions { kernel: Some(k.clone()), ..Default::default() };
-        let s = select(&cpu, &spec, &opts, |_| None).unwrap();
+        let s = select(&cpu, &spec, &opts, true, |_| None).unwrap();
         assert_eq!((s.kernel, s.source), (k, ConfigSource::Explicit));
         let coop: Kernel = "coop-f16".parse().unwrap();
         let opts = Conv2dOptions { kernel: Some(coop), precision: Precision::F16Accum32, ..Default::default() };
-        let e = select(&cpu, &spec, &opts, |_| None).unwrap_err().to_string();
+        let e = select(&cpu, &spec, &opts, true, |_| None).unwrap_err().to_string();
         assert!(e.contains("coop-f16") && e.contains("cooperative matrices"), "{e}");
     }
 
@@ -584,11 +742,13 @@ mod tests {
         let gpu = caps(wgpu::DeviceType::DiscreteGpu, 0x1002, false);
         let spec = Conv2dSpec::new(64, 64, 3);
         let tuned: Kernel = "tiled:m128n64k8-t8x8-w4-s1".parse().unwrap();
-        let s = select(&gpu, &spec, &Conv2dOptions::default(), |_| Some((tuned.clone(), "tuned".into()))).unwrap();
+        let s =
+            select(&gpu, &spec, &Conv2dOptions::default(), true, |_| Some((tuned.clone(), "tuned".into()))).unwrap();
         assert_eq!((s.kernel, s.source), (tuned, ConfigSource::TuningCache));
         // A decision of another family is not this precision's: ignored.
         let other: Kernel = "direct".parse().unwrap();
-        let s = select(&gpu, &spec, &Conv2dOptions::default(), |_| Some((other.clone(), "tuned".into()))).unwrap();
+        let s =
+            select(&gpu, &spec, &Conv2dOptions::default(), true, |_| Some((other.clone(), "tuned".into()))).unwrap();
         assert_eq!(s.source, ConfigSource::Default);
     }
 
@@ -598,7 +758,7 @@ mod tests {
         let gpu = caps(wgpu::DeviceType::DiscreteGpu, 0x1002, false);
         let at = |spec: Conv2dSpec, input: Shape4, caps: &DeviceCaps| {
             let opts = Conv2dOptions { tuning_key_input: Some(input), ..Default::default() };
-            select(caps, &spec, &opts, |_| None).unwrap()
+            select(caps, &spec, &opts, true, |_| None).unwrap()
         };
         // Large M and N: the 128x128 block; N = 64 per group: the 128x64 block.
         let vgg = at(Conv2dSpec::new(128, 128, 3).padding(Padding::uniform(1)), Shape4::new(16, 128, 112, 112), &gpu);

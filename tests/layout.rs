@@ -75,6 +75,7 @@ fn channels_last_matches_nchw() {
         check(&gpu, &case, Some(kernel("tiled")), Precision::F32, relu);
         if gpu.has_coop_f16() {
             check(&gpu, &case, Some(kernel("coop-nhwc-f16")), Precision::F16Accum32, relu);
+            check(&gpu, &case, Some(kernel("coop-nhwc-f32")), Precision::F32, relu);
             check(&gpu, &case, Some(kernel("coop-f16")), Precision::F16Accum32, relu);
         }
     }

@@ -194,17 +194,14 @@ impl BenchReport {
 /// it for f16x3 (three f16 products per useful multiply-add).
 pub fn known_peak(adapter_name: &str, kernel: &Kernel) -> Option<f64> {
     let n = adapter_name.to_lowercase();
-    let cooperative = kernel.family().starts_with("coop");
-    let (table, products): (&[(&str, f64)], f64) = match kernel.precision() {
-        Precision::F16x3 if cooperative => (F16_TENSOR_PEAKS, 3.0),
-        _ if cooperative => (F16_TENSOR_PEAKS, 1.0),
-        _ => (&[("h100", 67.0), ("h200", 67.0), ("4090", 82.6), ("a100", 19.5)], 1.0),
-    };
-    table.iter().find(|(k, _)| n.contains(k)).map(|&(_, v)| v / products)
+    let rates = wgconv::DECLARED_RATES.iter().find(|(k, _)| n.contains(k)).map(|&(_, r)| r)?;
+    if !kernel.family().starts_with("coop") {
+        return Some(rates.fp32_tflops);
+    }
+    // Three f16 products per useful multiply-add: f16x3, and F32 on the matrix units.
+    let products = if kernel.precision() == Precision::F16Accum32 { 1.0 } else { 3.0 };
+    Some(rates.f16_matrix_tflops / products)
 }
-
-/// Dense f16 × f16 → f32 tensor peaks, TFLOP/s (datasheets).
-const F16_TENSOR_PEAKS: &[(&str, f64)] = &[("h100", 989.4), ("h200", 989.4), ("4090", 165.2), ("a100", 312.0)];
 
 /// Refuses a buffer the device cannot create (`create_buffer_init` would panic instead).
 fn check_buffer(gpu: &Gpu, what: &str, bytes: u64) -> Result<()> {

@@ -20,6 +20,7 @@ pub(crate) static FAMILIES: &[&dyn Family] = &[
     &coop::COOP_F16X3,
     &nhwc::COOP_NHWC_F16,
     &nhwc::COOP_NHWC_F16X3,
+    &nhwc::COOP_NHWC_F32,
     &band::BAND,
     &tiled::TILED,
     &tiled::TILED_F16,

@@ -1,5 +1,7 @@
 // How an operand enters the products, by precision (`#define F16`, `F16X3`, or neither for
-// f32): `to_operand` and `report_range`.
+// f32): `to_operand` and `report_range`. The f16 precisions clamp and flag (`RANGE_FLAG`);
+// the F32 kernel on the matrix units defines `F16X3` without it: its staging pass scales the
+// input into f16's range instead (`input_scale.wgsl`), and operands enter unchanged.
 //
 // Under the f16 precisions a value beyond f16's range is clamped, so no infinity enters the
 // sums (NaN stays NaN: `is_nan` tests the bits, a clamp may drop it), and noted in a private
@@ -18,6 +20,7 @@ fn report_range() {
 #else
 fn report_range() {}
 #endif
+#ifdef RANGE_FLAG
 #ifdef F16
 // Rounded to f16 here.
 fn to_operand(v: f32) -> f32 {
@@ -32,7 +35,7 @@ fn to_operand(v: f32) -> f32 {
     return select(clamp(v, -F16_MAX, F16_MAX), v, is_nan(v));
 }
 #endif
-#ifndef RANGE_FLAG
+#else
 fn to_operand(v: f32) -> f32 {
     return v;
 }

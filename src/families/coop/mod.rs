@@ -225,7 +225,7 @@ impl KernelConfig for CoopKernel {
         }
         let packed = pack_weights(spec, weight, &self.tile)?;
         if self.family.split {
-            let (bytes, scale) = split_weights(&packed)?;
+            let (bytes, scale) = split_weights(&packed, false)?;
             Ok(Packed { weight: bytes, extra: Vec::new(), out_scale: 1.0 / scale })
         } else {
             Ok(Packed { weight: f16_bytes(packed)?, extra: Vec::new(), out_scale: 1.0 })
@@ -274,15 +274,39 @@ pub(crate) fn f16_bytes(mut packed: Vec<f32>) -> Result<Vec<u8>> {
 /// keeps `hi` (±inf or NaN) and `lo = 0`; an infinite one makes NaN of the outputs it
 /// touches, where f32 may give ±inf (its products with the inputs' low halves are 0·inf or
 /// opposite infinities).
-pub(crate) fn split_weights(packed: &[f32]) -> Result<(Vec<u8>, f32)> {
+///
+/// `signed`: for the F32 kernel on the matrix units, whose inputs may be infinite (finite
+/// weights only): `hi` is rounded toward zero, so the remainder has the weight's sign, and a
+/// half that would be zero for a non-zero weight becomes f16's smallest subnormal with the
+/// weight's sign (an error of at most 2^-24 of a scaled unit, 2^-37 of the largest weight).
+/// Every product of an infinite input with a non-zero weight's halves is then an infinity
+/// of the sign f32's product has, and a zero weight gives NaN as 0·inf does in f32. It
+/// costs one bit: the halves rebuild each weight within 2^-21 instead of 2^-22.
+pub(crate) fn split_weights(packed: &[f32], signed: bool) -> Result<(Vec<u8>, f32)> {
     let max = packed.iter().filter(|v| v.is_finite()).fold(0.0f32, |m, v| m.max(v.abs()));
     // f64: f32's log2 rounds values just under a power of two up to it.
     let exp = if max > 0.0 { 13 - (max as f64).log2().floor() as i32 } else { 0 };
     let scale = 2f64.powi(exp.clamp(-126, 126));
     let halves = |v: f32| {
         let x = v as f64 * scale;
-        let hi = half::f16::from_f64(x);
-        let lo = if v.is_finite() { half::f16::from_f64((x - hi.to_f64()) * 2048.0) } else { half::f16::ZERO };
+        if !v.is_finite() {
+            return (half::f16::from_f64(x).to_bits(), 0);
+        }
+        let mut hi = half::f16::from_f64(x);
+        if signed && hi.to_f64().abs() > x.abs() {
+            // One step toward zero: f16 magnitudes order as their bits.
+            hi = half::f16::from_bits(hi.to_bits() - 1);
+        }
+        let mut lo = half::f16::from_f64((x - hi.to_f64()) * 2048.0);
+        if signed && x != 0.0 {
+            let least = half::f16::from_bits(if x < 0.0 { 0x8001 } else { 0x0001 });
+            if hi.to_f64() == 0.0 {
+                hi = least;
+            }
+            if lo.to_f64() == 0.0 || (lo.to_f64() < 0.0) != (x < 0.0) {
+                lo = least;
+            }
+        }
         (hi.to_bits(), lo.to_bits())
     };
     let mut bytes = alloc::vec_with_capacity::<u8>(packed.len() * 4, "the split f16x3 weights")?;
@@ -299,29 +323,51 @@ mod tests {
     use super::*;
 
     /// The halves rebuild every weight within 2^-22 relative (two halves of 11 significant
-    /// bits) at any magnitude, the scale is a power of two putting the largest weight in [2^13, 2^14),
-    /// and non-finite weights keep their high half with a zero low half.
+    /// bits; 2^-21 with `signed`, whose high half is rounded toward zero) at any magnitude,
+    /// the scale is a power of two putting the largest weight in [2^13, 2^14), and non-finite
+    /// weights keep their high half with a zero low half. With `signed`, both halves of a
+    /// non-zero weight are non-zero and of its sign.
     #[test]
     fn split_weights_rebuild_f32_weights() {
         let f16 = |bits: &[u8], i: usize| half::f16::from_bits(u16::from_le_bytes([bits[2 * i], bits[2 * i + 1]]));
-        for magnitude in [1e-30f32, 1e-6, 0.05, 1.0, 3e4, 1e9] {
-            let w: Vec<f32> = (0..24).map(|i| magnitude * ((i * 37 % 23) as f32 - 11.3) / 11.3).collect();
-            let (bits, scale) = split_weights(&w).unwrap();
-            assert_eq!(bits.len(), w.len() * 4);
-            assert_eq!(scale.log2().fract(), 0.0, "scale {scale} is not a power of two");
-            let max = w.iter().fold(0.0f32, |m, v| m.max(v.abs())) * scale;
-            assert!((8192.0..16384.0).contains(&max), "largest scaled weight {max}");
-            for (i, &v) in w.iter().enumerate() {
-                let (quad, lane) = (i / 4, i % 4);
-                let hi = f16(&bits, quad * 8 + lane).to_f64();
-                let lo = f16(&bits, quad * 8 + 4 + lane).to_f64();
-                let rebuilt = (hi + lo / 2048.0) / scale as f64;
-                let rel = ((rebuilt - v as f64) / v as f64).abs();
-                assert!(rel <= 2f64.powi(-22), "weight {v} (×{magnitude:e}): rebuilt {rebuilt}, rel {rel:e}");
+        for signed in [false, true] {
+            let bound = 2f64.powi(if signed { -21 } else { -22 });
+            for magnitude in [1e-30f32, 1e-6, 0.05, 1.0, 3e4, 1e9] {
+                let mut w: Vec<f32> = (0..24).map(|i| magnitude * ((i * 37 % 23) as f32 - 11.3) / 11.3).collect();
+                w[5] = 0.0;
+                let (bits, scale) = split_weights(&w, signed).unwrap();
+                assert_eq!(bits.len(), w.len() * 4);
+                assert_eq!(scale.log2().fract(), 0.0, "scale {scale} is not a power of two");
+                let max = w.iter().fold(0.0f32, |m, v| m.max(v.abs())) * scale;
+                assert!((8192.0..16384.0).contains(&max), "largest scaled weight {max}");
+                for (i, &v) in w.iter().enumerate() {
+                    let (quad, lane) = (i / 4, i % 4);
+                    let hi = f16(&bits, quad * 8 + lane).to_f64();
+                    let lo = f16(&bits, quad * 8 + 4 + lane).to_f64();
+                    if v == 0.0 {
+                        assert_eq!((hi, lo), (0.0, 0.0));
+                        continue;
+                    }
+                    let rebuilt = (hi + lo / 2048.0) / scale as f64;
+                    let rel = ((rebuilt - v as f64) / v as f64).abs();
+                    assert!(
+                        rel <= bound,
+                        "weight {v} (×{magnitude:e}, signed {signed}): rebuilt {rebuilt}, rel {rel:e}"
+                    );
+                    if signed {
+                        let sign = v.signum() as f64;
+                        assert!(hi * sign > 0.0 && lo * sign > 0.0, "weight {v}: halves {hi}, {lo}");
+                    }
+                }
             }
         }
-        let (bits, _) = split_weights(&[1.0, f32::INFINITY, f32::NAN, -2.0]).unwrap();
+        let (bits, _) = split_weights(&[1.0, f32::INFINITY, f32::NAN, -2.0], false).unwrap();
         assert!(f16(&bits, 1).is_infinite() && f16(&bits, 5).to_f32() == 0.0);
         assert!(f16(&bits, 2).is_nan() && f16(&bits, 6).to_f32() == 0.0);
+        // A weight far below the largest: its high half becomes the smallest subnormal of its
+        // sign, its low half keeps the weight.
+        let (bits, _) = split_weights(&[1.0, -1e-12, 0.0, 0.0], true).unwrap();
+        assert_eq!(f16(&bits, 1).to_bits(), 0x8001);
+        assert!(f16(&bits, 5).to_f32() < 0.0);
     }
 }

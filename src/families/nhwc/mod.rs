@@ -16,8 +16,8 @@ use crate::families::coop::fragments::{fragment_layout, fragment_modules, Fragme
 use crate::families::coop::{coop_missing, f16_bytes, split_weights, MAX_FRAGMENTS};
 use crate::families::tiled::TileConfig;
 use crate::kernel::{
-    compose, workgroups_u32, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Staging, Target,
-    GRID_BINDING,
+    compose_operands, workgroups_u32, ConvParams, Family, Kernel, KernelConfig, Operands, Packed, Precision, Shaped,
+    Staging, Target, GRID_BINDING, INPUT_MAX_BINDING,
 };
 use crate::spec::{Conv2dSpec, ConvProblem};
 
@@ -36,33 +36,53 @@ const NO_TAP: u32 = u32::MAX;
 /// The channels-last cooperative family.
 #[derive(Debug)]
 pub(crate) struct Nhwc {
-    /// Operands split into two f16 halves (`coop-nhwc-f16x3`: f32-accurate).
-    split: bool,
+    /// How operands enter the products: f16 (`coop-nhwc-f16`), split into two f16 halves
+    /// (`coop-nhwc-f16x3`: f32-accurate, inputs clamped to f16's range and flagged), or
+    /// split after the input is scaled into f16's range (`coop-nhwc-f32`: `Precision::F32`).
+    operands: Operands,
 }
 
 /// `coop-nhwc-f16`.
-pub(crate) static COOP_NHWC_F16: Nhwc = Nhwc { split: false };
+pub(crate) static COOP_NHWC_F16: Nhwc = Nhwc { operands: Operands::F16 };
 /// `coop-nhwc-f16x3`.
-pub(crate) static COOP_NHWC_F16X3: Nhwc = Nhwc { split: true };
+pub(crate) static COOP_NHWC_F16X3: Nhwc = Nhwc { operands: Operands::F16x3 };
+/// `coop-nhwc-f32`: [`Precision::F32`] on the matrix units. The f16x3 kernel with an
+/// input-maximum pass before the staging pass, which scales each chunk's input by a power of
+/// two into f16's range (so no input is out of range), infinities and NaN staged as they
+/// are, and weights split so that each half carries its weight's sign and is non-zero for a
+/// non-zero weight: every product with an infinite input then has the sign f32's would, and
+/// special values propagate as in the f32 kernels. Finite weights only (selection sends
+/// others elsewhere; named explicitly, it refuses them).
+pub(crate) static COOP_NHWC_F32: Nhwc = Nhwc { operands: Operands::F16x3Scaled };
 
 impl Nhwc {
-    /// f16 halves per operand: 1, or 2 for the split kernel.
+    /// Operands split into two f16 halves.
+    fn split(&self) -> bool {
+        self.operands != Operands::F16
+    }
+    /// The input scaled by the input-maximum pass's power of two.
+    fn scaled(&self) -> bool {
+        self.operands == Operands::F16x3Scaled
+    }
+    /// f16 halves per operand: 1, or 2 for the split kernels.
     fn halves(&self) -> u64 {
-        1 + self.split as u64
+        1 + self.split() as u64
     }
 }
 
 impl Family for Nhwc {
     fn name(&self) -> &'static str {
-        match self.split {
-            false => "coop-nhwc-f16",
-            true => "coop-nhwc-f16x3",
+        match self.operands {
+            Operands::F16 => "coop-nhwc-f16",
+            Operands::F16x3 => "coop-nhwc-f16x3",
+            _ => "coop-nhwc-f32",
         }
     }
     fn precision(&self) -> Precision {
-        match self.split {
-            false => Precision::F16Accum32,
-            true => Precision::F16x3,
+        match self.operands {
+            Operands::F16 => Precision::F16Accum32,
+            Operands::F16x3 => Precision::F16x3,
+            _ => Precision::F32,
         }
     }
     fn unavailable(&self, caps: &DeviceCaps) -> Option<String> {
@@ -72,10 +92,10 @@ impl Family for Nhwc {
         Ok(Kernel::new(NhwcKernel { family: self, tile: TileConfig::parse(config)? }))
     }
     fn reference(&'static self) -> Kernel {
-        Kernel::new(NhwcKernel { family: self, tile: nhwc_sweep(self.split)[0] })
+        Kernel::new(NhwcKernel { family: self, tile: nhwc_sweep(self.split())[0] })
     }
     fn sweep(&'static self) -> Vec<Kernel> {
-        nhwc_sweep(self.split).into_iter().map(|tile| Kernel::new(NhwcKernel { family: self, tile })).collect()
+        nhwc_sweep(self.split()).into_iter().map(|tile| Kernel::new(NhwcKernel { family: self, tile })).collect()
     }
     fn targets(&self) -> &'static [Target] {
         // naga's other backends do not express cooperative matrices.
@@ -216,7 +236,7 @@ impl NhwcKernel {
                     format!("coopLoadT<coop_mat16x16<f16, A>>(&{tile}[a_at + {}u * A_PSTRIDE], A_PSTRIDE)", i * 16)
                 },
                 b_load: &|j, tile| format!("coopLoadT<coop_mat16x16<f16, B>>(&{tile}[b_at + {}u], B_PSTRIDE)", j * 8),
-                split: self.family.split,
+                split: self.family.split(),
                 init_row: &|_| String::new(),
                 store: &|i, j| {
                     let (m, n) = (i * 16, j * 16);
@@ -230,7 +250,7 @@ impl NhwcKernel {
                         "if (direct) {{\n\
                          \x20   let n_at = blk.n0 + wn0 + {n}u;\n\
                          \x20   let out = u32(row_info[wm0 + {m}u].y) + n_at * out_channel_stride();\n\
-                         \x20   {store}(p.out_scale * acc_{i}_{j} + bias_fragment(blk.g * p.c_out_per_group + n_at), &output[out], {stride});\n\
+                         \x20   {store}(input_unscale() * (p.out_scale * acc_{i}_{j}) + bias_fragment(blk.g * p.c_out_per_group + n_at), &output[out], {stride});\n\
                          }} else {{\n\
                          \x20   coopStore(acc_{i}_{j}, &c_scratch[scratch], FRAG);\n\
                          \x20   store_fragment(blk, warp, lane, wm0 + {m}u, wn0 + {n}u);\n\
@@ -241,7 +261,7 @@ impl NhwcKernel {
         );
         generated.push(("config", header));
         generated.push(layout_config(channels_last));
-        compose("nhwc", &[("nhwc", NHWC_WGSL)], generated, self.family.precision(), true)
+        compose_operands("nhwc", &[("nhwc", NHWC_WGSL)], generated, self.family.operands, true)
     }
 
     /// The kernel composed for a problem: the staging pass and the GEMM, reading and
@@ -249,10 +269,11 @@ impl NhwcKernel {
     fn shaped(&self, problem: &ConvProblem, channels_last: bool) -> Result<Box<dyn Shaped>> {
         let geometry = StagedGeometry::new(&problem.spec, problem.input.h, problem.input.w, self.tile.block_k);
         let staging = Staging {
-            source: stage_source(problem, &geometry, self.family.precision(), channels_last)?,
+            source: stage_source(problem, &geometry, self.family.operands, channels_last)?,
             bytes_per_image: geometry.bytes_per_image() * self.family.halves(),
             invocations_per_image: geometry.hp as u64 * geometry.wp as u64 * geometry.c8 as u64,
             workgroup_size: STAGE_WG,
+            scaled_input: self.family.scaled(),
         };
         Ok(Box::new(StagedShaped {
             source: self.source(channels_last),
@@ -261,7 +282,7 @@ impl NhwcKernel {
             geometry,
             tile: self.tile,
             n_pad: self.n_pad(&problem.spec),
-            split: self.family.split,
+            split: self.family.split(),
         }))
     }
 
@@ -276,12 +297,7 @@ fn layout_config(channels_last: bool) -> (&'static str, String) {
 }
 
 /// The staging pass's source for one problem (`channels_last`: reading an NHWC input).
-fn stage_source(
-    problem: &ConvProblem,
-    g: &StagedGeometry,
-    precision: Precision,
-    channels_last: bool,
-) -> Result<String> {
+fn stage_source(problem: &ConvProblem, g: &StagedGeometry, operands: Operands, channels_last: bool) -> Result<String> {
     let s = &problem.spec;
     let config = format!(
         "const H: u32 = {h}u;\nconst W: u32 = {w}u;\nconst C: u32 = {c}u;\nconst HP: u32 = {hp}u;\n\
@@ -299,7 +315,7 @@ fn stage_source(
         pl = s.padding.left,
     );
     let generated = vec![("stage_config", config), layout_config(channels_last)];
-    compose("stage", &[("stage", STAGE_WGSL)], generated, precision, false)
+    compose_operands("stage", &[("stage", STAGE_WGSL)], generated, operands, false)
 }
 
 impl KernelConfig for NhwcKernel {
@@ -325,8 +341,15 @@ impl KernelConfig for NhwcKernel {
     }
     fn pack(&self, spec: &Conv2dSpec, weight: &[f32], _bias: &[f32]) -> Result<Packed> {
         let packed = pack_channels_last(spec, weight, self.tile.block_k, self.n_pad(spec))?;
-        if !self.family.split {
+        if !self.family.split() {
             return Ok(Packed { weight: f16_bytes(packed)?, extra: Vec::new(), out_scale: 1.0 });
+        }
+        if let Some(v) = weight.iter().find(|v| !v.is_finite()).filter(|_| self.family.scaled()) {
+            // Selection sends ops with non-finite weights to the f32 FMA kernels.
+            return Err(crate::error::Error::KernelRefused {
+                kernel: format!("{}:{}", self.family.name(), self.tile.name()),
+                reason: format!("a weight is {v}: this kernel takes finite weights (the f32 FMA kernels take any)"),
+            });
         }
         // As coop-f16x3: an infinite weight would give NaN where f32 gives ±inf.
         if let Some(v) = weight.iter().find(|v| v.is_infinite()) {
@@ -334,14 +357,17 @@ impl KernelConfig for NhwcKernel {
         }
         // split_weights interleaves four high and four low halves; this kernel reads all
         // high halves, then all low ones (`Grid.w_lo`).
-        let (quads, scale) = split_weights(&packed)?;
+        let (quads, scale) = split_weights(&packed, self.family.scaled())?;
         let mut bytes = alloc::vec_with_capacity::<u8>(quads.len(), "the split f16x3 weights")?;
         bytes.extend(quads.chunks(16).flat_map(|q| q[..8].iter().copied()));
         bytes.extend(quads.chunks(16).flat_map(|q| q[8..].iter().copied()));
         Ok(Packed { weight: bytes, extra: Vec::new(), out_scale: 1.0 / scale })
     }
     fn extra_bindings(&self) -> &'static [u32] {
-        &[KTAB_BINDING, GRID_BINDING]
+        match self.family.scaled() {
+            false => &[KTAB_BINDING, GRID_BINDING],
+            true => &[KTAB_BINDING, GRID_BINDING, INPUT_MAX_BINDING],
+        }
     }
     fn shape(&self, problem: &ConvProblem, _limits: &KernelLimits) -> Result<Box<dyn Shaped>> {
         self.shaped(problem, false)
@@ -355,7 +381,10 @@ impl KernelConfig for NhwcKernel {
         let mut sources = Vec::new();
         for channels_last in [false, true] {
             sources.push(self.source(channels_last)?);
-            sources.push(stage_source(&problem, &g, self.family.precision(), channels_last)?);
+            sources.push(stage_source(&problem, &g, self.family.operands, channels_last)?);
+        }
+        if self.family.scaled() {
+            sources.push(crate::kernel::input_max_pass_source()?);
         }
         Ok(sources)
     }

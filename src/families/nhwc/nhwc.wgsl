@@ -12,6 +12,14 @@
 #import layout_config
 #import params
 #import precision
+#ifdef SCALED_INPUT
+// F32 on the matrix units: the staging pass scaled the input by `input_scale()`.
+#import input_scale
+#else
+fn input_unscale() -> f32 {
+    return 1.0;
+}
+#endif
 
 // The staged input: [n][HP][WP][C8] vectors of 8 f16 (the chunk's images).
 @group(0) @binding(1) var<storage, read> staged: array<vec4<u32>>;
@@ -224,10 +232,16 @@ fn store_fragment(blk: Block, warp: u32, lane: u32, m_base: u32, n_base: u32) {
         if (out >= 0 && nn < p.c_out_per_group) {
             let acc = c_scratch[warp * 256u + n * FRAG + m];
             output[u32(out) + nn * out_channel_stride()] =
-                activate(acc * p.out_scale + bias[blk.g * p.c_out_per_group + nn]);
+                activate(sums_scale(acc) + bias[blk.g * p.c_out_per_group + nn]);
         }
     }
     workgroupBarrier();
+}
+
+// The sums undone of the weights' scale, then of the input's: two products, as the two
+// scales together may leave f32's range where the result does not.
+fn sums_scale(acc: f32) -> f32 {
+    return input_unscale() * (p.out_scale * acc);
 }
 
 // Bias[n .. n + 16] broadcast over 16 rows: a row-major load of stride 0. (A function of

@@ -7,12 +7,19 @@
 // The sizes are the problem's (composed per input size, as `stage_config`): H, W, C, the
 // padded HP, WP, the vectors per pixel C8 and per group CG8, CG channels per group, the
 // leading padding PT, PL.
+// The F32 kernel on the matrix units (`SCALED_INPUT`) first multiplies each value by the
+// chunk's input scale (input_scale.wgsl) and stages infinities and NaN as they are in both
+// halves, so that every product with them has the sign f32's would (the weights' halves
+// carry their weight's sign: coop/mod.rs `split_weights`).
 // CPU twin: `stage_input` in nhwc/mod.rs.
 
 #import stage_config
 #import layout_config
 #import params
 #import precision
+#ifdef SCALED_INPUT
+#import input_scale
+#endif
 
 @group(0) @binding(1) var<storage, read> input: array<f32>;
 @group(0) @binding(5) var<storage, read_write> staged: array<vec4<u32>>;
@@ -52,6 +59,27 @@ fn channel(n: u32, c: u32, real: bool, y: u32, x: u32) -> f32 {
 const LO_SCALE: f32 = 2048.0;
 #endif
 
+#ifdef SCALED_INPUT
+// f16 bits of a staged value: finite ones are within f16's range after the scale (and
+// pack2x16float is undefined beyond it), infinities and NaN are written as f16's own.
+fn half_bits(v: f32) -> u32 {
+    let bits = bitcast<u32>(v);
+    if ((bits & 0x7f800000u) != 0x7f800000u) {
+        return pack2x16float(vec2<f32>(v, 0.0)) & 0xffffu;
+    }
+    let sign = (bits >> 16u) & 0x8000u;
+    return select(sign | 0x7c00u, 0x7e00u, is_nan(v));
+}
+
+fn pack8(h: array<f32, 8>) -> vec4<u32> {
+    var w: vec4<u32>;
+    for (var i = 0u; i < 4u; i++) {
+        w[i] = half_bits(h[2u * i]) | (half_bits(h[2u * i + 1u]) << 16u);
+    }
+    return w;
+}
+#else
+
 fn pack8(h: array<f32, 8>) -> vec4<u32> {
     return vec4<u32>(
         pack2x16float(vec2<f32>(h[0], h[1])),
@@ -60,6 +88,7 @@ fn pack8(h: array<f32, 8>) -> vec4<u32> {
         pack2x16float(vec2<f32>(h[6], h[7])),
     );
 }
+#endif
 
 // One invocation per output vector, x fastest for an NCHW input (a warp reads 32
 // neighbouring pixels of each of its 8 channels and writes 32 vectors one pixel apart),
@@ -86,8 +115,20 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 #ifdef F16X3
     var l: array<f32, 8>;
 #endif
+#ifdef SCALED_INPUT
+    let scale = input_scale();
+#endif
     for (var i = 0u; i < 8u; i++) {
+#ifdef SCALED_INPUT
+        let v = channel(n, g * CG + c0 + i, c0 + i < CG, y, x) * scale;
+        if ((bitcast<u32>(v) & 0x7f800000u) == 0x7f800000u) {
+            h[i] = v;
+            l[i] = v;
+            continue;
+        }
+#else
         let v = channel(n, g * CG + c0 + i, c0 + i < CG, y, x);
+#endif
 #ifdef F16X3
         // The high half through a packing the compiler cannot see through (NVIDIA takes
         // f32(f16(v)) for v: coop/operands_f16x3.wgsl), the low half scaled by LO_SCALE.
