@@ -418,9 +418,10 @@ impl Conv2d {
     /// default) into `output` (`[N, C_out, OH, OW]`, or `[N, OH, OW, C_out]` under
     /// [`Layout::Nhwc`]), both of the op's [`Storage`] (f32 by default; packed f16 under
     /// [`Storage::F16`], 2 bytes per element, the size rounded up to 4): two different
-    /// buffers of this op's device, both with `STORAGE` usage. Anything else is refused with [`Error::Buffer`] before a bind group
-    /// is made (a buffer of another device is recognised where both devices come from
-    /// [`crate::shared_instance`], as every [`Gpu::new`] device does).
+    /// buffers of this op's device, both with `STORAGE` usage. Anything else is refused
+    /// with [`Error::Buffer`] before a bind group is made (a buffer of another device is
+    /// recognised where both devices come from [`crate::shared_instance`], as every
+    /// [`Gpu::new`] device does).
     pub fn plan(&self, shape: Shape4, input: &wgpu::Buffer, output: &wgpu::Buffer) -> Result<ConvPlan> {
         let problem = self.spec.problem(shape)?;
         // One buffer bound twice, read-only and read-write, is a usage conflict that wgpu
