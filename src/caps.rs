@@ -180,8 +180,7 @@ impl DeviceCaps {
     }
     /// The datasheet rates of the adapter, where its name is in [`DECLARED_RATES`].
     pub fn declared_rates(&self) -> Option<DeclaredRates> {
-        let name = self.name.to_lowercase();
-        DECLARED_RATES.iter().find(|(key, _)| name.contains(key)).map(|&(_, rates)| rates)
+        declared_rates(&self.name)
     }
 }
 
@@ -198,7 +197,16 @@ pub struct DeclaredRates {
     pub bandwidth_gbs: f64,
 }
 
-/// Datasheet rates by adapter name (a lower-case substring; the first match counts). The
+/// The datasheet rates of an adapter by its name: where one of the name's words (split at
+/// anything not a letter or digit, any case) is a key of [`DECLARED_RATES`] — "NVIDIA
+/// A100-SXM4-80GB" is an A100, "NVIDIA RTX A1000" is not.
+pub fn declared_rates(adapter_name: &str) -> Option<DeclaredRates> {
+    let name = adapter_name.to_lowercase();
+    let words: Vec<&str> = name.split(|c: char| !c.is_ascii_alphanumeric()).collect();
+    DECLARED_RATES.iter().find(|(key, _)| words.contains(key)).map(|&(_, rates)| rates)
+}
+
+/// Datasheet rates by adapter name (a lower-case word of it; see [`declared_rates`]). The
 /// ratio of the two rates decides where `Precision::F32` may run on the matrix units (three
 /// f16 products per multiply-add): data-centre parts run f16 with f32 accumulation at 15–16×
 /// their fp32 rate, GeForce parts at 2× (half rate with f32 accumulation), and adapters not
@@ -206,6 +214,7 @@ pub struct DeclaredRates {
 pub const DECLARED_RATES: &[(&str, DeclaredRates)] = &[
     ("h100", DeclaredRates { fp32_tflops: 67.0, f16_matrix_tflops: 989.4, bandwidth_gbs: 3350.0 }),
     ("h200", DeclaredRates { fp32_tflops: 67.0, f16_matrix_tflops: 989.4, bandwidth_gbs: 4800.0 }),
+    ("gh200", DeclaredRates { fp32_tflops: 67.0, f16_matrix_tflops: 989.4, bandwidth_gbs: 4000.0 }),
     ("a100", DeclaredRates { fp32_tflops: 19.5, f16_matrix_tflops: 312.0, bandwidth_gbs: 2039.0 }),
     ("4090", DeclaredRates { fp32_tflops: 82.6, f16_matrix_tflops: 165.2, bandwidth_gbs: 1008.0 }),
 ];

@@ -26,6 +26,9 @@ pub enum Precision {
     /// of special values: f32 FMAs, or on devices whose declared rates favour their matrix
     /// units (README, "Which kernel runs") the f16x3 technique with each batch chunk's input
     /// scaled by a power of two into f16's range (`coop-nhwc-f32`; finite weights only).
+    /// There one scale serves a whole chunk of the batch: an image whose values are far below
+    /// the largest of its chunk (about 10^-8 of it and less) keeps less than f32's relative
+    /// precision, which the relative error over the whole output does not show.
     #[default]
     F32,
     /// Operands rounded to f16 inside the kernel, f32 accumulation; tensors stay f32 in
@@ -484,6 +487,7 @@ pub(crate) const INPUT_MAX_BINDING: u32 = 8;
 pub(crate) fn input_max_pass_source() -> Result<String> {
     let mut modules = Modules::new(&[("input_max", INPUT_MAX_WGSL)]);
     modules.insert("params", PARAMS_WGSL);
+    modules.insert("input_max_config", format!("const MAX_WG: u32 = {INPUT_MAX_WG}u;\n"));
     crate::shader::preprocess("input_max", &modules, &BTreeSet::new())
         .map_err(|e| Error::Wgpu { stage: "shader composition", message: e })
 }

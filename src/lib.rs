@@ -63,7 +63,7 @@ pub mod reference;
 #[cfg(feature = "tune")]
 pub mod tune;
 
-pub use caps::{DeclaredRates, DeviceCaps, KernelLimits, DECLARED_RATES};
+pub use caps::{declared_rates, DeclaredRates, DeviceCaps, KernelLimits, DECLARED_RATES};
 pub use conv2d::{Conv2d, ConvPlan};
 pub use error::{BufferIssue, Error, Result};
 #[cfg(not(target_arch = "wasm32"))]
@@ -99,7 +99,7 @@ pub mod advanced {
     pub use crate::portable::check_portable;
     pub use crate::select::{
         CHANNELS_LAST_MAX_K_PADDING, DEPTHWISE_F16_COOP_MAX_CHANNELS_PER_GROUP, DEPTHWISE_MAX_CHANNELS_PER_GROUP,
-        STEM_DEFAULT_MAX_CHANNELS,
+        F32_MATRIX_EFFICIENCY, F32_MATRIX_MIN_RATE_RATIO, F32_SIMT_EFFICIENCY, STEM_DEFAULT_MAX_CHANNELS,
     };
 
     use crate::{Conv2dOptions, Conv2dSpec, DeviceCaps, Kernel, Precision, Result, Selection};

@@ -1,8 +1,8 @@
 //! Which kernel a `Conv2d` runs, decided in one place: the caller's kernel, else the stem
-//! rule, else the depthwise rule (depthwise and narrow grouped layers), else the tuner's
-//! cached decision, else (f16 and f16x3 on cooperative matrices) the channels-last rule,
-//! else (f32 on a GPU, input shape known) the shape rule, else the
-//! precision's default family with the config its rule picks for the device, else a
+//! rule, else the depthwise rule (depthwise and narrow grouped layers), else (f32) the f32
+//! matrix rule, else the tuner's cached decision, else (f16 and f16x3 on cooperative
+//! matrices) the channels-last rule, else (f32 on a GPU, input shape known) the shape rule,
+//! else the precision's default family with the config its rule picks for the device, else a
 //! fallback, each named in [`Selection::reason`]. Every rule asks only the device's
 //! capabilities ([`DeviceCaps`]), the spec, the input shape where known and the precision;
 //! none does device work.
@@ -94,21 +94,23 @@ pub(crate) fn select(
     if let Some((kernel, reason)) = depthwise_rule(caps, spec, options.precision) {
         return Ok(Selection { kernel, source: ConfigSource::Default, reason });
     }
+    let problem = options.tuning_key_input.and_then(|input| spec.problem(input).ok());
+    // Before the tuning cache, which holds the FMA kernels' decisions for f32: where the
+    // matrix units win by the estimate, they win by more than tuning a tile gains.
+    if options.precision == Precision::F32 {
+        if let Some((kernel, reason)) = f32_matrix_rule(caps, spec, problem.as_ref(), options.layout, finite_weights) {
+            return Ok(Selection { kernel, source: ConfigSource::Default, reason });
+        }
+    }
     let (default, why) = rule_kernel(caps, options.precision)?;
     if let Some((kernel, reason)) = cached(&default) {
         if kernel.family() == default.family() && kernel.check(spec, caps).is_ok() {
             return Ok(Selection { kernel, source: ConfigSource::TuningCache, reason });
         }
     }
-    let problem = options.tuning_key_input.and_then(|input| spec.problem(input).ok());
     if let Some((kernel, reason)) = channels_last_rule(caps, spec, problem.as_ref(), options.precision, options.layout)
     {
         return Ok(Selection { kernel, source: ConfigSource::Default, reason });
-    }
-    if options.precision == Precision::F32 {
-        if let Some((kernel, reason)) = f32_matrix_rule(caps, spec, problem.as_ref(), options.layout, finite_weights) {
-            return Ok(Selection { kernel, source: ConfigSource::Default, reason });
-        }
     }
     if let Some(problem) = problem.filter(|_| options.precision == Precision::F32 && !caps.is_cpu()) {
         if let Some((kernel, reason)) = f32_shape_rule(caps, &problem) {

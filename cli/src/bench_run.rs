@@ -193,8 +193,7 @@ impl BenchReport {
 /// the f16 tensor rate with f32 accumulation for the cooperative-matrix kernels, a third of
 /// it for f16x3 (three f16 products per useful multiply-add).
 pub fn known_peak(adapter_name: &str, kernel: &Kernel) -> Option<f64> {
-    let n = adapter_name.to_lowercase();
-    let rates = wgconv::DECLARED_RATES.iter().find(|(k, _)| n.contains(k)).map(|&(_, r)| r)?;
+    let rates = wgconv::declared_rates(adapter_name)?;
     if !kernel.family().starts_with("coop") {
         return Some(rates.fp32_tflops);
     }

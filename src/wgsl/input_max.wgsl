@@ -7,11 +7,11 @@
 // CPU twin: `input_scale_exponent` in families/nhwc/mod.rs (the scale from the maximum).
 
 #import params
+#import input_max_config
 
 @group(0) @binding(1) var<storage, read> input: array<f32>;
 @group(0) @binding(8) var<storage, read_write> input_max: atomic<u32>;
 
-const MAX_WG: u32 = 256u;
 const FINITE_END: u32 = 0x7f800000u;   // the bits of +inf: magnitudes below it are finite
 
 var<workgroup> partial: array<u32, MAX_WG>;

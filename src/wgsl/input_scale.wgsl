@@ -1,9 +1,9 @@
 // The input scale of the F32 kernel on the matrix units: a power of two that puts the chunk's
 // largest finite input magnitude (found by input_max.wgsl) in [2^13, 2^14), as the weights'
 // scale does for them (coop/mod.rs `split_weights`): far inside f16's range, and values down
-// to 2^-27 of the largest keep their low halves out of f16's subnormals. The staging pass
-// multiplies the input by `input_scale()`, the kernel its sums by `input_unscale()`; both
-// exact (powers of two, exponents kept within f32's normal range).
+// to 2^-27 of the largest keep their high halves out of f16's subnormals. The staging pass
+// multiplies the input by `input_scale()`; the kernel undoes it with the weights' scale
+// (`sums_exponent` in nhwc.wgsl). Exact: powers of two, exponents within f32's normal range.
 // CPU twin: `input_scale_exponent` in families/nhwc/mod.rs.
 
 @group(0) @binding(8) var<storage, read_write> input_max: u32;
@@ -22,8 +22,4 @@ fn pow2(k: i32) -> f32 {
 
 fn input_scale() -> f32 {
     return pow2(input_scale_exponent());
-}
-
-fn input_unscale() -> f32 {
-    return pow2(-input_scale_exponent());
 }

@@ -36,33 +36,54 @@ const NO_TAP: u32 = u32::MAX;
 /// The channels-last cooperative family.
 #[derive(Debug)]
 pub(crate) struct Nhwc {
-    /// How operands enter the products: f16 (`coop-nhwc-f16`), split into two f16 halves
-    /// (`coop-nhwc-f16x3`: f32-accurate, inputs clamped to f16's range and flagged), or
-    /// split after the input is scaled into f16's range (`coop-nhwc-f32`: `Precision::F32`).
-    operands: Operands,
+    variant: Variant,
+}
+
+/// The family's three kernels, by how operands enter the products.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    /// Rounded to f16 (`coop-nhwc-f16`).
+    F16,
+    /// Split into two f16 halves (`coop-nhwc-f16x3`: f32-accurate, inputs clamped to f16's
+    /// range and flagged).
+    F16x3,
+    /// Split after the input is scaled into f16's range (`coop-nhwc-f32`: `Precision::F32`).
+    F32,
+}
+
+impl Variant {
+    fn operands(self) -> Operands {
+        match self {
+            Variant::F16 => Operands::F16,
+            Variant::F16x3 => Operands::F16x3,
+            Variant::F32 => Operands::F16x3Scaled,
+        }
+    }
 }
 
 /// `coop-nhwc-f16`.
-pub(crate) static COOP_NHWC_F16: Nhwc = Nhwc { operands: Operands::F16 };
+pub(crate) static COOP_NHWC_F16: Nhwc = Nhwc { variant: Variant::F16 };
 /// `coop-nhwc-f16x3`.
-pub(crate) static COOP_NHWC_F16X3: Nhwc = Nhwc { operands: Operands::F16x3 };
+pub(crate) static COOP_NHWC_F16X3: Nhwc = Nhwc { variant: Variant::F16x3 };
 /// `coop-nhwc-f32`: [`Precision::F32`] on the matrix units. The f16x3 kernel with an
 /// input-maximum pass before the staging pass, which scales each chunk's input by a power of
 /// two into f16's range (so no input is out of range), infinities and NaN staged as they
 /// are, and weights split so that each half carries its weight's sign and is non-zero for a
 /// non-zero weight: every product with an infinite input then has the sign f32's would, and
 /// special values propagate as in the f32 kernels. Finite weights only (selection sends
-/// others elsewhere; named explicitly, it refuses them).
-pub(crate) static COOP_NHWC_F32: Nhwc = Nhwc { operands: Operands::F16x3Scaled };
+/// others elsewhere; named explicitly, it refuses them). The signs rely on the matrix units
+/// keeping f16 subnormals (a weight's half may be the smallest one), as NVIDIA's do: named
+/// on a device that flushes them, an infinite input may give NaN where f32 gives ±inf.
+pub(crate) static COOP_NHWC_F32: Nhwc = Nhwc { variant: Variant::F32 };
 
 impl Nhwc {
     /// Operands split into two f16 halves.
     fn split(&self) -> bool {
-        self.operands != Operands::F16
+        self.variant != Variant::F16
     }
     /// The input scaled by the input-maximum pass's power of two.
     fn scaled(&self) -> bool {
-        self.operands == Operands::F16x3Scaled
+        self.variant == Variant::F32
     }
     /// f16 halves per operand: 1, or 2 for the split kernels.
     fn halves(&self) -> u64 {
@@ -72,17 +93,17 @@ impl Nhwc {
 
 impl Family for Nhwc {
     fn name(&self) -> &'static str {
-        match self.operands {
-            Operands::F16 => "coop-nhwc-f16",
-            Operands::F16x3 => "coop-nhwc-f16x3",
-            _ => "coop-nhwc-f32",
+        match self.variant {
+            Variant::F16 => "coop-nhwc-f16",
+            Variant::F16x3 => "coop-nhwc-f16x3",
+            Variant::F32 => "coop-nhwc-f32",
         }
     }
     fn precision(&self) -> Precision {
-        match self.operands {
-            Operands::F16 => Precision::F16Accum32,
-            Operands::F16x3 => Precision::F16x3,
-            _ => Precision::F32,
+        match self.variant {
+            Variant::F16 => Precision::F16Accum32,
+            Variant::F16x3 => Precision::F16x3,
+            Variant::F32 => Precision::F32,
         }
     }
     fn unavailable(&self, caps: &DeviceCaps) -> Option<String> {
@@ -250,7 +271,7 @@ impl NhwcKernel {
                         "if (direct) {{\n\
                          \x20   let n_at = blk.n0 + wn0 + {n}u;\n\
                          \x20   let out = u32(row_info[wm0 + {m}u].y) + n_at * out_channel_stride();\n\
-                         \x20   {store}(input_unscale() * (p.out_scale * acc_{i}_{j}) + bias_fragment(blk.g * p.c_out_per_group + n_at), &output[out], {stride});\n\
+                         \x20   {store}(unscale_second() * (unscale_first() * acc_{i}_{j}) + bias_fragment(blk.g * p.c_out_per_group + n_at), &output[out], {stride});\n\
                          }} else {{\n\
                          \x20   coopStore(acc_{i}_{j}, &c_scratch[scratch], FRAG);\n\
                          \x20   store_fragment(blk, warp, lane, wm0 + {m}u, wn0 + {n}u);\n\
@@ -261,7 +282,7 @@ impl NhwcKernel {
         );
         generated.push(("config", header));
         generated.push(layout_config(channels_last));
-        compose_operands("nhwc", &[("nhwc", NHWC_WGSL)], generated, self.family.operands, true)
+        compose_operands("nhwc", &[("nhwc", NHWC_WGSL)], generated, self.family.variant.operands(), true)
     }
 
     /// The kernel composed for a problem: the staging pass and the GEMM, reading and
@@ -269,7 +290,7 @@ impl NhwcKernel {
     fn shaped(&self, problem: &ConvProblem, channels_last: bool) -> Result<Box<dyn Shaped>> {
         let geometry = StagedGeometry::new(&problem.spec, problem.input.h, problem.input.w, self.tile.block_k);
         let staging = Staging {
-            source: stage_source(problem, &geometry, self.family.operands, channels_last)?,
+            source: stage_source(problem, &geometry, self.family.variant.operands(), channels_last)?,
             bytes_per_image: geometry.bytes_per_image() * self.family.halves(),
             invocations_per_image: geometry.hp as u64 * geometry.wp as u64 * geometry.c8 as u64,
             workgroup_size: STAGE_WG,
@@ -381,7 +402,7 @@ impl KernelConfig for NhwcKernel {
         let mut sources = Vec::new();
         for channels_last in [false, true] {
             sources.push(self.source(channels_last)?);
-            sources.push(stage_source(&problem, &g, self.family.operands, channels_last)?);
+            sources.push(stage_source(&problem, &g, self.family.variant.operands(), channels_last)?);
         }
         if self.family.scaled() {
             sources.push(crate::kernel::input_max_pass_source()?);
@@ -494,6 +515,14 @@ impl Shaped for StagedShaped {
     }
 }
 
+/// CPU twin of `input_scale.wgsl`'s `input_scale_exponent`: from the bits of a chunk's
+/// largest finite magnitude, the exponent of the power of two that puts it in [2^13, 2^14),
+/// within f32's normal range.
+#[cfg(test)]
+fn input_scale_exponent(max_bits: u32) -> i32 {
+    (13 - ((max_bits >> 23) as i32 - 127)).clamp(-126, 126)
+}
+
 /// CPU twin of `stage.wgsl` (without the f16 rounding): the staged `[n][HP][WP][C8·8]`
 /// input of `problem`.
 #[cfg(test)]
@@ -603,6 +632,20 @@ mod tests {
                 });
             }
         }
+    }
+
+    /// The input scale puts the largest magnitude in [2^13, 2^14) and stays a normal f32 at
+    /// the edges: an all-zero chunk, a subnormal maximum, the smallest normal, f32's largest.
+    #[test]
+    fn input_scale_exponent_edges() {
+        for max in [1.0f32, 0.75, 8191.0, 8192.0, 3e-20, 1e30, 65504.0 * 3.0] {
+            let scaled = max as f64 * 2f64.powi(input_scale_exponent(max.to_bits()));
+            assert!((8192.0..16384.0).contains(&scaled), "{max}: scaled to {scaled}");
+        }
+        assert_eq!(input_scale_exponent(0), 126);
+        assert_eq!(input_scale_exponent(1), 126);
+        assert_eq!(input_scale_exponent(f32::MIN_POSITIVE.to_bits()), 126);
+        assert_eq!(input_scale_exponent(f32::MAX.to_bits()), -114);
     }
 
     #[test]

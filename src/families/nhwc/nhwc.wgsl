@@ -15,8 +15,27 @@
 #ifdef SCALED_INPUT
 // F32 on the matrix units: the staging pass scaled the input by `input_scale()`.
 #import input_scale
+
+// The sums carry the weights' scale (`p.out_scale` is its inverse, a power of two) and the
+// input's: undone as 2^e with e the sum of both exponents, applied as two factors within
+// f32's normal range that move the same way, so that a finite result never passes through
+// inf (huge weights on tiny inputs) or a needless subnormal.
+fn sums_exponent() -> i32 {
+    let weights = i32((bitcast<u32>(p.out_scale) >> 23u) & 0xffu) - 127;
+    return weights - input_scale_exponent();
+}
+fn unscale_first() -> f32 {
+    return pow2(clamp(sums_exponent(), -126, 127));
+}
+fn unscale_second() -> f32 {
+    let e = sums_exponent();
+    return pow2(e - clamp(e, -126, 127));
+}
 #else
-fn input_unscale() -> f32 {
+fn unscale_first() -> f32 {
+    return p.out_scale;
+}
+fn unscale_second() -> f32 {
     return 1.0;
 }
 #endif
@@ -238,10 +257,9 @@ fn store_fragment(blk: Block, warp: u32, lane: u32, m_base: u32, n_base: u32) {
     workgroupBarrier();
 }
 
-// The sums undone of the weights' scale, then of the input's: two products, as the two
-// scales together may leave f32's range where the result does not.
+// The sums undone of the operands' scales.
 fn sums_scale(acc: f32) -> f32 {
-    return input_unscale() * (p.out_scale * acc);
+    return unscale_second() * (unscale_first() * acc);
 }
 
 // Bias[n .. n + 16] broadcast over 16 rows: a row-major load of stride 0. (A function of
