@@ -76,15 +76,7 @@ fn f32_matrix_scales_each_chunk() {
     // the split weights (K 144 → 160, C_out 32 → 64, two f16 halves: 40,960 B) fit.
     let binding = 41_000;
     let _serial = serial();
-    let base = gpu();
-    let mut limits = base.limits();
-    limits.max_storage_buffer_binding_size = binding;
-    let opts = wgconv::GpuOptions::default().adapter(base.info.name.clone()).limits(limits).cooperative_matrix(true);
-    let gpu = wgconv::Gpu::with_options(opts).expect("a device with lowered limits");
-    if !gpu.has_coop_f16() {
-        eprintln!("skipped: {} has no cooperative matrices", gpu.info.name);
-        return;
-    }
+    let Some(gpu) = coop_gpu_with_limits(|l| l.max_storage_buffer_binding_size = binding) else { return };
     let kernel = Kernel::parse("coop-nhwc-f32:m64n64k32-t4x8-w4-s2").unwrap();
     let conv =
         Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), options_at(Precision::F32, Some(kernel), false)).unwrap();

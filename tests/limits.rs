@@ -270,15 +270,7 @@ fn staged_kernel_chunks() {
     // m32n64k32 (K 144 → 160, C_out 32 → 64: 20,480 B) fit too.
     let binding = 2 * 32 * 81 * 4 + 256 + 8;
     let _serial = serial();
-    let base = gpu();
-    let mut limits = base.limits();
-    limits.max_storage_buffer_binding_size = binding;
-    let opts = wgconv::GpuOptions::default().adapter(base.info.name.clone()).limits(limits).cooperative_matrix(true);
-    let gpu = wgconv::Gpu::with_options(opts).expect("a device with lowered limits");
-    if !gpu.has_coop_f16() {
-        eprintln!("skipped: {} has no cooperative matrices", gpu.info.name);
-        return;
-    }
+    let Some(gpu) = coop_gpu_with_limits(|l| l.max_storage_buffer_binding_size = binding) else { return };
     let kernel = wgconv::Kernel::parse("coop-nhwc-f16:m32n64k32-t4x8-w2-s2").unwrap();
     let options = options_at(wgconv::Precision::F16Accum32, Some(kernel), false);
     let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), options).unwrap();

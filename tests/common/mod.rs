@@ -262,6 +262,21 @@ pub fn gpu_with_limits(lower: impl FnOnce(&mut wgpu::Limits)) -> Gpu {
     Gpu::with_options(opts).expect("a device with lowered limits")
 }
 
+/// [`gpu_with_limits`] with cooperative matrices opted in, or `None` (saying so) where the
+/// adapter has none.
+pub fn coop_gpu_with_limits(lower: impl FnOnce(&mut wgpu::Limits)) -> Option<Gpu> {
+    let base = gpu();
+    let mut limits = base.limits();
+    lower(&mut limits);
+    let opts = GpuOptions::default().adapter(base.info.name.clone()).limits(limits).cooperative_matrix(true);
+    let gpu = Gpu::with_options(opts).expect("a device with lowered limits");
+    if !gpu.has_coop_f16() {
+        eprintln!("skipped: {} has no cooperative matrices", gpu.info.name);
+        return None;
+    }
+    Some(gpu)
+}
+
 /// Ragged shapes for the f16 and f16x3 tests: strides, asymmetric padding, dilation, groups /
 /// depthwise, C_out 1, 3, 17, 96, bias on and off, ReLU on and off, N = 1..3.
 /// `(name, spec, [N, H, W], relu)`.
