@@ -54,6 +54,9 @@ struct AdapterReport {
     /// Each precision's default kernel on this adapter (`wgconv bench --precision`,
     /// `Conv2dOptions::precision`), or why the precision cannot run here.
     default_kernels: DefaultKernels,
+    /// The adapter's datasheet rates where `wgconv::DECLARED_RATES` lists it: what decides
+    /// whether f32 may run on the matrix units (README, "Which kernel runs", rule 4).
+    declared_rates: Option<RatesReport>,
     /// Configs of the default sweep this adapter refuses, with the reason.
     refused_configs: Vec<Refusal>,
     /// How many configs the default sweep has.
@@ -139,6 +142,13 @@ struct CoopMatrix {
 }
 
 #[derive(Serialize)]
+struct RatesReport {
+    fp32_tflops: f64,
+    f16_matrix_tflops: f64,
+    bandwidth_gbs: f64,
+}
+
+#[derive(Serialize)]
 struct Refusal {
     config: String,
     reason: String,
@@ -200,6 +210,11 @@ fn describe(index: usize, adapter: &wgpu::Adapter, chosen: bool) -> AdapterRepor
             .collect(),
         precision_paths: PrecisionPaths::of(&default_kernels),
         default_kernels,
+        declared_rates: wgconv::declared_rates(&info.name).map(|r| RatesReport {
+            fp32_tflops: r.fp32_tflops,
+            f16_matrix_tflops: r.f16_matrix_tflops,
+            bandwidth_gbs: r.bandwidth_gbs,
+        }),
         refused_configs,
         sweep_size: sweep.len(),
     }
@@ -287,6 +302,21 @@ fn print_text(r: &Report) {
                 (Some(kernel), _) => println!("      {name:<5} -> {kernel}"),
                 (None, reason) => println!("      {name:<5} -> refused: {}", reason.as_deref().unwrap_or("")),
             }
+        }
+        match &a.declared_rates {
+            Some(r) => {
+                let ratio = r.f16_matrix_tflops / r.fp32_tflops;
+                let f32_path = if ratio >= wgconv::advanced::F32_MATRIX_MIN_RATE_RATIO {
+                    "f32 runs dense layers of known shape on the matrix units where estimated faster"
+                } else {
+                    "f32 stays on the FMA units"
+                };
+                println!(
+                    "    declared rates: fp32 {} TFLOP/s, f16 matrix {} TFLOP/s ({ratio:.1}x), {} GB/s: {f32_path}",
+                    r.fp32_tflops, r.f16_matrix_tflops, r.bandwidth_gbs
+                );
+            }
+            None => println!("    declared rates: none (not in wgconv::DECLARED_RATES): f32 stays on the FMA units"),
         }
         if a.refused_configs.is_empty() {
             println!("    default sweep: all {} configs fit", a.sweep_size);
