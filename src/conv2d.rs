@@ -8,7 +8,7 @@ use crate::error::{BufferIssue, Error, Result};
 use crate::gpu::Gpu;
 use crate::kernel::{
     bindings, workgroups_u32, ConvParams, Pipeline, Precision, Shaped, FLAG_RELU, GRID_BINDING, INPUT_MAX_BINDING,
-    PAD_MODE_SHIFT,
+    INPUT_MAX_WRITE_BINDING, PAD_MODE_SHIFT,
 };
 use crate::lru::Lru;
 use crate::options::{Activation, Conv2dOptions, Layout, Selection, Storage};
@@ -390,7 +390,7 @@ impl Conv2d {
             true => Some(self.gpu.pipelines().get_or_build(
                 &self.gpu.device,
                 crate::kernel::input_max_pass_source()?,
-                vec![0, 1, INPUT_MAX_BINDING],
+                vec![0, 1, INPUT_MAX_WRITE_BINDING],
                 self.gpu.runtime_checks(),
             )?),
         };
@@ -594,7 +594,7 @@ impl Conv2d {
                     entries: &[
                         wgpu::BindGroupEntry { binding: 0, resource: uniform.as_entire_binding() },
                         wgpu::BindGroupEntry { binding: 1, resource: input_range.clone() },
-                        wgpu::BindGroupEntry { binding: INPUT_MAX_BINDING, resource: word.clone() },
+                        wgpu::BindGroupEntry { binding: INPUT_MAX_WRITE_BINDING, resource: word.clone() },
                     ],
                 });
                 let elements = batch as u64 * problem.input.per_image();

@@ -479,9 +479,12 @@ pub(crate) const INPUT_MAX_WG: u32 = 256;
 /// Input elements each invocation of the input-maximum pass reads (at most; a grid-stride
 /// loop): enough that one atomic per workgroup is rare next to the loads.
 pub(crate) const INPUT_MAX_PER_INVOCATION: u64 = 16;
-/// The binding of the chunk's input maximum (the bits of the largest finite magnitude), which
-/// the input-maximum pass writes and the scaled-input staging pass and kernel read.
+/// The binding of the chunk's input maximum (the bits of the largest finite magnitude) where
+/// the scaled-input staging pass and kernel read it (read-only).
 pub(crate) const INPUT_MAX_BINDING: u32 = 8;
+/// The same word where the input-maximum pass writes it (read-write): a binding number of its
+/// own, since a pipeline's binding types follow from the numbers ([`bindings`]).
+pub(crate) const INPUT_MAX_WRITE_BINDING: u32 = 9;
 
 /// The input-maximum pass's WGSL (`src/wgsl/input_max.wgsl`).
 pub(crate) fn input_max_pass_source() -> Result<String> {
@@ -707,7 +710,7 @@ fn build(device: &wgpu::Device, src: &str, bindings: &[u32], runtime_checks: boo
             ty: wgpu::BindingType::Buffer {
                 ty: match binding {
                     0 | GRID_BINDING => wgpu::BufferBindingType::Uniform,
-                    5 | 6 | INPUT_MAX_BINDING => wgpu::BufferBindingType::Storage { read_only: false },
+                    5 | 6 | INPUT_MAX_WRITE_BINDING => wgpu::BufferBindingType::Storage { read_only: false },
                     _ => wgpu::BufferBindingType::Storage { read_only: true },
                 },
                 has_dynamic_offset: false,

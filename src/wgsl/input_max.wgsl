@@ -10,7 +10,7 @@
 #import input_max_config
 
 @group(0) @binding(1) var<storage, read> input: array<f32>;
-@group(0) @binding(8) var<storage, read_write> input_max: atomic<u32>;
+@group(0) @binding(9) var<storage, read_write> input_max: atomic<u32>;
 
 const FINITE_END: u32 = 0x7f800000u;   // the bits of +inf: magnitudes below it are finite
 

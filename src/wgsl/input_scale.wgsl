@@ -6,7 +6,7 @@
 // (`sums_exponent` in nhwc.wgsl). Exact: powers of two, exponents within f32's normal range.
 // CPU twin: `input_scale_exponent` in families/nhwc/mod.rs.
 
-@group(0) @binding(8) var<storage, read_write> input_max: u32;
+@group(0) @binding(8) var<storage, read> input_max: u32;
 
 // The scale's exponent: 13 - floor(log2(max)), within [-126, 126] (an all-zero or subnormal
 // input gets the largest).

@@ -361,20 +361,22 @@ impl KernelConfig for NhwcKernel {
         spec.groups as u64 * g.k_pad as u64 * self.n_pad(spec) as u64 * 2 * self.family.halves()
     }
     fn pack(&self, spec: &Conv2dSpec, weight: &[f32], _bias: &[f32]) -> Result<Packed> {
+        // Refusals before any packing work.
+        if self.family.scaled() {
+            if let Some(v) = weight.iter().find(|v| !v.is_finite()) {
+                // Selection sends ops with non-finite weights to the f32 FMA kernels.
+                return Err(crate::error::Error::KernelRefused {
+                    kernel: format!("{}:{}", self.family.name(), self.tile.name()),
+                    reason: format!("a weight is {v}: this kernel takes finite weights (the f32 FMA kernels take any)"),
+                });
+            }
+        } else if let Some(v) = weight.iter().find(|v| v.is_infinite()).filter(|_| self.family.split()) {
+            // As coop-f16x3: an infinite weight would give NaN where f32 gives ±inf.
+            return Err(crate::error::Error::F16Range { what: "weight", detail: format!(", e.g. {v}") });
+        }
         let packed = pack_channels_last(spec, weight, self.tile.block_k, self.n_pad(spec))?;
         if !self.family.split() {
             return Ok(Packed { weight: f16_bytes(packed)?, extra: Vec::new(), out_scale: 1.0 });
-        }
-        if let Some(v) = weight.iter().find(|v| !v.is_finite()).filter(|_| self.family.scaled()) {
-            // Selection sends ops with non-finite weights to the f32 FMA kernels.
-            return Err(crate::error::Error::KernelRefused {
-                kernel: format!("{}:{}", self.family.name(), self.tile.name()),
-                reason: format!("a weight is {v}: this kernel takes finite weights (the f32 FMA kernels take any)"),
-            });
-        }
-        // As coop-f16x3: an infinite weight would give NaN where f32 gives ±inf.
-        if let Some(v) = weight.iter().find(|v| v.is_infinite()) {
-            return Err(crate::error::Error::F16Range { what: "weight", detail: format!(", e.g. {v}") });
         }
         // split_weights interleaves four high and four low halves; this kernel reads all
         // high halves, then all low ones (`Grid.w_lo`).
