@@ -482,6 +482,9 @@ impl Conv2d {
         let s = &problem.spec;
         let scope = ErrorScope::push(&self.gpu.device);
         let mut dispatches = Vec::new();
+        // A dispatch of `workgroups` (one chunk's), folded into two dimensions.
+        let grid_of =
+            |workgroups: u64| fold_grid(workgroups_u32(workgroups)?, limits.max_compute_workgroups_per_dimension);
         let mut first = 0u32;
         while first < problem.input.n {
             let batch = per_chunk.min(problem.input.n - first);
@@ -524,8 +527,7 @@ impl Conv2d {
                 out_scale: self.out_scale,
             };
             let (grid_bytes, workgroups) = prepared.shaped.grid(&params)?;
-            let workgroups = workgroups_u32(workgroups)?;
-            let grid = fold_grid(workgroups, limits.max_compute_workgroups_per_dimension)?;
+            let grid = grid_of(workgroups)?;
             let io_uniform =
                 self.gpu.buffer_init("wgconv params", bytemuck::bytes_of(&params), wgpu::BufferUsages::UNIFORM)?;
             fn bind_range(buffer: &wgpu::Buffer, offset: u64, size: u64) -> wgpu::BindingResource<'_> {
@@ -560,8 +562,7 @@ impl Conv2d {
                                     wgpu::BindGroupEntry { binding: 5, resource: dst },
                                 ],
                             });
-                            let groups = workgroups_u32(invocations.div_ceil(crate::kernel::LAYOUT_PASS_WG as u64))?;
-                            Ok((bind_group, fold_grid(groups, limits.max_compute_workgroups_per_dimension)?))
+                            Ok((bind_group, grid_of(invocations.div_ceil(crate::kernel::LAYOUT_PASS_WG as u64))?))
                         };
                     let before = pass(
                         to_kernel,
@@ -598,8 +599,7 @@ impl Conv2d {
                     ],
                 });
                 let elements = batch as u64 * problem.input.per_image();
-                let groups = workgroups_u32(crate::kernel::input_max_workgroups(elements))?;
-                input_max = Some((bind_group, fold_grid(groups, limits.max_compute_workgroups_per_dimension)?));
+                input_max = Some((bind_group, grid_of(crate::kernel::input_max_workgroups(elements))?));
             }
             let mut staging = None;
             if let (Some(scratch), Some(pipeline), Some(s)) = (&scratch, &prepared.staging, prepared.shaped.staging()) {
@@ -620,8 +620,7 @@ impl Conv2d {
                     entries: &entries,
                 });
                 let invocations = s.invocations_per_image * batch as u64;
-                let groups = workgroups_u32(invocations.div_ceil(s.workgroup_size as u64))?;
-                staging = Some((bind_group, fold_grid(groups, limits.max_compute_workgroups_per_dimension)?));
+                staging = Some((bind_group, grid_of(invocations.div_ceil(s.workgroup_size as u64))?));
             }
             let main_input = match &scratch {
                 Some(scratch) => scratch.as_entire_binding(),

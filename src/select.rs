@@ -266,9 +266,21 @@ fn channels_last_rule_applies_for(caps: &DeviceCaps, spec: &Conv2dSpec, precisio
         Precision::F16x3 => &nhwc::COOP_NHWC_F16X3,
         Precision::F32 => return false,
     };
+    family.unavailable(caps).is_none() && channels_last_pads_little(spec, layout)
+}
+
+/// Whether the channels-last kernels take a layer's channels: each group's input channels,
+/// padded to whole vectors of 8, grow K by at most [`CHANNELS_LAST_MAX_K_PADDING`] — or the
+/// tensors are channels last, where the other kernels would need layout passes.
+fn channels_last_pads_little(spec: &Conv2dSpec, layout: Layout) -> bool {
     let cg = spec.in_channels_per_group();
-    family.unavailable(caps).is_none()
-        && (layout == Layout::Nhwc || (cg.next_multiple_of(8) as f64) <= CHANNELS_LAST_MAX_K_PADDING * cg as f64)
+    layout == Layout::Nhwc || (cg.next_multiple_of(8) as f64) <= CHANNELS_LAST_MAX_K_PADDING * cg as f64
+}
+
+/// The GEMM's K as the channels-last kernels walk it: taps × each group's channels padded to
+/// whole vectors of 8.
+fn channels_last_k(spec: &Conv2dSpec) -> u64 {
+    (spec.kernel[0] * spec.kernel[1] * spec.in_channels_per_group().next_multiple_of(8)) as u64
 }
 
 /// The channels-last family's tile configs per precision and their relative rate per padded
@@ -319,7 +331,7 @@ pub(crate) fn channels_last_rule(
         "{precision} on cooperative matrices, {} input channels per group: the channels-last kernel",
         spec.in_channels_per_group()
     );
-    let k = (spec.kernel[0] * spec.kernel[1] * spec.in_channels_per_group().next_multiple_of(8)) as u64;
+    let k = channels_last_k(spec);
     if let Some((kernel, tiles, tile, _)) =
         problem.and_then(|p| estimated_best(caps, p, k, configs, |t| family.reference().with_tile(t)))
     {
@@ -403,7 +415,8 @@ const MATRIX_PASSES_SECONDS: f64 = 5e-6;
 /// weights are finite and each group's channels pad K by at most
 /// [`CHANNELS_LAST_MAX_K_PADDING`] (on channels-last tensors: any), with the input shape
 /// known, where its estimated time — padded work at [`F32_MATRIX_EFFICIENCY`] of a third
-/// of the matrix rate, plus the staging passes' bytes at the declared bandwidth — is below
+/// of the matrix rate, plus the staging passes' bytes at [`PASS_BANDWIDTH_SHARE`] of the
+/// declared bandwidth and their dispatches — is below
 /// the FMA kernels' (the shape rule's best config at [`F32_SIMT_EFFICIENCY`] of the fp32
 /// rate, plus the layout passes where the tensors are channels last). Fitted on the H100's
 /// dense layers of ResNet-50, ResNeXt-50, MobileNetV2, VGG-16 and AlexNet: within 4 % of each
@@ -421,24 +434,18 @@ pub(crate) fn f32_matrix_rule(
     if !finite_weights || family.unavailable(caps).is_some() || depthwise_rule_applies(caps, spec, Precision::F32) {
         return None;
     }
-    let rates = caps.declared_rates()?;
-    let ratio = rates.f16_matrix_tflops / rates.fp32_tflops;
-    let cg = spec.in_channels_per_group();
-    let padding_ok =
-        layout == Layout::Nhwc || (cg.next_multiple_of(8) as f64) <= CHANNELS_LAST_MAX_K_PADDING * cg as f64;
-    if ratio < F32_MATRIX_MIN_RATE_RATIO || !padding_ok {
-        return None;
-    }
-    let what = format!(
-        "f32 on cooperative matrices (declared f16 matrix rate {ratio:.1}x the fp32 rate), {cg} input channels per \
-         group: the channels-last kernel, input scaled per chunk and split into f16 halves"
-    );
     // Without the input shape the rule stays out: on small layers (MobileNetV2's narrow
     // pointwise ones on the H100) the matrix path ran up to 3x slower than the FMA kernels.
     let problem = problem?;
-    let k8 = (spec.kernel[0] * spec.kernel[1] * cg.next_multiple_of(8)) as u64;
+    let rates = caps.declared_rates()?;
+    let ratio = rates.f16_matrix_tflops / rates.fp32_tflops;
+    if ratio < F32_MATRIX_MIN_RATE_RATIO || !channels_last_pads_little(spec, layout) {
+        return None;
+    }
     let (kernel, tiles, tile, cost) =
-        estimated_best(caps, problem, k8, &CHANNELS_LAST_SPLIT_CONFIGS, |t| family.reference().with_tile(t))?;
+        estimated_best(caps, problem, channels_last_k(spec), &CHANNELS_LAST_SPLIT_CONFIGS, |t| {
+            family.reference().with_tile(t)
+        })?;
     let seconds = |flops: f64, tflops: f64, share: f64| flops / (tflops * 1e12 * share);
     let (input, output) = (problem.input.len() as f64, problem.output.len() as f64);
     let bandwidth = rates.bandwidth_gbs * 1e9 * PASS_BANDWIDTH_SHARE;
@@ -459,8 +466,11 @@ pub(crate) fn f32_matrix_rule(
     Some((
         kernel,
         format!(
-            "{what}, the config with the least estimated time ({tiles} workgroup tiles of {}x{}): {:.3} ms \
+            "f32 on cooperative matrices (declared f16 matrix rate {ratio:.1}x the fp32 rate), {} input channels per \
+             group: the channels-last kernel, input scaled per chunk and split into f16 halves, the config with the \
+             least estimated time ({tiles} workgroup tiles of {}x{}): {:.3} ms \
              against {against}",
+            spec.in_channels_per_group(),
             tile.block_m,
             tile.block_n,
             matrix * 1e3
