@@ -513,6 +513,18 @@ pub(crate) fn compose(
     compose_operands(entry, own, generated, Operands::of(precision), cooperative)
 }
 
+/// [`compose`] with `#define`s of the kernel's own besides the precision's (variants a
+/// family picks per problem).
+pub(crate) fn compose_defined(
+    entry: &str,
+    own: &[(&'static str, &'static str)],
+    generated: Vec<(&'static str, String)>,
+    precision: Precision,
+    defines: &[&'static str],
+) -> Result<String> {
+    compose_all(entry, own, generated, Operands::of(precision), false, defines)
+}
+
 /// How a kernel's operands enter its products: the `#define`s its WGSL is composed with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Operands {
@@ -554,6 +566,17 @@ pub(crate) fn compose_operands(
     operands: Operands,
     cooperative: bool,
 ) -> Result<String> {
+    compose_all(entry, own, generated, operands, cooperative, &[])
+}
+
+fn compose_all(
+    entry: &str,
+    own: &[(&'static str, &'static str)],
+    generated: Vec<(&'static str, String)>,
+    operands: Operands,
+    cooperative: bool,
+    defines: &[&'static str],
+) -> Result<String> {
     let mut modules = Modules::new(own);
     modules.insert("params", PARAMS_WGSL);
     modules.insert("precision", PRECISION_WGSL);
@@ -563,7 +586,7 @@ pub(crate) fn compose_operands(
     for (name, text) in generated {
         modules.insert(name, text);
     }
-    let defines: BTreeSet<&str> = operands.defines().iter().copied().collect();
+    let defines: BTreeSet<&str> = operands.defines().iter().chain(defines).copied().collect();
     let body = crate::shader::preprocess(entry, &modules, &defines)
         .map_err(|e| Error::Wgpu { stage: "shader composition", message: e })?;
     let mut enables = String::new();

@@ -378,6 +378,26 @@ fn estimated_best(
     })
 }
 
+/// A family's least padded work over `configs` (tile, relative rate), paid in whole waves
+/// of one workgroup per multiprocessor (`slots` of them): `ceil(tiles / slots) × slots ×
+/// padded multiply-adds per tile / rate`, at the reference config's rate. A grid that
+/// spills a few tiles past a wave pays for two (ResNet-50's 2048→512 1×1 layer at 7×7,
+/// N=32: 150 tiles of 64×96 on 132 multiprocessors), where [`estimated_best`], ranking one
+/// family's configs, counts any grid of at least one wave by its tiles.
+fn wave_work(problem: &ConvProblem, k: u64, configs: &[(TileConfig, f64)], slots: u64) -> f64 {
+    let spec = &problem.spec;
+    let m = problem.output.n as u64 * problem.output.h as u64 * problem.output.w as u64;
+    let n = spec.out_channels_per_group() as u64;
+    configs
+        .iter()
+        .map(|&(t, rate)| {
+            let (bm, bn, bk) = (t.block_m as u64, t.block_n as u64, t.block_k as u64);
+            let tiles = m.div_ceil(bm) * n.div_ceil(bn) * spec.groups as u64;
+            (tiles.div_ceil(slots.max(1)) * slots.max(1)) as f64 * (bm * bn * k.next_multiple_of(bk)) as f64 / rate
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
 /// The least ratio of a device's declared f16-matrix rate to its fp32 FMA rate
 /// ([`DeviceCaps::declared_rates`]) at which `Precision::F32` may run on the matrix units.
 /// Each multiply-add costs three f16 products there, and our matrix kernel reaches a smaller
@@ -386,13 +406,13 @@ fn estimated_best(
 /// 4090's ratio is 2, an H100's 14.8).
 pub const F32_MATRIX_MIN_RATE_RATIO: f64 = 8.0;
 
-/// The share of the declared fp32 rate the tiled f32 kernels reach on large layers, and of
-/// the declared f16-matrix rate (counting three products per multiply-add) the f32 kernel on
-/// the matrix units reaches: fitted on the H100 (VGG-16's 3×3 512→512 layer at 28×28, N=16:
-/// 1.66 ms on the FMA units, 0.84 ms on the matrix units).
+/// The share of the declared fp32 rate the tiled f32 kernels reach, and of the declared
+/// f16-matrix rate (counting three products per multiply-add) the f32 kernel on the matrix
+/// units reaches, on work counted in whole waves ([`wave_work`]): fitted with the
+/// bandwidth shares below to the H100's and the H200's sweeps of both families.
 pub const F32_SIMT_EFFICIENCY: f64 = 0.53;
 /// See [`F32_SIMT_EFFICIENCY`].
-pub const F32_MATRIX_EFFICIENCY: f64 = 0.21;
+pub const F32_MATRIX_EFFICIENCY: f64 = 0.23;
 
 /// Bytes per input element that the matrix path moves besides its kernel: the
 /// input-maximum pass reads it (4), the staging pass reads it (4) and writes its two f16
@@ -400,10 +420,12 @@ pub const F32_MATRIX_EFFICIENCY: f64 = 0.21;
 /// 8 per input and output element.
 const MATRIX_STAGING_BYTES: f64 = 12.0;
 const LAYOUT_PASS_BYTES: f64 = 8.0;
-/// The share of the declared bandwidth those passes reach (fitted with the efficiencies
-/// above: ResNet-50's 1×1 layers with 256–512 input and 64–128 output channels stay on
-/// the FMA units, where staging costs about as much as the matrix units save).
-const PASS_BANDWIDTH_SHARE: f64 = 0.6;
+/// The share of the declared bandwidth those passes reach.
+const PASS_BANDWIDTH_SHARE: f64 = 0.4;
+/// The share of the declared bandwidth at which the matrix kernel stores an NCHW output:
+/// its fragments hold 16 positions of a channel, runs of 64 bytes where the FMA kernels
+/// store whole vec4s of neighbouring positions.
+const MATRIX_OUTPUT_BANDWIDTH_SHARE: f64 = 0.3;
 /// The fixed cost of the matrix path's two extra dispatches (input maximum and staging),
 /// which decides small layers (MobileNetV2's narrow expansions at 14×14).
 const MATRIX_PASSES_SECONDS: f64 = 5e-6;
@@ -414,15 +436,18 @@ const MATRIX_PASSES_SECONDS: f64 = 5e-6;
 /// (`coop-nhwc-f32`, as accurate as the FMA kernels, special values alike), where the
 /// weights are finite and each group's channels pad K by at most
 /// [`CHANNELS_LAST_MAX_K_PADDING`] (on channels-last tensors: any), with the input shape
-/// known, where its estimated time — padded work at [`F32_MATRIX_EFFICIENCY`] of a third
-/// of the matrix rate, plus the staging passes' bytes at [`PASS_BANDWIDTH_SHARE`] of the
-/// declared bandwidth and their dispatches — is below
-/// the FMA kernels' (the shape rule's best config at [`F32_SIMT_EFFICIENCY`] of the fp32
-/// rate, plus the layout passes where the tensors are channels last). Fitted on the H100's
-/// dense layers of ResNet-50, ResNeXt-50, MobileNetV2, VGG-16 and AlexNet: within 4 % of each
-/// layer's best of both families' configs (geometric mean), where always taking the matrix
-/// units was 9 % off on ResNet-50 and VGG-16 alone. Returns the kernel and
-/// why, or `None` where the rule does not apply.
+/// known, where its estimated time is below the FMA kernels'. Each family's estimate is its
+/// configs' least padded work in whole waves ([`wave_work`]) — at [`F32_MATRIX_EFFICIENCY`]
+/// of a third of the matrix rate, or [`F32_SIMT_EFFICIENCY`] of the fp32 rate — plus, for
+/// the matrix path, the staging passes' bytes and their dispatches and its NCHW output's
+/// bytes ([`PASS_BANDWIDTH_SHARE`], [`MATRIX_OUTPUT_BANDWIDTH_SHARE`]), and for the FMA
+/// kernels the layout passes where the tensors are channels last. Fitted on the 71 dense
+/// layers of ResNet-50, ResNeXt-50, MobileNetV2, VGG-16 and AlexNet that the rule decides,
+/// swept with the shape rule's four tiled configs and six of the matrix family's on an H100
+/// and on an H200: the family chosen is
+/// within 0.2 % of the better family's best config (geometric mean on each device), 11 %
+/// on the worst layer. Returns the kernel and why, or `None`
+/// where the rule does not apply.
 pub(crate) fn f32_matrix_rule(
     caps: &DeviceCaps,
     spec: &Conv2dSpec,
@@ -442,22 +467,42 @@ pub(crate) fn f32_matrix_rule(
     if ratio < F32_MATRIX_MIN_RATE_RATIO || !channels_last_pads_little(spec, layout) {
         return None;
     }
-    let (kernel, tiles, tile, cost) =
+    let (kernel, tiles, tile, _) =
         estimated_best(caps, problem, channels_last_k(spec), &CHANNELS_LAST_SPLIT_CONFIGS, |t| {
             family.reference().with_tile(t)
         })?;
     let seconds = |flops: f64, tflops: f64, share: f64| flops / (tflops * 1e12 * share);
     let (input, output) = (problem.input.len() as f64, problem.output.len() as f64);
-    let bandwidth = rates.bandwidth_gbs * 1e9 * PASS_BANDWIDTH_SHARE;
-    let matrix = seconds(6.0 * cost, rates.f16_matrix_tflops, F32_MATRIX_EFFICIENCY)
-        + MATRIX_STAGING_BYTES * input / bandwidth
+    let bandwidth = rates.bandwidth_gbs * 1e9;
+    let matrix_work = wave_work(
+        problem,
+        channels_last_k(spec),
+        &CHANNELS_LAST_SPLIT_CONFIGS,
+        rates.multiprocessors as u64,
+    );
+    let output_stores = match layout {
+        Layout::Nchw => 4.0 * output / (bandwidth * MATRIX_OUTPUT_BANDWIDTH_SHARE),
+        Layout::Nhwc => 0.0,
+    };
+    let matrix = seconds(6.0 * matrix_work, rates.f16_matrix_tflops, F32_MATRIX_EFFICIENCY)
+        + MATRIX_STAGING_BYTES * input / (bandwidth * PASS_BANDWIDTH_SHARE)
+        + output_stores
         + MATRIX_PASSES_SECONDS;
     let fma = estimated_best(caps, problem, spec.k_total() as u64, &F32_SHAPE_CONFIGS, |t| {
         tiled::TILED.reference().with_tile(t)
     })
-    .map(|(_, _, _, cost)| {
-        let passes = if layout == Layout::Nhwc { LAYOUT_PASS_BYTES * (input + output) / bandwidth } else { 0.0 };
-        seconds(2.0 * cost, rates.fp32_tflops, F32_SIMT_EFFICIENCY) + passes
+    .map(|_| {
+        let work = wave_work(
+            problem,
+            spec.k_total() as u64,
+            &F32_SHAPE_CONFIGS,
+            rates.multiprocessors as u64,
+        );
+        let passes = match layout {
+            Layout::Nhwc => LAYOUT_PASS_BYTES * (input + output) / (bandwidth * PASS_BANDWIDTH_SHARE),
+            Layout::Nchw => 0.0,
+        };
+        seconds(2.0 * work, rates.fp32_tflops, F32_SIMT_EFFICIENCY) + passes
     });
     if fma.is_some_and(|fma| fma <= matrix) {
         return None;

@@ -20,7 +20,13 @@
 // x = element offset ic·H·W + ky·dh·W + kx·dw, y = ky·dh, z = kx·dw.
 // Rows past K hold y = OUT_OF_RANGE, which fails the bounds test and yields 0.
 @group(0) @binding(4) var<storage, read> ktab: array<vec4<i32>>;
+#ifdef VEC4_OUTPUT
+// Whole vec4s of output positions (H·W and the chunk's offset multiples of 4: every aligned
+// group of 4 rows lies in one image and one channel's contiguous run).
+@group(0) @binding(5) var<storage, read_write> output: array<vec4<f32>>;
+#else
 @group(0) @binding(5) var<storage, read_write> output: array<f32>;
+#endif
 
 // The grid, written by the host (`GatherGrid`, same field order): `block_m × block_n` tiles
 // per group, n-tile fastest.
@@ -70,18 +76,38 @@ fn init_rows(t: u32, b: Block) {
     workgroupBarrier();
 }
 
+// Which A element (block row, tap k) invocation t gathers as its j-th of a K step.
+#ifdef GATHER_ROWS
+// Rows fastest: neighbouring invocations read neighbouring output positions of one tap, i.e.
+// input columns `stride` apart. For 1×1 kernels the taps are channels, H·W apart in NCHW, so
+// the taps-fastest order below would spread a warp's loads over BK channels' rows.
+fn a_element(t: u32, j: u32) -> vec2<u32> {
+    if (WG % BM == 0u) {
+        return vec2<u32>(t % BM, t / BM + j * (WG / BM));
+    }
+    let e = t + j * WG;
+    return vec2<u32>(e % BM, e / BM);
+}
+#else
+// Taps fastest: invocation t gathers tap t % BK of rows t / BK + j·A_ROW_STEP.
+fn a_element(t: u32, j: u32) -> vec2<u32> {
+    return vec2<u32>(t / BK + j * A_ROW_STEP, t % BK);
+}
+#endif
+
 // Global → registers: K step `kt` of A (gathered, raw) and B (packed weights). Nothing here
 // touches a loaded value: A's rounding to the operand type waits for `stash`, after the
 // multiply, so the loads stay in flight across it. (With to_operand applied here, NVIDIA's
 // compiler placed the f16 range check right behind each load and every warp waited for its
 // gathers before multiplying: the f16 kernel took 0.93 ms instead of 0.76 on the H100.)
-// Invocation t gathers the tap k = t % BK for rows t / BK + j·A_ROW_STEP: neighbouring
+// Invocation t gathers the elements `a_element` names (taps fastest by default: neighbouring
 // invocations read neighbouring taps (kx), i.e. neighbouring input columns, so a warp's
-// loads are coalesced whatever the stride; and each invocation needs one table row per step.
+// loads are coalesced whatever the stride, and each invocation needs one table row per step).
 fn fetch(kt: u32, t: u32, b: Block) {
-    let tab = ktab[kt * BK + t % BK];
     for (var j = 0u; j < A_LOADS; j++) {
-        let row = row_info[t / BK + j * A_ROW_STEP];
+        let at = a_element(t, j);
+        let tab = ktab[kt * BK + at.y];
+        let row = row_info[at.x];
         let iy = row.y + tab.y;
         let ix = row.z + tab.z;
         var v = 0.0;
@@ -108,7 +134,8 @@ fn fetch(kt: u32, t: u32, b: Block) {
 // to_operand here (and is rounded or split by store_a).
 fn stash(buf: u32, t: u32) {
     for (var j = 0u; j < A_LOADS; j++) {
-        store_a(buf, t % BK, t / BK + j * A_ROW_STEP, to_operand(a_next[j]));
+        let at = a_element(t, j);
+        store_a(buf, at.y, at.x, to_operand(a_next[j]));
     }
     for (var j = 0u; j < B_LOADS; j++) {
         let e = t + j * WG;
@@ -145,6 +172,19 @@ fn main_loop(t: u32, blk: Block, who: vec2<u32>) {
 // of two), bias (zeros when the conv has none) and activation fused into the store; rows and
 // columns past the problem are skipped.
 // The row's output offset comes from row_info (no division here).
+#ifdef VEC4_OUTPUT
+// Rows m_local .. m_local + 3 (m_local a multiple of 4) of column n_local at once.
+fn store_output4(b: Block, m_local: u32, n_local: u32, acc: vec4<f32>) {
+    let out = row_info[m_local].w;
+    let n = b.n0 + n_local;
+    if (out < 0 || n >= p.c_out_per_group) {
+        return;
+    }
+    let oc = b.g * p.c_out_per_group + n;
+    let v = acc * p.out_scale + bias[oc];
+    output[(u32(out) + n * p.oh * p.ow) / 4u] = vec4<f32>(activate(v.x), activate(v.y), activate(v.z), activate(v.w));
+}
+#else
 fn store_output(b: Block, m_local: u32, n_local: u32, acc: f32) {
     let out = row_info[m_local].w;
     let n = b.n0 + n_local;
@@ -154,3 +194,4 @@ fn store_output(b: Block, m_local: u32, n_local: u32, acc: f32) {
     let oc = b.g * p.c_out_per_group + n;
     output[u32(out) + n * p.oh * p.ow] = activate(acc * p.out_scale + bias[oc]);
 }
+#endif

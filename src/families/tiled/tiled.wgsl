@@ -115,6 +115,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     let tn = t / RM;
     main_loop(t, blk, vec2<u32>(tm, tn));
 
+#ifdef VEC4_OUTPUT
+    // Each group of 4 register rows is 4 consecutive output positions: one vec4 per column,
+    // neighbouring invocations writing neighbouring vec4s.
+    for (var g = 0u; g < TM / 4u; g++) {
+        let m_local = (g * RM + tm) * 4u;
+        for (var j = 0u; j < TN; j++) {
+            let n_local = ((j / 4u) * RN + tn) * 4u + j % 4u;
+            let c = j % 4u;
+            let rows = vec4<f32>(acc_get(g * 4u, j / 4u)[c], acc_get(g * 4u + 1u, j / 4u)[c],
+                                 acc_get(g * 4u + 2u, j / 4u)[c], acc_get(g * 4u + 3u, j / 4u)[c]);
+            store_output4(blk, m_local, n_local, rows);
+        }
+    }
+#else
     for (var i = 0u; i < TM; i++) {
         let m_local = ((i / 4u) * RM + tm) * 4u + i % 4u;
         for (var j = 0u; j < TN; j++) {
@@ -122,5 +136,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
             store_output(blk, m_local, n_local, acc_get(i, j / 4u)[j % 4u]);
         }
     }
+#endif
     report_range();
 }
