@@ -93,7 +93,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let spec = Conv2dSpec::new(64, 64, 3).padding(Padding::uniform(1));
     let shape = Shape4::new(1, 64, 32, 32);
     let weight = random(spec.weight_len(), &mut seed, 0.05);
-    let selected = Conv2d::new(&gpu, spec, &weight, None, Conv2dOptions::default())?.kernel().kernel.clone();
+    // What a default op runs on this shape (it selects with the shape at its first forward).
+    let told = Conv2dOptions::default().tuning_key_input(shape);
+    let selected = Conv2d::new(&gpu, spec, &weight, None, told)?.kernel().kernel.clone();
     println!(
         "\ntile-size benchmark, {spec:?} on {shape:?} (selection: {selected})\n| config | ms per run |\n|---|---:|"
     );

@@ -14,7 +14,7 @@ use crate::lru::Lru;
 use crate::options::{Activation, Conv2dOptions, Layout, Selection, Storage};
 use crate::scope::ErrorScope;
 use crate::spec::{Conv2dSpec, ConvProblem, Shape4};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Input sizes (H, W) whose composed kernel and tables a `Conv2d` keeps (least recently
 /// used first out): a service that sees many sizes recomposes the rare ones instead of
@@ -68,16 +68,17 @@ struct ChunkDispatch {
 pub struct Conv2d {
     gpu: Gpu,
     spec: Conv2dSpec,
-    selection: Selection,
     activation: Activation,
     layout: Layout,
     storage: Storage,
-    weight: wgpu::Buffer,
-    bias: wgpu::Buffer,
-    /// The kernel's other per-op buffers (binding, buffer).
-    extra: Vec<(u32, wgpu::Buffer)>,
-    /// `Params.out_scale`: the inverse of the f16x3 kernel's weight scale, 1 for the others.
-    out_scale: f32,
+    /// The kernel selected at construction and its buffers.
+    initial: Bound,
+    /// The kernel selected again at the first forward (see [`Conv2d::settle`]); once set, it
+    /// is the op's for good.
+    reselected: OnceLock<Bound>,
+    /// What that selection needs, kept from construction until the first forward where the
+    /// options named neither a kernel nor the input shape.
+    pending: Mutex<Option<Pending>>,
     /// Set by the f16 kernels when an input value is beyond f16's range; `range_snapshot`
     /// receives it so that reading and clearing happen in one submission.
     range_flag: wgpu::Buffer,
@@ -88,8 +89,79 @@ pub struct Conv2d {
     prepared: Mutex<Lru<(u32, u32), Arc<Prepared>>>,
     /// The layout of the one-buffer bind group that asks wgpu whether a buffer is this
     /// device's (see `check_device`).
-    probe_layout: std::sync::OnceLock<wgpu::BindGroupLayout>,
+    probe_layout: OnceLock<wgpu::BindGroupLayout>,
 }
+
+/// A kernel and the per-op buffers packed for it.
+struct Bound {
+    selection: Selection,
+    weight: wgpu::Buffer,
+    bias: wgpu::Buffer,
+    /// The kernel's other per-op buffers (binding, buffer).
+    extra: Vec<(u32, wgpu::Buffer)>,
+    /// `Params.out_scale`: the inverse of the f16x3 kernel's weight scale, 1 for the others.
+    out_scale: f32,
+}
+
+impl Bound {
+    /// Packs the weights and the bias (`None`: zeros) for the selection's kernel and uploads
+    /// them, each buffer in its own error scopes (one the device cannot hold is named).
+    fn new(gpu: &Gpu, spec: &Conv2dSpec, selection: Selection, weight: &[f32], bias: Option<&[f32]>) -> Result<Self> {
+        let kernel = selection.kernel.config();
+        gpu.check_buffer("the packed weights", kernel.packed_bytes(spec), true)?;
+        let zeros;
+        let bias = match bias {
+            Some(b) => b,
+            None => {
+                zeros = crate::alloc::zeroed_vec::<f32>(spec.out_channels as usize, "the zero bias")?;
+                &zeros
+            }
+        };
+        let packed = kernel.pack(spec, weight, bias)?;
+        for (_, label, bytes) in &packed.extra {
+            gpu.check_buffer(label, bytes.len() as u64, true)?;
+        }
+        let weight = storage_buffer(gpu, "wgconv weight", &packed.weight)?;
+        let bias = storage_buffer(gpu, "wgconv bias", bytemuck::cast_slice(bias))?;
+        let extra = packed
+            .extra
+            .iter()
+            .map(|(b, label, bytes)| Ok((*b, storage_buffer(gpu, label, bytes)?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Bound { selection, weight, bias, extra, out_scale: packed.out_scale })
+    }
+
+    /// Whether forwards take turns: the f16 precisions' range flag is one per op.
+    fn needs_turns(&self) -> bool {
+        self.selection.kernel.precision() != Precision::F32
+    }
+
+    /// The same buffers under another selection (the same kernel).
+    fn with_selection(&self, selection: Selection) -> Bound {
+        Bound {
+            selection,
+            weight: self.weight.clone(),
+            bias: self.bias.clone(),
+            extra: self.extra.clone(),
+            out_scale: self.out_scale,
+        }
+    }
+}
+
+/// What selecting again at the first forward needs: the weights and the bias as given (to
+/// pack them for another kernel), whether the weights are finite, and the options.
+struct Pending {
+    weight: Vec<f32>,
+    bias: Option<Vec<f32>>,
+    finite_weights: bool,
+    options: Conv2dOptions,
+}
+
+/// The op's kernel and buffers once the first forward's selection is settled. Only
+/// [`Conv2d::settle`] makes one, and composing ([`Conv2d::prepared`]) takes one: nothing is
+/// composed, or cached, for a kernel that the first forward's selection replaces.
+#[derive(Clone, Copy)]
+struct Settled<'a>(&'a Bound);
 
 /// The bind groups and grids of one `(input, output)` buffer pair: build once, encode many
 /// times (the benchmark times exactly this).
@@ -192,7 +264,9 @@ fn storage_buffer(gpu: &Gpu, label: &'static str, contents: &[u8]) -> Result<wgp
 impl Conv2d {
     /// Uploads the weights (`[C_out, C_in/groups, KH, KW]`) and the bias (`[C_out]`, or
     /// `None` for none: its presence sets [`Conv2dSpec::bias`]) and builds the kernel
-    /// selection chose (see [`Conv2d::kernel`]). `gpu` is cloned (cheap: see [`Gpu`]).
+    /// selection chose (see [`Conv2d::kernel`]). `gpu` is cloned (cheap: see [`Gpu`]). Where
+    /// the options name neither a kernel nor the input shape, a host copy of the weights and
+    /// the bias is kept until the first forward, which selects again with its input shape.
     pub fn new(
         gpu: &Gpu,
         mut spec: Conv2dSpec,
@@ -226,28 +300,18 @@ impl Conv2d {
         spec.bias = bias.is_some();
         let finite_weights = weight.iter().all(|w| w.is_finite());
         let selection = crate::select::select_on(gpu, &spec, &options, finite_weights)?;
-        let kernel = selection.kernel.config();
-        gpu.check_buffer("the packed weights", kernel.packed_bytes(&spec), true)?;
-        let zeros;
-        let bias = match bias {
-            Some(b) => b,
-            None => {
-                zeros = crate::alloc::zeroed_vec::<f32>(spec.out_channels as usize, "the zero bias")?;
-                &zeros
-            }
+        let initial = Bound::new(gpu, &spec, selection, weight, bias)?;
+        // Without the input shape the rules that need it did not apply: the first forward's
+        // shape decides again.
+        let pending = match options.kernel.is_none() && options.tuning_key_input.is_none() {
+            false => None,
+            true => Some(Pending {
+                weight: crate::alloc::copy_of(weight, "the weights kept for the first forward")?,
+                bias: bias.map(|b| crate::alloc::copy_of(b, "the bias kept for the first forward")).transpose()?,
+                finite_weights,
+                options: options.clone(),
+            }),
         };
-        let packed = kernel.pack(&spec, weight, bias)?;
-        for (_, label, bytes) in &packed.extra {
-            gpu.check_buffer(label, bytes.len() as u64, true)?;
-        }
-        // Each buffer in its own error scopes: one the device cannot hold is named.
-        let weight = storage_buffer(gpu, "wgconv weight", &packed.weight)?;
-        let bias = storage_buffer(gpu, "wgconv bias", bytemuck::cast_slice(bias))?;
-        let extra = packed
-            .extra
-            .iter()
-            .map(|(b, label, bytes)| Ok((*b, storage_buffer(gpu, label, bytes)?)))
-            .collect::<Result<Vec<_>>>()?;
         let range_flag = gpu.buffer_init(
             "wgconv f16 range flag",
             bytemuck::bytes_of(&0u32),
@@ -261,19 +325,17 @@ impl Conv2d {
         Ok(Conv2d {
             gpu: gpu.clone(),
             spec,
-            selection,
             activation: options.activation,
             layout: options.layout,
             storage: options.storage,
-            weight,
-            bias,
-            extra,
-            out_scale: packed.out_scale,
+            initial,
+            reselected: OnceLock::new(),
+            pending: Mutex::new(pending),
             range_flag,
             range_snapshot,
             forward_lock: Mutex::new(()),
             prepared: Mutex::new(Lru::new(PREPARED_CAPACITY)),
-            probe_layout: std::sync::OnceLock::new(),
+            probe_layout: OnceLock::new(),
         })
     }
 
@@ -304,9 +366,11 @@ impl Conv2d {
     pub fn spec(&self) -> &Conv2dSpec {
         &self.spec
     }
-    /// The kernel this op runs, where that choice came from, and why.
+    /// The kernel this op runs, where that choice came from, and why: the kernel chosen at
+    /// construction, or at the first forward where the options did not name the input shape
+    /// (see [`Conv2dOptions::tuning_key_input`]).
     pub fn kernel(&self) -> &Selection {
-        &self.selection
+        &self.bound().selection
     }
     /// The fused activation.
     pub fn activation(&self) -> Activation {
@@ -331,17 +395,73 @@ impl Conv2d {
         self.prepared.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
+    /// The kernel and buffers the op runs now (before the first forward of an op that selects
+    /// again there, those chosen at construction).
+    fn bound(&self) -> &Bound {
+        self.reselected.get().unwrap_or(&self.initial)
+    }
+
+    /// The kernel and buffers for a forward of `problem`. Where the options named neither a
+    /// kernel nor the input shape, the first call selects again with this input shape (the
+    /// f32 matrix rule, the tuning cache, the channels-last configs and the f32 shape rule
+    /// need it) and binds the kernel chosen, which every later input runs; where that kernel
+    /// cannot be built, the construction's stays, its reason saying why. Concurrent first
+    /// calls take turns on the pending slot: the first one's shape decides.
+    fn settle(&self, problem: &ConvProblem) -> Settled<'_> {
+        let mut slot = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(pending) = slot.take() else {
+            return Settled(self.bound());
+        };
+        let i = problem.input;
+        let input = format!("[{}, {}, {}, {}]", i.n, i.c, i.h, i.w);
+        let initial = &self.initial;
+        let kept = |why: String| {
+            log::warn!("{why}; keeping {}", initial.selection.kernel);
+            let reason = format!("{}; {why}, so the kernel chosen at construction runs", initial.selection.reason);
+            initial.with_selection(Selection { reason, ..initial.selection.clone() })
+        };
+        let options = Conv2dOptions { tuning_key_input: Some(i), ..pending.options };
+        let bound = match crate::select::select_on(&self.gpu, &self.spec, &options, pending.finite_weights) {
+            Err(e) => kept(format!("selecting again at the first forward (input {input}) failed: {e}")),
+            Ok(s) => {
+                let reason = format!("{} (selected at the first forward, input {input})", s.reason);
+                let selection = Selection { reason, ..s };
+                if selection.kernel == initial.selection.kernel {
+                    initial.with_selection(selection)
+                } else {
+                    let kernel = selection.kernel.clone();
+                    match Bound::new(&self.gpu, &self.spec, selection, &pending.weight, pending.bias.as_deref()) {
+                        Ok(bound) => {
+                            // No bind group holds them (every plan settles first, and this
+                            // call holds the slot): the device memory goes back now.
+                            initial.weight.destroy();
+                            initial.bias.destroy();
+                            initial.extra.iter().for_each(|(_, b)| b.destroy());
+                            bound
+                        }
+                        Err(e) => kept(format!(
+                            "the first forward (input {input}) selected {kernel}, which could not be built: {e}"
+                        )),
+                    }
+                }
+            }
+        };
+        // The slot's lock is held until the kernel is set: no caller sees the pending slot
+        // empty and the construction's kernel as settled.
+        Settled(self.reselected.get_or_init(|| bound))
+    }
+
     /// The kernel composed for a problem's input size (cached per (H, W)).
     // On wasm32 wgpu's handles are neither Send nor Sync (the browser's WebGPU lives on one
     // thread), so `Prepared` is not either there; the Arc is for native threads.
     #[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
-    fn prepared(&self, problem: &ConvProblem) -> Result<Arc<Prepared>> {
+    fn prepared(&self, settled: Settled<'_>, problem: &ConvProblem) -> Result<Arc<Prepared>> {
         let key = (problem.input.h, problem.input.w);
         let mut map = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(p) = map.get(&key) {
             return Ok(p);
         }
-        let kernel = &self.selection.kernel;
+        let kernel = &settled.0.selection.kernel;
         let limits = self.gpu.kernel_limits();
         // Channels-last tensors: the kernel's own channels-last form, else layout passes.
         let native = match self.layout {
@@ -421,9 +541,12 @@ impl Conv2d {
     /// buffers of this op's device, both with `STORAGE` usage. Anything else is refused
     /// with [`Error::Buffer`] before a bind group is made (a buffer of another device is
     /// recognised where both devices come from [`crate::shared_instance`], as every
-    /// [`Gpu::new`] device does).
+    /// [`Gpu::new`] device does). Like every forward, the first plan of an op whose options
+    /// named neither a kernel nor the input shape settles its kernel (see [`Conv2d::kernel`]).
     pub fn plan(&self, shape: Shape4, input: &wgpu::Buffer, output: &wgpu::Buffer) -> Result<ConvPlan> {
         let problem = self.spec.problem(shape)?;
+        let settled = self.settle(&problem);
+        let bound = settled.0;
         // One buffer bound twice, read-only and read-write, is a usage conflict that wgpu
         // reports only when the caller's encoder is finished (a panic there).
         if input == output {
@@ -445,7 +568,7 @@ impl Conv2d {
             self.check_device(what, buf)?;
         }
         let limits = self.gpu.device.limits();
-        let prepared = self.prepared(&problem)?;
+        let prepared = self.prepared(settled, &problem)?;
         let per_chunk = images_per_chunk(&problem, &limits, prepared.scratch_per_image())?;
         let align = limits.min_storage_buffer_offset_alignment as u64;
         let scratch = match prepared.scratch_per_image() {
@@ -524,7 +647,7 @@ impl Conv2d {
                 out_offset,
                 flags: (if self.activation == Activation::Relu { FLAG_RELU } else { 0 })
                     | (s.padding_mode.code() << PAD_MODE_SHIFT),
-                out_scale: self.out_scale,
+                out_scale: bound.out_scale,
             };
             let (grid_bytes, workgroups) = prepared.shaped.grid(&params)?;
             let grid = grid_of(workgroups)?;
@@ -608,7 +731,7 @@ impl Conv2d {
                     wgpu::BindGroupEntry { binding: 1, resource: input_range.clone() },
                     wgpu::BindGroupEntry { binding: 5, resource: scratch.as_entire_binding() },
                 ];
-                if self.selection.kernel.precision() != Precision::F32 {
+                if bound.selection.kernel.precision() != Precision::F32 {
                     entries.push(wgpu::BindGroupEntry { binding: 6, resource: self.range_flag.as_entire_binding() });
                 }
                 if let Some(word) = &input_max_word {
@@ -629,11 +752,11 @@ impl Conv2d {
             let mut entries = vec![
                 wgpu::BindGroupEntry { binding: 0, resource: uniform.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 1, resource: main_input },
-                wgpu::BindGroupEntry { binding: 2, resource: self.weight.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 3, resource: self.bias.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 2, resource: bound.weight.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 3, resource: bound.bias.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 5, resource: output_range },
             ];
-            for (binding, buf) in self.extra.iter().chain(&prepared.tables) {
+            for (binding, buf) in bound.extra.iter().chain(&prepared.tables) {
                 entries.push(wgpu::BindGroupEntry { binding: *binding, resource: buf.as_entire_binding() });
             }
             let grid_uniform = match grid_bytes.is_empty() {
@@ -643,7 +766,7 @@ impl Conv2d {
             if let Some(g) = &grid_uniform {
                 entries.push(wgpu::BindGroupEntry { binding: GRID_BINDING, resource: g.as_entire_binding() });
             }
-            if self.selection.kernel.precision() != Precision::F32 {
+            if bound.selection.kernel.precision() != Precision::F32 {
                 entries.push(wgpu::BindGroupEntry { binding: 6, resource: self.range_flag.as_entire_binding() });
             }
             if let Some(word) = input_max_word {
@@ -680,18 +803,18 @@ impl Conv2d {
     /// f32 [`Storage`] (the default; [`Conv2d::forward_f16`] for f16).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn forward(&self, input: &[f32], shape: Shape4) -> Result<Vec<f32>> {
-        self.check_storage(Storage::F32)?;
-        let _turn = self.turn();
-        pollster::block_on(self.forward_chunks(input, shape))
+        let (problem, settled) = self.start(Storage::F32, shape)?;
+        let _turn = self.turn(settled);
+        pollster::block_on(self.forward_chunks(settled, input, &problem))
     }
 
     /// [`Conv2d::forward`] without blocking (the browser's way). With an f16 or f16x3 kernel,
     /// a second call on the same op while one is in flight is refused (the two would share
     /// the op's range flag; waiting for the lock could block the only thread).
     pub async fn forward_async(&self, input: &[f32], shape: Shape4) -> Result<Vec<f32>> {
-        self.check_storage(Storage::F32)?;
-        let _turn = self.try_turn()?;
-        self.forward_chunks(input, shape).await
+        let (problem, settled) = self.start(Storage::F32, shape)?;
+        let _turn = self.try_turn(settled)?;
+        self.forward_chunks(settled, input, &problem).await
     }
 
     /// [`Conv2d::forward`] on f16 tensors, for an op of [`Storage::F16`]: the input is
@@ -699,16 +822,25 @@ impl Conv2d {
     /// device (see [`Storage::F16`]).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn forward_f16(&self, input: &[half::f16], shape: Shape4) -> Result<Vec<half::f16>> {
-        self.check_storage(Storage::F16)?;
-        let _turn = self.turn();
-        pollster::block_on(self.forward_chunks(input, shape))
+        let (problem, settled) = self.start(Storage::F16, shape)?;
+        let _turn = self.turn(settled);
+        pollster::block_on(self.forward_chunks(settled, input, &problem))
     }
 
     /// [`Conv2d::forward_f16`] without blocking (as [`Conv2d::forward_async`]).
     pub async fn forward_f16_async(&self, input: &[half::f16], shape: Shape4) -> Result<Vec<half::f16>> {
-        self.check_storage(Storage::F16)?;
-        let _turn = self.try_turn()?;
-        self.forward_chunks(input, shape).await
+        let (problem, settled) = self.start(Storage::F16, shape)?;
+        let _turn = self.try_turn(settled)?;
+        self.forward_chunks(settled, input, &problem).await
+    }
+
+    /// A forward's problem and kernel, after its slices' element type is checked against the
+    /// op's storage.
+    fn start(&self, slices: Storage, shape: Shape4) -> Result<(ConvProblem, Settled<'_>)> {
+        self.check_storage(slices)?;
+        let problem = self.spec.problem(shape)?;
+        let settled = self.settle(&problem);
+        Ok((problem, settled))
     }
 
     /// Refuses a forward on host slices of another element type than the op's storage,
@@ -731,13 +863,13 @@ impl Conv2d {
     /// A blocking forward's turn: calls from several threads take turns where the op's
     /// kernel has a range flag (one per op, shared by the f16 precisions' forwards).
     #[cfg(not(target_arch = "wasm32"))]
-    fn turn(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
-        self.needs_turns().then(|| self.forward_lock.lock().unwrap_or_else(|e| e.into_inner()))
+    fn turn(&self, settled: Settled<'_>) -> Option<std::sync::MutexGuard<'_, ()>> {
+        settled.0.needs_turns().then(|| self.forward_lock.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// An async forward's turn, or `Busy` while another holds it.
-    fn try_turn(&self) -> Result<Option<std::sync::MutexGuard<'_, ()>>> {
-        Ok(match self.needs_turns() {
+    fn try_turn(&self, settled: Settled<'_>) -> Result<Option<std::sync::MutexGuard<'_, ()>>> {
+        Ok(match settled.0.needs_turns() {
             false => None,
             true => Some(match self.forward_lock.try_lock() {
                 Ok(guard) => guard,
@@ -745,22 +877,21 @@ impl Conv2d {
                 Err(std::sync::TryLockError::WouldBlock) => {
                     return Err(Error::Busy(format!(
                         "another forward of this {} op is in flight: await it first, or use one Conv2d per task",
-                        self.selection.kernel.precision()
+                        settled.0.selection.kernel.precision()
                     )))
                 }
             }),
         })
     }
 
-    /// Whether forwards take turns: the f16 precisions' range flag is one per op.
-    fn needs_turns(&self) -> bool {
-        self.selection.kernel.precision() != Precision::F32
-    }
-
-    /// The forward pass, chunk by chunk, on slices of the op's storage (`T`: f32 or f16);
-    /// the caller holds the turn where one is needed.
-    async fn forward_chunks<T: bytemuck::Pod>(&self, input: &[T], shape: Shape4) -> Result<Vec<T>> {
-        let problem = self.spec.problem(shape)?;
+    /// The forward pass of `problem`, chunk by chunk, on slices of the op's storage (`T`: f32
+    /// or f16); the caller holds the turn where one is needed.
+    async fn forward_chunks<T: bytemuck::Pod>(
+        &self,
+        settled: Settled<'_>,
+        input: &[T],
+        problem: &ConvProblem,
+    ) -> Result<Vec<T>> {
         if input.len() as u64 != problem.input.len() {
             return Err(Error::ShapeMismatch {
                 what: "the input",
@@ -769,8 +900,8 @@ impl Conv2d {
                 got: input.len() as u64,
             });
         }
-        let per_chunk =
-            images_per_chunk(&problem, &self.gpu.device.limits(), self.prepared(&problem)?.scratch_per_image())?;
+        let scratch_per_image = self.prepared(settled, problem)?.scratch_per_image();
+        let per_chunk = images_per_chunk(problem, &self.gpu.device.limits(), scratch_per_image)?;
         let (in_img, out_img) = (problem.input.per_image() as usize, problem.output.per_image() as usize);
         let chunk_in = Shape4 { n: per_chunk, ..problem.input };
         let dev = &self.gpu.device;
@@ -884,7 +1015,7 @@ impl Conv2d {
 
     /// [`Conv2d::take_range_flag`] without blocking.
     pub async fn take_range_flag_async(&self) -> Result<bool> {
-        if self.selection.kernel.precision() == Precision::F32 {
+        if self.bound().selection.kernel.precision() == Precision::F32 {
             return Ok(false);
         }
         // Snapshot and clear in one submission: work queued in between is not lost.
@@ -908,5 +1039,36 @@ mod tests {
         assert_eq!(fold_grid(70000, 65535).unwrap(), [65535, 2]);
         assert_eq!(fold_grid(16, 4).unwrap(), [4, 4]);
         assert!(fold_grid(17, 4).is_err());
+    }
+
+    /// Where the kernel selected at the first forward cannot be built, the construction's
+    /// runs, its buffers intact, and its reason says why. No caller can make a selected
+    /// kernel unbuildable (selection checks the buffers against the device's limits; a device
+    /// out of memory can): here the pending options name an f16 kernel, and the pending
+    /// weights are beyond f16's range.
+    #[test]
+    fn a_kernel_that_cannot_be_built_at_the_first_forward_leaves_the_first_one() {
+        let Ok(gpu) = Gpu::new() else {
+            eprintln!("skipped: no adapter");
+            return;
+        };
+        let spec = Conv2dSpec::new(2, 3, 1);
+        let weight = [0.5, -1.0, 2.0, 0.25, 1.5, -0.5];
+        let conv = Conv2d::new(&gpu, spec, &weight, None, Conv2dOptions::default()).unwrap();
+        let initial = conv.kernel().clone();
+        if let Some(pending) = conv.pending.lock().unwrap().as_mut() {
+            pending.weight = vec![1e6; weight.len()];
+            let f16 = crate::Kernel::parse("tiled-f16").unwrap();
+            pending.options = pending.options.clone().kernel(f16).precision(Precision::F16Accum32);
+        }
+        let shape = Shape4::new(1, 2, 2, 2);
+        let x = [1.0, 2.0, 3.0, 4.0, -1.0, 0.0, 1.0, 2.0];
+        let y = conv.forward(&x, shape).unwrap();
+        let s = conv.kernel();
+        assert_eq!((&s.kernel, s.source), (&initial.kernel, initial.source), "{s}");
+        assert!(s.reason.starts_with(&initial.reason), "{s}");
+        assert!(s.reason.contains("input [1, 2, 2, 2]") && s.reason.ends_with("construction runs"), "{s}");
+        let want = crate::reference::conv2d(&spec.problem(shape).unwrap(), &x, &weight, None).unwrap();
+        assert!(crate::reference::relative_l2(&y, &want) < 1e-5, "{y:?} against {want:?}");
     }
 }

@@ -101,9 +101,11 @@ pub struct Conv2dOptions {
     /// f32-accurate f16x3 on cooperative matrices; see [`Precision`].
     pub precision: Precision,
     /// The input shape the op will run on, where known: selection then also consults the
-    /// tuning cache (its key includes the batch and size) and, for f32 on a GPU, picks the
-    /// tile config for the problem's size (the shape rule of `src/select.rs`). The op still
-    /// runs any input size.
+    /// tuning cache (its key includes the batch and size), weighs f32 on the matrix units
+    /// against the FMA units, and picks the channels-last and f32 tile configs for the
+    /// problem's size (the shape rules of `src/select.rs`). `None` with no [`Self::kernel`]:
+    /// the first forward (or plan) supplies its input shape, and the kernel selected with it
+    /// runs every later input. The op still runs any input size.
     pub tuning_key_input: Option<Shape4>,
     /// The memory layout of the input and output tensors (default NCHW). Under
     /// [`Layout::Nhwc`] the kernels that read NCHW get the input rewritten into a scratch
@@ -139,8 +141,8 @@ impl Conv2dOptions {
         self.storage = storage;
         self
     }
-    /// The input shape the op will run on: for the tuning cache's look-up and the f32 shape
-    /// rule (see the field).
+    /// The input shape the op will run on, for the rules that need it (see the field);
+    /// without it the first forward's shape serves.
     pub fn tuning_key_input(mut self, input: impl Into<Option<Shape4>>) -> Self {
         self.tuning_key_input = input.into();
         self

@@ -141,7 +141,8 @@ impl Conv {
         Ok(Conv { conv: Rc::new(conv) })
     }
 
-    /// The kernel selection chose (`family:config`).
+    /// The kernel selection chose (`family:config`): at construction, then again with the
+    /// first forward's input shape (see `Conv2d::kernel`).
     #[wasm_bindgen(getter)]
     pub fn kernel(&self) -> String {
         self.conv.kernel().kernel.to_string()
