@@ -215,11 +215,26 @@ pub fn declared_rates(adapter_name: &str) -> Option<DeclaredRates> {
 /// their fp32 rate, GeForce parts at 2× (half rate with f32 accumulation), and adapters not
 /// listed never do.
 pub const DECLARED_RATES: &[(&str, DeclaredRates)] = &[
-    ("h100", DeclaredRates { fp32_tflops: 67.0, f16_matrix_tflops: 989.4, bandwidth_gbs: 3350.0 , multiprocessors: 132 }),
-    ("h200", DeclaredRates { fp32_tflops: 67.0, f16_matrix_tflops: 989.4, bandwidth_gbs: 4800.0 , multiprocessors: 132 }),
-    ("gh200", DeclaredRates { fp32_tflops: 67.0, f16_matrix_tflops: 989.4, bandwidth_gbs: 4000.0 , multiprocessors: 132 }),
-    ("a100", DeclaredRates { fp32_tflops: 19.5, f16_matrix_tflops: 312.0, bandwidth_gbs: 2039.0 , multiprocessors: 108 }),
-    ("4090", DeclaredRates { fp32_tflops: 82.6, f16_matrix_tflops: 165.2, bandwidth_gbs: 1008.0 , multiprocessors: 128 }),
+    (
+        "h100",
+        DeclaredRates { fp32_tflops: 67.0, f16_matrix_tflops: 989.4, bandwidth_gbs: 3350.0, multiprocessors: 132 },
+    ),
+    (
+        "h200",
+        DeclaredRates { fp32_tflops: 67.0, f16_matrix_tflops: 989.4, bandwidth_gbs: 4800.0, multiprocessors: 132 },
+    ),
+    (
+        "gh200",
+        DeclaredRates { fp32_tflops: 67.0, f16_matrix_tflops: 989.4, bandwidth_gbs: 4000.0, multiprocessors: 132 },
+    ),
+    (
+        "a100",
+        DeclaredRates { fp32_tflops: 19.5, f16_matrix_tflops: 312.0, bandwidth_gbs: 2039.0, multiprocessors: 108 },
+    ),
+    (
+        "4090",
+        DeclaredRates { fp32_tflops: 82.6, f16_matrix_tflops: 165.2, bandwidth_gbs: 1008.0, multiprocessors: 128 },
+    ),
 ];
 
 /// The adapter's name, or where it has none (browsers leave WebGPU's adapter description

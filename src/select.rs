@@ -475,12 +475,8 @@ pub(crate) fn f32_matrix_rule(
     let seconds = |flops: f64, tflops: f64, share: f64| flops / (tflops * 1e12 * share);
     let (input, output) = (problem.input.len() as f64, problem.output.len() as f64);
     let bandwidth = rates.bandwidth_gbs * 1e9;
-    let matrix_work = wave_work(
-        problem,
-        channels_last_k(spec),
-        &CHANNELS_LAST_SPLIT_CONFIGS,
-        rates.multiprocessors as u64,
-    );
+    let matrix_work =
+        wave_work(problem, channels_last_k(spec), &CHANNELS_LAST_SPLIT_CONFIGS, rates.multiprocessors as u64);
     let output_stores = match layout {
         Layout::Nchw => 4.0 * output / (bandwidth * MATRIX_OUTPUT_BANDWIDTH_SHARE),
         Layout::Nhwc => 0.0,
@@ -493,12 +489,7 @@ pub(crate) fn f32_matrix_rule(
         tiled::TILED.reference().with_tile(t)
     })
     .map(|_| {
-        let work = wave_work(
-            problem,
-            spec.k_total() as u64,
-            &F32_SHAPE_CONFIGS,
-            rates.multiprocessors as u64,
-        );
+        let work = wave_work(problem, spec.k_total() as u64, &F32_SHAPE_CONFIGS, rates.multiprocessors as u64);
         let passes = match layout {
             Layout::Nhwc => LAYOUT_PASS_BYTES * (input + output) / (bandwidth * PASS_BANDWIDTH_SHARE),
             Layout::Nchw => 0.0,

@@ -9,8 +9,8 @@ use crate::alloc;
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
 use crate::kernel::{
-    compose_defined, workgroups_u32, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, Shaped, SimtOperands, Target,
-    GRID_BINDING,
+    compose_defined, workgroups_u32, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, Shaped, SimtOperands,
+    Target, GRID_BINDING,
 };
 use crate::spec::{Conv2dSpec, ConvProblem};
 
@@ -166,7 +166,7 @@ impl GatherVariant {
     pub(crate) fn of(problem: &ConvProblem) -> GatherVariant {
         let spec = &problem.spec;
         let rows_fastest = spec.kernel == [1, 1] && spec.in_channels_per_group() <= ROWS_FASTEST_MAX_K;
-        let vec4_output = (problem.output.h * problem.output.w) % 4 == 0;
+        let vec4_output = (problem.output.h * problem.output.w).is_multiple_of(4);
         GatherVariant { rows_fastest, vec4_output }
     }
 
