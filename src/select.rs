@@ -294,16 +294,15 @@ const CHANNELS_LAST_F16_CONFIGS: [(TileConfig, f64); 3] = [
     (TileConfig::with_thread_tile(64, 64, 32, 4, 8, 2), 0.6),
 ];
 /// The split kernels' configs (f16x3, and f32 on the matrix units), whose doubled tiles
-/// leave no room for K steps of 64 at 128×128: fitted to the H100's f32 sweeps of the dense
-/// layers of ResNet-50, ResNeXt-50, MobileNetV2, VGG-16 and AlexNet, where choosing by them
-/// came within 0.5 % of the best of these four configs (geometric mean). The narrower
-/// blocks run at 0.5–0.7 of the 128×128 block's rate per multiply-add, and win where the
-/// wide one would pad N or leave the device half empty (ResNet-50's 7×7 layers).
+/// leave no room for K steps of 64 at 128×128: fitted to the H100's f32 sweeps of ResNet-50's
+/// and VGG-16's dense layers, where choosing by them came within 2.4 % of each layer's best
+/// kernel (geometric mean). The 64-wide blocks run at about 0.6 of the 128×128 block's rate
+/// per multiply-add, and win where the wide one would pad N or leave the device half empty.
 const CHANNELS_LAST_SPLIT_CONFIGS: [(TileConfig, f64); 4] = [
     (TileConfig::with_thread_tile(128, 128, 32, 8, 8, 1), 1.0),
-    (TileConfig::with_thread_tile(128, 64, 32, 8, 8, 1), 0.7),
+    (TileConfig::with_thread_tile(128, 64, 32, 8, 8, 1), 0.65),
     (TileConfig::with_thread_tile(64, 128, 32, 8, 8, 1), 0.65),
-    (TileConfig::with_thread_tile(64, 64, 64, 4, 8, 1), 0.5),
+    (TileConfig::with_thread_tile(64, 64, 64, 4, 8, 1), 0.6),
 ];
 
 /// The channels-last rule: f16 and f16x3 convolutions on cooperative matrices whose groups'
@@ -546,8 +545,7 @@ const FILL_WORKGROUPS: u64 = 132;
 /// The rates are fitted to the H100's sweeps of the 62 dense layers of ResNet-50,
 /// ResNeXt-50, MobileNetV2, VGG-16 and AlexNet (every tile config of the tiled family on
 /// every layer): picking by this rule came within 4.5 % of each layer's best config
-/// (geometric mean) where the dense default alone was 8.5 % off. (With the vec4 output
-/// stores, 3.9 % of the best of these four configs over 76 layers.)
+/// (geometric mean) where the dense default alone was 8.5 % off.
 const F32_SHAPE_CONFIGS: [(TileConfig, f64); 4] = [
     (TileConfig::with_thread_tile(64, 96, 16, 4, 12, 1), 1.0),
     (TileConfig::with_thread_tile(128, 128, 8, 8, 8, 2), 0.8),
