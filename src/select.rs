@@ -539,26 +539,28 @@ fn f32_tile(caps: &DeviceCaps) -> (crate::tile::TileConfig, &'static str) {
 const FILL_WORKGROUPS: u64 = 132;
 
 /// The f32 shape rule's tile configs on GPUs and their relative rate per padded FMA, on
-/// kernels larger than 1×1 and on 1×1 kernels: the dense default, a 128-row block with 8×8
-/// register tiles (more reuse per load, but fewer, larger tiles; on 1×1 kernels, whose
-/// output is as large as their work is small, it writes two vec4s per column and
-/// invocation), and a 32×32 block for groups and grids too small for the others. Fitted to
-/// the H100's sweeps of the 76 dense layers of ResNet-50, ResNeXt-50, MobileNetV2, VGG-16
-/// and AlexNet (with the vec4 output stores, three runs): picking by this rule came within
-/// 2.4 % of each layer's best of these and a 128×128 block (geometric mean). The 128×128
-/// block is left out: it was at most 4 % faster than the 128×64 one where it won (VGG-16's
-/// 128-channel layers at 112×112), and with rates that let it win there the rule lost more
-/// elsewhere.
+/// most layers and on 1×1 layers over more than [`tiled::ROWS_FASTEST_MAX_K`] input
+/// channels per group (whose taps the kernel gathers fastest, see `GatherVariant`): the
+/// dense default, a 128-row block with 8×8 register tiles (more reuse per load, but fewer,
+/// larger tiles; on those 1×1 layers, whose output is as large as their work is small, it
+/// kept the default's rate), and a 32×32 block for groups and grids too small for the
+/// others. Fitted to the H100's sweeps of the 76 dense layers of ResNet-50, ResNeXt-50,
+/// MobileNetV2, VGG-16 and AlexNet (with the vec4 output stores, four runs): picking by
+/// this rule came within 1 % of each layer's best of the three (geometric mean; 5.5 % on
+/// the long 1×1 layers with one rate). A 128×128 block is left out: it was at most 4 %
+/// faster than the 128×64 one where it won (VGG-16's 128-channel layers at 112×112), and
+/// rates that let it win there lost more elsewhere.
 const F32_SHAPE_CONFIGS: [(TileConfig, f64, f64); 3] = [
     (TileConfig::with_thread_tile(64, 96, 16, 4, 12, 1), 1.0, 1.0),
     (TileConfig::with_thread_tile(128, 64, 8, 8, 8, 1), 0.8, 1.0),
     (TileConfig::with_thread_tile(32, 32, 32, 4, 4, 2), 0.4, 0.4),
 ];
 
-/// [`F32_SHAPE_CONFIGS`] with the rates for the spec's kernel size.
+/// [`F32_SHAPE_CONFIGS`] with the rates for the spec.
 fn f32_shape_configs(spec: &Conv2dSpec) -> [(TileConfig, f64); 3] {
-    let pointwise = spec.kernel == [1, 1];
-    F32_SHAPE_CONFIGS.map(|(tile, rate, pointwise_rate)| (tile, if pointwise { pointwise_rate } else { rate }))
+    let long_pointwise = spec.kernel == [1, 1] && spec.in_channels_per_group() > tiled::ROWS_FASTEST_MAX_K;
+    F32_SHAPE_CONFIGS
+        .map(|(tile, rate, long_pointwise_rate)| (tile, if long_pointwise { long_pointwise_rate } else { rate }))
 }
 
 /// The f32 shape rule, where the input shape is known (`Conv2dOptions::tuning_key_input`)
