@@ -13,8 +13,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let problem = spec.problem(shape)?;
     let weight = vec![0.01f32; spec.weight_len()];
 
-    // The kernel a default Conv2d would run here is the tuner's starting point.
-    let start = Conv2d::new(&gpu, spec, &weight, None, Conv2dOptions::default())?.kernel().kernel.clone();
+    // The kernel a default Conv2d runs on this shape is the tuner's starting point.
+    let options = Conv2dOptions::default().tuning_key_input(shape);
+    let start = Conv2d::new(&gpu, spec, &weight, None, options)?.kernel().kernel.clone();
     if tune::check_tunable(&start).is_err() {
         println!("{start} is not a tunable kernel family here; nothing to tune");
         return Ok(());

@@ -265,8 +265,9 @@ impl Conv2d {
     /// Uploads the weights (`[C_out, C_in/groups, KH, KW]`) and the bias (`[C_out]`, or
     /// `None` for none: its presence sets [`Conv2dSpec::bias`]) and builds the kernel
     /// selection chose (see [`Conv2d::kernel`]). `gpu` is cloned (cheap: see [`Gpu`]). Where
-    /// the options name neither a kernel nor the input shape, a host copy of the weights and
-    /// the bias is kept until the first forward, which selects again with its input shape.
+    /// the options name neither a kernel nor the input shape and a rule that needs the shape
+    /// could decide, a host copy of the weights and the bias is kept until the first forward,
+    /// which selects again with its input shape.
     pub fn new(
         gpu: &Gpu,
         mut spec: Conv2dSpec,
@@ -303,7 +304,7 @@ impl Conv2d {
         let initial = Bound::new(gpu, &spec, selection, weight, bias)?;
         // Without the input shape the rules that need it did not apply: the first forward's
         // shape decides again.
-        let pending = match options.kernel.is_none() && options.tuning_key_input.is_none() {
+        let pending = match crate::select::shape_may_matter(gpu.caps(), &spec, &options) {
             false => None,
             true => Some(Pending {
                 weight: crate::alloc::copy_of(weight, "the weights kept for the first forward")?,
@@ -545,8 +546,6 @@ impl Conv2d {
     /// named neither a kernel nor the input shape settles its kernel (see [`Conv2d::kernel`]).
     pub fn plan(&self, shape: Shape4, input: &wgpu::Buffer, output: &wgpu::Buffer) -> Result<ConvPlan> {
         let problem = self.spec.problem(shape)?;
-        let settled = self.settle(&problem);
-        let bound = settled.0;
         // One buffer bound twice, read-only and read-write, is a usage conflict that wgpu
         // reports only when the caller's encoder is finished (a panic there).
         if input == output {
@@ -567,6 +566,9 @@ impl Conv2d {
             }
             self.check_device(what, buf)?;
         }
+        // After the checks: a call refused for its buffers does not decide the kernel.
+        let settled = self.settle(&problem);
+        let bound = settled.0;
         let limits = self.gpu.device.limits();
         let prepared = self.prepared(settled, &problem)?;
         let per_chunk = images_per_chunk(&problem, &limits, prepared.scratch_per_image())?;
@@ -803,7 +805,7 @@ impl Conv2d {
     /// f32 [`Storage`] (the default; [`Conv2d::forward_f16`] for f16).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn forward(&self, input: &[f32], shape: Shape4) -> Result<Vec<f32>> {
-        let (problem, settled) = self.start(Storage::F32, shape)?;
+        let (problem, settled) = self.start(Storage::F32, shape, input.len())?;
         let _turn = self.turn(settled);
         pollster::block_on(self.forward_chunks(settled, input, &problem))
     }
@@ -812,7 +814,7 @@ impl Conv2d {
     /// a second call on the same op while one is in flight is refused (the two would share
     /// the op's range flag; waiting for the lock could block the only thread).
     pub async fn forward_async(&self, input: &[f32], shape: Shape4) -> Result<Vec<f32>> {
-        let (problem, settled) = self.start(Storage::F32, shape)?;
+        let (problem, settled) = self.start(Storage::F32, shape, input.len())?;
         let _turn = self.try_turn(settled)?;
         self.forward_chunks(settled, input, &problem).await
     }
@@ -822,23 +824,31 @@ impl Conv2d {
     /// device (see [`Storage::F16`]).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn forward_f16(&self, input: &[half::f16], shape: Shape4) -> Result<Vec<half::f16>> {
-        let (problem, settled) = self.start(Storage::F16, shape)?;
+        let (problem, settled) = self.start(Storage::F16, shape, input.len())?;
         let _turn = self.turn(settled);
         pollster::block_on(self.forward_chunks(settled, input, &problem))
     }
 
     /// [`Conv2d::forward_f16`] without blocking (as [`Conv2d::forward_async`]).
     pub async fn forward_f16_async(&self, input: &[half::f16], shape: Shape4) -> Result<Vec<half::f16>> {
-        let (problem, settled) = self.start(Storage::F16, shape)?;
+        let (problem, settled) = self.start(Storage::F16, shape, input.len())?;
         let _turn = self.try_turn(settled)?;
         self.forward_chunks(settled, input, &problem).await
     }
 
-    /// A forward's problem and kernel, after its slices' element type is checked against the
-    /// op's storage.
-    fn start(&self, slices: Storage, shape: Shape4) -> Result<(ConvProblem, Settled<'_>)> {
+    /// A forward's problem and kernel, after its slices' element type and length are checked
+    /// (a refused call does not decide the kernel).
+    fn start(&self, slices: Storage, shape: Shape4, input_len: usize) -> Result<(ConvProblem, Settled<'_>)> {
         self.check_storage(slices)?;
         let problem = self.spec.problem(shape)?;
+        if input_len as u64 != problem.input.len() {
+            return Err(Error::ShapeMismatch {
+                what: "the input",
+                unit: "elements",
+                expected: problem.input.len(),
+                got: input_len as u64,
+            });
+        }
         let settled = self.settle(&problem);
         Ok((problem, settled))
     }
@@ -892,14 +902,6 @@ impl Conv2d {
         input: &[T],
         problem: &ConvProblem,
     ) -> Result<Vec<T>> {
-        if input.len() as u64 != problem.input.len() {
-            return Err(Error::ShapeMismatch {
-                what: "the input",
-                unit: "elements",
-                expected: problem.input.len(),
-                got: input.len() as u64,
-            });
-        }
         let scratch_per_image = self.prepared(settled, problem)?.scratch_per_image();
         let per_chunk = images_per_chunk(problem, &self.gpu.device.limits(), scratch_per_image)?;
         let (in_img, out_img) = (problem.input.per_image() as usize, problem.output.per_image() as usize);

@@ -57,6 +57,20 @@ fn cached(_gpu: &Gpu, _spec: &Conv2dSpec, _options: &Conv2dOptions, _default: &K
     None
 }
 
+/// Whether the input shape can change [`select`]'s choice for these options: not where they
+/// name a kernel or already give the shape, nor where a rule that needs no shape decides
+/// first (the stem and depthwise rules). `Conv2d::new` keeps the weights for the first
+/// forward's selection only where it can.
+pub(crate) fn shape_may_matter(caps: &DeviceCaps, spec: &Conv2dSpec, options: &Conv2dOptions) -> bool {
+    if options.kernel.is_some() || options.tuning_key_input.is_some() {
+        return false;
+    }
+    if options.layout == Layout::Nchw && stem_rule(caps, spec, options.precision).is_some() {
+        return false;
+    }
+    depthwise_rule(caps, spec, options.precision).is_none()
+}
+
 /// Decides the kernel for a convolution; `finite_weights`: no weight is infinite or NaN (the
 /// f32 kernel on the matrix units takes finite weights only); `cached` answers the tuning
 /// cache's decision for a precision's default kernel (its family), where the input shape is

@@ -298,3 +298,48 @@ fn one_op_many_input_sizes() {
         }
     }
 }
+
+/// 1×1 convolutions, which the tiled kernel gathers rows-first up to 128 channels per group
+/// and stores as vec4s where the output positions per image are a multiple of 4: every sweep
+/// config, and two whose workgroups do not cover a whole number of block rows (the
+/// rows-first gather's general mapping), in f32 and (where the device has it) `tiled-f16`.
+#[test]
+fn every_sweep_config_on_pointwise_shapes() {
+    let gpu = gpu();
+    let limits = gpu.kernel_limits();
+    let cases = [
+        // Rows first, vec4 stores, ragged M (120) and N (70), bias.
+        Case::new("pointwise", S::new(20, 70, 1).with_bias(true), Shape4::new(2, 20, 6, 10)),
+        // Rows first, scalar stores (35 positions per image).
+        Case::new("pointwise_odd", S::new(20, 70, 1), Shape4::new(1, 20, 5, 7)),
+        // Two groups of 20 channels, 19 outputs each.
+        Case::new("pointwise_grouped", S::new(40, 38, 1).groups(2), Shape4::new(3, 40, 6, 6)),
+        // Over 128 channels: taps first, vec4 stores.
+        Case::new("pointwise_long", S::new(136, 19, 1), Shape4::new(1, 136, 5, 8)),
+        // Strided: rows first over every other column.
+        Case::new("pointwise_stride2", S::new(24, 33, 1).stride((2, 2)), Shape4::new(1, 24, 12, 8)),
+    ];
+    let extra = ["m128n32k16-t8x8-w2-s1", "m96n64k8-t12x4-w4-s1"].map(|c| c.parse::<wgconv::TileConfig>().unwrap());
+    let configs: Vec<_> = default_sweep().into_iter().chain(extra).collect();
+    let mut ran = 0;
+    for family in ["tiled", "tiled-f16"] {
+        let precision = if family == "tiled" { Precision::F32 } else { Precision::F16Accum32 };
+        if family == "tiled-f16" && !gpu.device.features().contains(wgpu::Features::SHADER_F16) {
+            continue;
+        }
+        for &cfg in &configs {
+            let kernel = tiled_kernel(family, cfg);
+            if kernel.check_limits(&limits).is_err() {
+                continue;
+            }
+            for case in &cases {
+                let conv = case.conv_at(&gpu, Some(kernel.clone()), precision);
+                // f16 operands against the f32 reference, at the f16 tolerance.
+                let got = run_poisoned(&gpu, &conv, &case.x, case.shape);
+                assert_close(&case.label(&format!("encode, {kernel}")), &got, &case.want, tolerance(&kernel));
+            }
+            ran += 1;
+        }
+    }
+    assert!(ran > 0, "the adapter accepted no config");
+}

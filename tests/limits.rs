@@ -283,3 +283,30 @@ fn staged_kernel_chunks() {
     let got = conv.forward(&case.x, case.shape).unwrap();
     assert_close(&case.label("chunked staged forward"), &got, &case.want, TOL_F16);
 }
+
+/// Chunks whose output starts are not 16-byte aligned in the caller's buffer: 660 output
+/// positions per image (a multiple of 4, so the tiled kernel stores vec4s) and a 256-byte
+/// offset alignment, so each chunk's window starts below its first image.
+#[test]
+fn vec4_stores_in_chunks() {
+    let spec = S::new(3, 5, 3).padding(P::uniform(1));
+    let case = Case::new("chunked_vec4", spec, Shape4::new(7, 3, 12, 11));
+    assert_eq!(case.problem.output.per_image(), 660);
+    let _serial = serial();
+    let gpu = gpu_with_limits(|l| {
+        l.max_storage_buffer_binding_size = 8480;
+        l.min_storage_buffer_offset_alignment = 256;
+    });
+    let mut kernels = vec![tiled_kernel("tiled", TileConfig::seed())];
+    if gpu.device.features().contains(wgpu::Features::SHADER_F16) {
+        kernels.push(tiled_kernel("tiled-f16", TileConfig::seed()));
+    }
+    for kernel in kernels {
+        let opts = Conv2dOptions::default().kernel(kernel.clone()).precision(kernel.precision());
+        let conv = Conv2d::new(&gpu, spec, &case.w, None, opts).unwrap();
+        let (x, y) = buffers(&gpu, &case);
+        assert!(conv.plan(case.shape, &x, &y).unwrap().chunks() > 2, "{kernel}");
+        let got = run_poisoned(&gpu, &conv, &case.x, case.shape);
+        assert_close(&case.label(&format!("chunked encode, {kernel}")), &got, &case.want, tolerance(&kernel));
+    }
+}

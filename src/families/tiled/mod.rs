@@ -111,7 +111,12 @@ impl KernelConfig for TiledKernel {
         self.tile.check_shape()?;
         let plain = GatherVariant { rows_fastest: false, vec4_output: false };
         let both = GatherVariant { rows_fastest: true, vec4_output: true };
-        Ok(vec![self.source(false, plain)?, self.source(true, plain)?, self.source(false, both)?])
+        Ok(vec![
+            self.source(false, plain)?,
+            self.source(true, plain)?,
+            self.source(false, both)?,
+            self.source(true, both)?,
+        ])
     }
     fn invocations(&self) -> u32 {
         self.tile.invocations()
