@@ -361,7 +361,7 @@ pub(crate) fn channels_last_rule(
 }
 
 /// Among `configs` (tile, relative rate), the kernel `make` builds with the least estimated
-/// time that the device accepts: `max(tiles, FILL_WORKGROUPS) × padded multiply-adds per
+/// time that the device accepts: `max(tiles, fill) × padded multiply-adds per
 /// tile / rate`, with M, N and `k` (the GEMM's K as the kernel walks it) padded to whole
 /// blocks — padding and grids that leave the device part empty both count. Returns the
 /// kernel, its workgroup tiles, its tile and that estimate (multiply-adds at the reference
@@ -381,7 +381,7 @@ fn estimated_best(
         .map(|&(t, rate)| {
             let (bm, bn, bk) = (t.block_m as u64, t.block_n as u64, t.block_k as u64);
             let tiles = m.div_ceil(bm) * n.div_ceil(bn) * spec.groups as u64;
-            (tiles.max(FILL_WORKGROUPS) as f64 * (bm * bn * k.next_multiple_of(bk)) as f64 / rate, tiles, t)
+            (tiles.max(fill_workgroups(caps)) as f64 * (bm * bn * k.next_multiple_of(bk)) as f64 / rate, tiles, t)
         })
         .collect();
     ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -552,6 +552,12 @@ fn f32_tile(caps: &DeviceCaps) -> (crate::tile::TileConfig, &'static str) {
 /// below it a tile config's time is that of one wave, whatever its number of tiles.
 const FILL_WORKGROUPS: u64 = 132;
 
+/// The workgroups that fill the device once: its multiprocessors where its declared rates
+/// name them, else [`FILL_WORKGROUPS`].
+fn fill_workgroups(caps: &DeviceCaps) -> u64 {
+    caps.declared_rates().map_or(FILL_WORKGROUPS, |r| r.multiprocessors as u64)
+}
+
 /// The f32 shape rule's tile configs on GPUs and their relative rate per padded FMA, on
 /// most layers and on 1×1 layers over more than [`tiled::ROWS_FASTEST_MAX_K`] input
 /// channels per group (whose taps the kernel gathers fastest, see `GatherVariant`): the
@@ -579,7 +585,8 @@ fn f32_shape_configs(spec: &Conv2dSpec) -> [(TileConfig, f64); 3] {
 
 /// The f32 shape rule, where the input shape is known (`Conv2dOptions::tuning_key_input`)
 /// on a GPU: among [`F32_SHAPE_CONFIGS`], the config with the least estimated time,
-/// `max(tiles, FILL_WORKGROUPS) × padded FMAs per tile / rate` — padding of M, N and K to
+/// `max(tiles, fill) × padded FMAs per tile / rate` (fill: the device's multiprocessors where
+/// its declared rates name them, else [`FILL_WORKGROUPS`]) — padding of M, N and K to
 /// whole blocks, and grids that leave the device part empty, both counted. Returns the
 /// kernel and why, or `None` where no config of the rule fits the device.
 fn f32_shape_rule(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, String)> {
