@@ -9,7 +9,7 @@
 // `bash scripts/web.sh test` reads the results of a headless browser.
 
 import { mulberry32 } from "./random.js";
-import init, { Device, Conv, reference, version } from "./pkg/wgconv_web.js";
+import init, { Device, Conv, reference, version, toF16, fromF16 } from "./pkg/wgconv_web.js";
 
 const params = new URLSearchParams(location.search);
 const baseSeed = Number(params.get("seed") ?? Math.floor(Math.random() * 1e9));
@@ -186,6 +186,27 @@ async function main() {
     let threw = "";
     try { new Conv(adapter, spec, new Float32Array(4 * 4 * 9)); } catch (e) { threw = e.message; }
     assert(threw.includes("SHADER_F16"), `no refusal naming SHADER_F16: ${threw}`);
+  });
+  // f16 storage: f16 tensors in and out (the passes around the kernel convert them; no
+  // shader-f16 needed), against the reference on the f16-rounded input, at f16's rounding.
+  const f16spec = { inChannels: 5, outChannels: 6, kernel: 3, padding: 1, bias: true, storage: "f16" };
+  const f16shape = [2, 5, 9, 7];
+  const f16seed = baseSeed + 2000;
+  await check("f16 storage: f16 tensors in and out, on odd sizes", `spec ${JSON.stringify(f16spec)} input [${f16shape}] seed ${f16seed}`, async () => {
+    const rand = mulberry32(f16seed);
+    const weight = randn(6 * 5 * 9, rand), bias = randn(6, rand);
+    const xBits = toF16(randn(f16shape.reduce((a, b) => a * b), rand));
+    const conv = new Conv(adapter, f16spec, weight, bias);
+    try {
+      assert(conv.storage === "f16", `storage ${conv.storage}`);
+      const got = fromF16(await conv.forwardF16(xBits, f16shape));
+      compare(got, reference(f16spec, weight, bias, fromF16(xBits), f16shape), 2e-3);
+      let threw = "";
+      try { await conv.forward(new Float32Array(xBits.length), f16shape); } catch (e) { threw = e.message; }
+      assert(threw.includes("forward_f16"), `an f32 forward on an f16 op: ${threw}`);
+    } finally {
+      conv.free();
+    }
   });
   await check("a wrong input length is an error, not a crash", "-", async () => {
     const conv = new Conv(adapter, { inChannels: 2, outChannels: 2, kernel: 1 }, new Float32Array(4));

@@ -176,6 +176,25 @@ impl Conv {
         })
     }
 
+    /// [`Conv::forward`] for an op with `storage: "f16"`: the input as f16 bits
+    /// (`Uint16Array`, see [`to_f16`]), resolving to the output as f16 bits.
+    #[wasm_bindgen(js_name = forwardF16)]
+    pub fn forward_f16(&self, input: Vec<u16>, shape: Vec<u32>) -> js_sys::Promise {
+        let conv = self.conv.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let x: Vec<wgconv::half::f16> = input.into_iter().map(wgconv::half::f16::from_bits).collect();
+            let y = conv.forward_f16_async(&x, shape4(&shape)?).await.map_err(js)?;
+            let bits: Vec<u16> = y.iter().map(|v| v.to_bits()).collect();
+            Ok(js_sys::Uint16Array::from(bits.as_slice()).into())
+        })
+    }
+
+    /// The tensors' element type: `f32` or `f16`.
+    #[wasm_bindgen(getter)]
+    pub fn storage(&self) -> String {
+        self.conv.storage().to_string()
+    }
+
     /// How many dispatches (batch chunks) a run on `shape` takes on this device: 1 unless
     /// the input or output exceeds the storage binding limit.
     pub fn chunks(&self, shape: Vec<u32>) -> Result<u32, JsError> {
@@ -265,6 +284,18 @@ pub fn reference(
         y.iter_mut().for_each(|v| *v = wgconv::reference::relu(*v));
     }
     Ok(y)
+}
+
+/// Values rounded to the nearest f16, as their bits (what [`Conv::forward_f16`] reads).
+#[wasm_bindgen(js_name = toF16)]
+pub fn to_f16(values: &[f32]) -> Vec<u16> {
+    values.iter().map(|&v| wgconv::half::f16::from_f32(v).to_bits()).collect()
+}
+
+/// f16 bits as f32 values (exact).
+#[wasm_bindgen(js_name = fromF16)]
+pub fn from_f16(bits: &[u16]) -> Vec<f32> {
+    bits.iter().map(|&b| wgconv::half::f16::from_bits(b).to_f32()).collect()
 }
 
 /// The version of wgconv this package was built from.

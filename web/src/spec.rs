@@ -1,7 +1,7 @@
 //! A convolution described by a plain JavaScript object, PyTorch's vocabulary in camelCase.
 
 use wasm_bindgen::prelude::*;
-use wgconv::{Activation, Conv2dOptions, Conv2dSpec, Kernel, Padding, Precision};
+use wgconv::{Activation, Conv2dOptions, Conv2dSpec, Kernel, Padding, Precision, Storage};
 
 /// What a JavaScript spec object says:
 ///
@@ -13,7 +13,8 @@ use wgconv::{Activation, Conv2dOptions, Conv2dSpec, Kernel, Padding, Precision};
 ///   dilation: 1,            // or [dh, dw]
 ///   groups: 1, bias: false, relu: false,
 ///   kernelName: "tiled:m32n64k32-t4x4-w4-s2",   // optional: run this kernel, not selection's
-///   precision: "f32" }      // optional: "f32" (default), "f16" (needs shader-f16)
+///   precision: "f32",       // optional: "f32" (default), "f16" (needs shader-f16)
+///   storage: "f32" }        // optional: "f32" (default), "f16": tensors as f16 (forwardF16)
 /// ```
 pub struct SpecArgs {
     /// The convolution.
@@ -24,6 +25,8 @@ pub struct SpecArgs {
     pub kernel: Option<String>,
     /// The precision (default f32).
     pub precision: Option<String>,
+    /// The tensors' element type (default f32).
+    pub storage: Storage,
 }
 
 impl SpecArgs {
@@ -59,15 +62,21 @@ impl SpecArgs {
             relu: flag(v, "relu")?,
             kernel: optional_string(v, "kernelName")?,
             precision: optional_string(v, "precision")?,
+            storage: match optional_string(v, "storage")?.as_deref() {
+                None | Some("f32") => Storage::F32,
+                Some("f16") => Storage::F16,
+                Some(other) => return Err(JsError::new(&format!("storage is \"f32\" or \"f16\", not {other:?}"))),
+            },
         })
     }
 
-    /// The options of a `Conv2d`: activation, precision and an explicit kernel. Assigned
+    /// The options of a `Conv2d`: activation, storage, precision and an explicit kernel. Assigned
     /// field by field from the defaults, so that fields wgconv adds later keep theirs.
     #[allow(clippy::field_reassign_with_default)]
     pub fn options(&self) -> Result<Conv2dOptions, JsError> {
         let mut options = Conv2dOptions::default();
         options.activation = if self.relu { Activation::Relu } else { Activation::None };
+        options.storage = self.storage;
         if let Some(p) = &self.precision {
             options.precision = p.parse::<Precision>().map_err(crate::js)?;
         }
