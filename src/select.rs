@@ -374,14 +374,11 @@ fn estimated_best(
     make: impl Fn(TileConfig) -> Option<Kernel>,
 ) -> Option<(Kernel, u64, TileConfig, f64)> {
     let spec = &problem.spec;
-    let m = problem.output.n as u64 * problem.output.h as u64 * problem.output.w as u64;
-    let n = spec.out_channels_per_group() as u64;
     let mut ranked: Vec<_> = configs
         .iter()
         .map(|&(t, rate)| {
-            let (bm, bn, bk) = (t.block_m as u64, t.block_n as u64, t.block_k as u64);
-            let tiles = m.div_ceil(bm) * n.div_ceil(bn) * spec.groups as u64;
-            (tiles.max(fill_workgroups(caps)) as f64 * (bm * bn * k.next_multiple_of(bk)) as f64 / rate, tiles, t)
+            let (tiles, per_tile) = tiles_and_work(problem, k, t);
+            (tiles.max(fill_workgroups(caps)) as f64 * per_tile / rate, tiles, t)
         })
         .collect();
     ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -399,17 +396,26 @@ fn estimated_best(
 /// N=32: 150 tiles of 64×96 on 132 multiprocessors), where [`estimated_best`], ranking one
 /// family's configs, counts any grid of at least one wave by its tiles.
 fn wave_work(problem: &ConvProblem, k: u64, configs: &[(TileConfig, f64)], slots: u64) -> f64 {
-    let spec = &problem.spec;
-    let m = problem.output.n as u64 * problem.output.h as u64 * problem.output.w as u64;
-    let n = spec.out_channels_per_group() as u64;
+    let slots = slots.max(1);
     configs
         .iter()
         .map(|&(t, rate)| {
-            let (bm, bn, bk) = (t.block_m as u64, t.block_n as u64, t.block_k as u64);
-            let tiles = m.div_ceil(bm) * n.div_ceil(bn) * spec.groups as u64;
-            (tiles.div_ceil(slots.max(1)) * slots.max(1)) as f64 * (bm * bn * k.next_multiple_of(bk)) as f64 / rate
+            let (tiles, per_tile) = tiles_and_work(problem, k, t);
+            (tiles.div_ceil(slots) * slots) as f64 * per_tile / rate
         })
         .fold(f64::INFINITY, f64::min)
+}
+
+/// A tile config's workgroup tiles over a problem (M = output positions, N = a group's
+/// output channels, per group) and the multiply-adds of one tile with K (`k`) padded to
+/// whole steps.
+fn tiles_and_work(problem: &ConvProblem, k: u64, t: TileConfig) -> (u64, f64) {
+    let spec = &problem.spec;
+    let m = problem.output.n as u64 * problem.output.h as u64 * problem.output.w as u64;
+    let n = spec.out_channels_per_group() as u64;
+    let (bm, bn, bk) = (t.block_m as u64, t.block_n as u64, t.block_k as u64);
+    let tiles = m.div_ceil(bm) * n.div_ceil(bn) * spec.groups as u64;
+    (tiles, (bm * bn * k.next_multiple_of(bk)) as f64)
 }
 
 /// The least ratio of a device's declared f16-matrix rate to its fp32 FMA rate
