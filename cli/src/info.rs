@@ -146,6 +146,7 @@ struct RatesReport {
     fp32_tflops: f64,
     f16_matrix_tflops: f64,
     bandwidth_gbs: f64,
+    multiprocessors: u32,
 }
 
 #[derive(Serialize)]
@@ -214,6 +215,7 @@ fn describe(index: usize, adapter: &wgpu::Adapter, chosen: bool) -> AdapterRepor
             fp32_tflops: r.fp32_tflops,
             f16_matrix_tflops: r.f16_matrix_tflops,
             bandwidth_gbs: r.bandwidth_gbs,
+            multiprocessors: r.multiprocessors,
         }),
         refused_configs,
         sweep_size: sweep.len(),
@@ -312,8 +314,9 @@ fn print_text(r: &Report) {
                     "f32 stays on the FMA units"
                 };
                 println!(
-                    "    declared rates: fp32 {} TFLOP/s, f16 matrix {} TFLOP/s ({ratio:.1}x), {} GB/s: {f32_path}",
-                    r.fp32_tflops, r.f16_matrix_tflops, r.bandwidth_gbs
+                    "    declared rates: fp32 {} TFLOP/s, f16 matrix {} TFLOP/s ({ratio:.1}x), {} GB/s, {} \
+                     multiprocessors: {f32_path}",
+                    r.fp32_tflops, r.f16_matrix_tflops, r.bandwidth_gbs, r.multiprocessors
                 );
             }
             None => println!("    declared rates: none (not in wgconv::DECLARED_RATES): f32 stays on the FMA units"),
