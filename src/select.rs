@@ -486,15 +486,14 @@ pub(crate) fn f32_matrix_rule(
     if ratio < F32_MATRIX_MIN_RATE_RATIO || !channels_last_pads_little(spec, layout) {
         return None;
     }
+    let (matrix_k, fma_k) = (channels_last_k(spec), spec.k_total() as u64);
+    let slots = rates.multiprocessors as u64;
     let (kernel, tiles, tile, _) =
-        estimated_best(caps, problem, channels_last_k(spec), &CHANNELS_LAST_SPLIT_CONFIGS, |t| {
-            family.reference().with_tile(t)
-        })?;
+        estimated_best(caps, problem, matrix_k, &CHANNELS_LAST_SPLIT_CONFIGS, |t| family.reference().with_tile(t))?;
     let seconds = |flops: f64, tflops: f64, share: f64| flops / (tflops * 1e12 * share);
     let (input, output) = (problem.input.len() as f64, problem.output.len() as f64);
     let bandwidth = rates.bandwidth_gbs * 1e9;
-    let matrix_work =
-        wave_work(problem, channels_last_k(spec), &CHANNELS_LAST_SPLIT_CONFIGS, rates.multiprocessors as u64);
+    let matrix_work = wave_work(problem, matrix_k, &CHANNELS_LAST_SPLIT_CONFIGS, slots);
     let output_stores = match layout {
         Layout::Nchw => 4.0 * output / (bandwidth * MATRIX_OUTPUT_BANDWIDTH_SHARE),
         Layout::Nhwc => 0.0,
@@ -504,16 +503,16 @@ pub(crate) fn f32_matrix_rule(
         + output_stores
         + MATRIX_PASSES_SECONDS;
     let shape_configs = f32_shape_configs(spec);
+    // The FMA kernels' estimate, where one of their configs fits the device.
     let fma =
-        estimated_best(caps, problem, spec.k_total() as u64, &shape_configs, |t| tiled::TILED.reference().with_tile(t))
-            .map(|_| {
-                let work = wave_work(problem, spec.k_total() as u64, &shape_configs, rates.multiprocessors as u64);
-                let passes = match layout {
-                    Layout::Nhwc => LAYOUT_PASS_BYTES * (input + output) / (bandwidth * PASS_BANDWIDTH_SHARE),
-                    Layout::Nchw => 0.0,
-                };
-                seconds(2.0 * work, rates.fp32_tflops, F32_SIMT_EFFICIENCY) + passes
-            });
+        estimated_best(caps, problem, fma_k, &shape_configs, |t| tiled::TILED.reference().with_tile(t)).map(|_| {
+            let work = wave_work(problem, fma_k, &shape_configs, slots);
+            let passes = match layout {
+                Layout::Nhwc => LAYOUT_PASS_BYTES * (input + output) / (bandwidth * PASS_BANDWIDTH_SHARE),
+                Layout::Nchw => 0.0,
+            };
+            seconds(2.0 * work, rates.fp32_tflops, F32_SIMT_EFFICIENCY) + passes
+        });
     if fma.is_some_and(|fma| fma <= matrix) {
         return None;
     }
