@@ -568,21 +568,28 @@ fn fill_workgroups(caps: &DeviceCaps) -> u64 {
 /// channels per group (whose taps the kernel gathers fastest, see `GatherVariant`): the
 /// dense default, a 128-row block with 8×8 register tiles (more reuse per load, but fewer,
 /// larger tiles; on those 1×1 layers, whose output is as large as their work is small, it
-/// kept the default's rate), and a 32×32 block for groups and grids too small for the
-/// others. Fitted to the H100's sweeps of the 76 dense layers of ResNet-50, ResNeXt-50,
-/// MobileNetV2, VGG-16 and AlexNet (with the vec4 output stores, four runs): picking by
-/// this rule came within 1 % of each layer's best of the three (geometric mean; 5.5 % on
-/// the long 1×1 layers with one rate). A 128×128 block is left out: it was at most 4 %
-/// faster than the 128×64 one where it won (VGG-16's 128-channel layers at 112×112), and
+/// kept the default's rate), a 64×32 block for layers of few output channels per group
+/// (MobileNetV2's 16–32-channel projections, the 3→32 stem, ResNeXt-50's last grouped
+/// layers: the wide blocks pad their columns 2–4×), and a 32×32 block for groups and grids
+/// too small for the others. The first three were fitted to the H100's sweeps of the 76
+/// dense layers of ResNet-50, ResNeXt-50, MobileNetV2, VGG-16 and AlexNet (with the vec4
+/// output stores, four runs): picking by this rule came within 1 % of each layer's best of
+/// the three (geometric mean; 5.5 % on the long 1×1 layers with one rate). The 64×32
+/// block's rate was fitted on a later sweep of 67 of those layers with all four (and three
+/// blocks left out: 128×16, 128×32, 256×64): picking among four came within 1.6 % of each
+/// layer's best of the seven, against 6.4 % among three (worst layer 1.17× against 1.79×);
+/// any rate from 0.45 to 0.7 gave the same picks. A 128×128 block is left out: it was at most
+/// 4 % faster than the 128×64 one where it won (VGG-16's 128-channel layers at 112×112), and
 /// rates that let it win there lost more elsewhere.
-const F32_SHAPE_CONFIGS: [(TileConfig, f64, f64); 3] = [
+const F32_SHAPE_CONFIGS: [(TileConfig, f64, f64); 4] = [
     (TileConfig::with_thread_tile(64, 96, 16, 4, 12, 1), 1.0, 1.0),
     (TileConfig::with_thread_tile(128, 64, 8, 8, 8, 1), 0.8, 1.0),
+    (TileConfig::with_thread_tile(64, 32, 16, 4, 4, 1), 0.6, 0.6),
     (TileConfig::with_thread_tile(32, 32, 32, 4, 4, 2), 0.4, 0.4),
 ];
 
 /// [`F32_SHAPE_CONFIGS`] with the rates for the spec.
-fn f32_shape_configs(spec: &Conv2dSpec) -> [(TileConfig, f64); 3] {
+fn f32_shape_configs(spec: &Conv2dSpec) -> [(TileConfig, f64); F32_SHAPE_CONFIGS.len()] {
     let long_pointwise = spec.kernel == [1, 1] && spec.in_channels_per_group() > tiled::ROWS_FASTEST_MAX_K;
     F32_SHAPE_CONFIGS
         .map(|(tile, rate, long_pointwise_rate)| (tile, if long_pointwise { long_pointwise_rate } else { rate }))
@@ -851,13 +858,19 @@ mod tests {
         // Few tiles, deep K: the default's 64x96 block fills the device best.
         let deep = at(Conv2dSpec::new(512, 512, 3).padding(Padding::uniform(1)), Shape4::new(16, 512, 14, 14), &gpu);
         assert_eq!(deep.kernel.to_string(), "tiled:m64n96k16-t4x12-w4-s1", "{deep}");
-        // 32 groups of 32 channels on a 7x7 grid: the 32x32 block.
+        // 32 groups of 32 channels on a 7x7 grid, or 24 output channels: the 64x32 block.
         let grouped = at(
             Conv2dSpec::new(1024, 1024, 3).groups(32).padding(Padding::uniform(1)),
             Shape4::new(32, 1024, 7, 7),
             &gpu,
         );
-        assert_eq!(grouped.kernel.to_string(), "tiled:m32n32k32-t4x4-w2-s2", "{grouped}");
+        assert_eq!(grouped.kernel.to_string(), "tiled:m64n32k16-t4x4-w4-s1", "{grouped}");
+        let projection = at(Conv2dSpec::new(144, 24, 1), Shape4::new(32, 144, 56, 56), &gpu);
+        assert_eq!(projection.kernel.to_string(), "tiled:m64n32k16-t4x4-w4-s1", "{projection}");
+        // A grid of a few 32-row tiles: the 32x32 block.
+        let tiny =
+            at(Conv2dSpec::new(64, 64, 3).groups(2).padding(Padding::uniform(1)), Shape4::new(1, 64, 4, 4), &gpu);
+        assert_eq!(tiny.kernel.to_string(), "tiled:m32n32k32-t4x4-w2-s2", "{tiny}");
         // Without the shape, or on a CPU adapter, the shape-free rule.
         let spec = Conv2dSpec::new(128, 128, 3).padding(Padding::uniform(1));
         assert_eq!(pick(&gpu, spec, Precision::F32).kernel.to_string(), "tiled:m64n96k16-t4x12-w4-s1");
