@@ -415,6 +415,14 @@ impl Gpu {
             .map_err(|e| Error::Wgpu { stage: "poll", message: e.to_string() })
     }
 
+    /// Blocks until submission `index` has run.
+    pub fn wait_for(&self, index: wgpu::SubmissionIndex) -> Result<()> {
+        self.device
+            .poll(wgpu::PollType::Wait { submission_index: Some(index), timeout: None })
+            .map(|_| ())
+            .map_err(|e| Error::Wgpu { stage: "poll", message: e.to_string() })
+    }
+
     /// Refuses a buffer the device cannot create or bind whole (`create_buffer_init` would
     /// panic instead of reporting it).
     pub fn check_buffer(&self, what: &str, bytes: u64, bound_whole: bool) -> Result<()> {

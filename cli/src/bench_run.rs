@@ -6,7 +6,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use wgconv::advanced::AdapterSummary;
 use wgconv::half::f16;
-use wgconv::tune::timing::{spin_up, time_plan, Clock, Summary};
+use wgconv::tune::timing::{keep_busy, time_plan, Clock, Summary};
 use wgconv::{
     reference, Activation, ConfigSource, Conv2d, Conv2dOptions, ConvPlan, ConvProblem, Error, Gpu, Kernel, Precision,
     Result, Selection, Storage, TileConfig,
@@ -70,6 +70,11 @@ pub const CPU_BATCH: u32 = 2;
 
 /// How long the GPU runs the first kernel before the first timing (not on CPU adapters).
 pub const SPIN_UP: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// How long the GPU runs each kernel right before its timed runs (not on CPU adapters): the
+/// host's checks and read-backs between configs leave the GPU idle long enough for its
+/// clock to drop (see `keep_busy`).
+pub const WARM_BUSY: std::time::Duration = std::time::Duration::from_millis(50);
 
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
@@ -379,12 +384,9 @@ pub fn run(
         })
         .collect();
     // The GPU idled through most of the checks: bring its clocks up before the first timing,
-    // then time that plan once and drop the result. On the H100 the first config timed in a
-    // process has measured up to 2.6× slow, flat over all its runs, even after the spin-up
-    // (seen in four runs; the cause is not known); the configs timed
-    // after it never did.
+    // then time that plan once and drop the result.
     if let Some(Ok((_, plan, _))) = checked.iter().find(|c| c.is_ok()).filter(|_| !gpu.is_cpu()) {
-        spin_up(gpu, plan, SPIN_UP)?;
+        keep_busy(gpu, plan, SPIN_UP)?;
         // A failure here shows again, as that config's, when it is timed for real.
         let _ = time_plan(gpu, plan, opts.warmup, opts.runs);
     }
@@ -393,6 +395,9 @@ pub fn run(
         let outcome = match checked {
             Err(outcome) => outcome,
             Ok((conv, plan, err)) => (|| -> Result<Outcome> {
+                if !gpu.is_cpu() {
+                    keep_busy(gpu, &plan, WARM_BUSY)?;
+                }
                 let (times, c) = time_plan(gpu, &plan, opts.warmup, opts.runs)?;
                 clock = Some(c);
                 let time = Summary::of(&times).ok_or_else(|| Error::Tune("no timings".into()))?;

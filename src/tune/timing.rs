@@ -27,7 +27,8 @@ fn submit(gpu: &Gpu, plan: &ConvPlan) {
 }
 
 /// Times `runs` executions of `plan` (1 to [`MAX_TIMED_RUNS`]) after `warmup` untimed
-/// ones; milliseconds per run, and where they came from. All timed runs go in one
+/// ones (queued right behind them and behind whatever the caller queued, with no wait in
+/// between); milliseconds per run, and where they came from. All timed runs go in one
 /// submission, each its own compute pass between two timestamps, so that the host's
 /// submission overhead is not timed; a device without timestamp queries is timed by the
 /// host clock around each submission and wait ([`Clock::HostWallClock`]).
@@ -38,8 +39,8 @@ pub fn time_plan(gpu: &Gpu, plan: &ConvPlan, warmup: u32, runs: u32) -> Result<(
     for _ in 0..warmup {
         submit(gpu, plan);
     }
-    gpu.wait()?;
     if !gpu.has_timestamps() {
+        gpu.wait()?;
         let mut times = Vec::with_capacity(runs as usize);
         for _ in 0..runs {
             let t0 = std::time::Instant::now();
@@ -85,22 +86,41 @@ pub fn time_plan(gpu: &Gpu, plan: &ConvPlan, warmup: u32, runs: u32) -> Result<(
     Ok((times, Clock::GpuTimestamps))
 }
 
-/// Runs `plan` back to back for at least `min` of wall time (at least once), so that an idle
-/// GPU's clocks are up before anything is timed: warm-up by time, not only by count. A
-/// precaution, not a proven cure: on an H100 the first config timed in a process could
-/// measure up to 4× slow, flat over all its runs. With this spin-up the next fresh
-/// machine's first process was normal, but so was a process without it after 60 s of
-/// idling; the cause is not known.
-pub fn spin_up(gpu: &Gpu, plan: &ConvPlan, min: std::time::Duration) -> Result<()> {
+/// Keeps the GPU busy with `plan` for at least `min` of wall time (at least one run), so
+/// that its clocks are up when the next submission runs: the runs go in command buffers of
+/// growing size (doubling while one takes under [`BUSY_CHUNK`]) with the next buffer queued
+/// before the host waits for the previous one, and the last buffer is left running, so the
+/// caller's next submission follows it without an idle gap. Why: NVIDIA's driver lowers an
+/// H100's SM clock from 1980 MHz to as little as 360–450 MHz while the host does other work
+/// (sampled every 20 ms during a model bench), and a few milliseconds of timed runs after
+/// such a pause ran at whatever clock it had left: whole layers measured 2.1–2.4× slow,
+/// flat over their runs. One run per submit with a wait after each kept a small kernel's
+/// GPU mostly idle, so a spin-up of that kind did not raise the clock.
+pub fn keep_busy(gpu: &Gpu, plan: &ConvPlan, min: std::time::Duration) -> Result<()> {
     let start = std::time::Instant::now();
+    let mut chunk = 1u32;
+    let mut queued: Option<wgpu::SubmissionIndex> = None;
     loop {
-        submit(gpu, plan);
-        gpu.wait()?;
+        let round = std::time::Instant::now();
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        for _ in 0..chunk {
+            plan.encode(&mut enc, None);
+        }
+        let index = gpu.queue.submit([enc.finish()]);
+        if let Some(previous) = queued.replace(index) {
+            gpu.wait_for(previous)?;
+        }
         if start.elapsed() >= min {
             return Ok(());
         }
+        if round.elapsed() < BUSY_CHUNK && chunk < MAX_TIMED_RUNS {
+            chunk *= 2;
+        }
     }
 }
+
+/// About how long one command buffer of [`keep_busy`] runs.
+pub const BUSY_CHUNK: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// Median, min, max, quartiles of a sample: every report quotes the median (robust to the
 /// occasional disturbed run) and the quartiles (the tuner's stability rule compares them).
