@@ -18,7 +18,7 @@ use wgconv::{DeviceCaps, Gpu, GpuOptions, Kernel, KernelLimits, Precision, Shape
     about = "Micro-tune one convolution: try nearby warp/stage counts of a tile config, keep a change only if it is clearly and stably faster",
     long_about = "Micro-tune one convolution (the seed's \"final micro-tuning\" stage).\n\n\
 Around the original tile config (default: the one a fresh Conv2d of the --precision uses on this adapter: \
-for f32 m64n96k16-t4x12-w4-s1 on GPUs and m64n64k16-t8x8-w2-s2 on CPU adapters; the seed's \
+for f32 m64n96k16-t4x12-w4-s1 on GPUs and m64n64k16-t8x4-w4-s3 on CPU adapters; the seed's \
 m32n64k32-t4x4-w4-s2 on the f16 SIMT kernel; m64n96k16-t4x12-w4-s1 on cooperative matrices) it builds up to 6 \
 configs of the same kernel, the original and its neighbours (fewer than 3 where the rules leave no more: the report \
 says so): stages +-1 within 2..=4, and half or double the warps only where an occupancy estimate \
