@@ -27,9 +27,9 @@ fn submit(gpu: &Gpu, plan: &ConvPlan) {
 }
 
 /// Times `runs` executions of `plan` (1 to [`MAX_TIMED_RUNS`]) after `warmup` untimed
-/// ones (queued right behind them and behind whatever the caller queued, with no wait in
-/// between); milliseconds per run, and where they came from. All timed runs go in one
-/// submission, each its own compute pass between two timestamps, so that the host's
+/// ones (on the timestamp path queued right behind them and behind whatever the caller
+/// queued, with no wait in between); milliseconds per run, and where they came from. All
+/// timed runs go in one submission, each its own compute pass between two timestamps, so that the host's
 /// submission overhead is not timed; a device without timestamp queries is timed by the
 /// host clock around each submission and wait ([`Clock::HostWallClock`]).
 pub fn time_plan(gpu: &Gpu, plan: &ConvPlan, warmup: u32, runs: u32) -> Result<(Vec<f64>, Clock)> {
@@ -88,9 +88,11 @@ pub fn time_plan(gpu: &Gpu, plan: &ConvPlan, warmup: u32, runs: u32) -> Result<(
 
 /// Keeps the GPU busy with `plan` for at least `min` of wall time (at least one run), so
 /// that its clocks are up when the next submission runs: the runs go in command buffers of
-/// growing size (doubling while one takes under [`BUSY_CHUNK`]) with the next buffer queued
+/// growing size (doubling while a round of encoding one and waiting for the one before takes
+/// under [`BUSY_CHUNK`], so they end at a few milliseconds each) with the next buffer queued
 /// before the host waits for the previous one, and the last buffer is left running, so the
-/// caller's next submission follows it without an idle gap. Why: NVIDIA's driver lowers an
+/// caller's next submission follows it without an idle gap. Validation errors are caught
+/// ([`ErrorScope`]) and returned. Why: NVIDIA's driver lowers an
 /// H100's SM clock from 1980 MHz to as little as 360–450 MHz while the host does other work
 /// (sampled every 20 ms during a model bench), and a few milliseconds of timed runs after
 /// such a pause ran at whatever clock it had left: whole layers measured 2.1–2.4× slow,
@@ -102,25 +104,30 @@ pub fn keep_busy(gpu: &Gpu, plan: &ConvPlan, min: std::time::Duration) -> Result
     let mut queued: Option<wgpu::SubmissionIndex> = None;
     loop {
         let round = std::time::Instant::now();
+        let scope = ErrorScope::push(&gpu.device);
         let mut enc = gpu.device.create_command_encoder(&Default::default());
         for _ in 0..chunk {
             plan.encode(&mut enc, None);
         }
         let index = gpu.queue.submit([enc.finish()]);
+        scope.finish("keeping the GPU busy")?;
         if let Some(previous) = queued.replace(index) {
             gpu.wait_for(previous)?;
         }
         if start.elapsed() >= min {
             return Ok(());
         }
-        if round.elapsed() < BUSY_CHUNK && chunk < MAX_TIMED_RUNS {
+        if round.elapsed() < BUSY_CHUNK && chunk < MAX_BUSY_RUNS {
             chunk *= 2;
         }
     }
 }
 
-/// About how long one command buffer of [`keep_busy`] runs.
+/// The round time under which [`keep_busy`] doubles its command buffers.
 pub const BUSY_CHUNK: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// Most runs in one command buffer of [`keep_busy`].
+const MAX_BUSY_RUNS: u32 = 4096;
 
 /// Median, min, max, quartiles of a sample: every report quotes the median (robust to the
 /// occasional disturbed run) and the quartiles (the tuner's stability rule compares them).
