@@ -409,16 +409,18 @@ impl Gpu {
 
     /// Blocks until the queue is idle.
     pub fn wait(&self) -> Result<()> {
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map(|_| ())
-            .map_err(|e| Error::Wgpu { stage: "poll", message: e.to_string() })
+        self.poll_until(None)
     }
 
     /// Blocks until submission `index` has run.
     pub fn wait_for(&self, index: wgpu::SubmissionIndex) -> Result<()> {
+        self.poll_until(Some(index))
+    }
+
+    /// Blocks until `index`, or the latest submission, has run.
+    fn poll_until(&self, index: Option<wgpu::SubmissionIndex>) -> Result<()> {
         self.device
-            .poll(wgpu::PollType::Wait { submission_index: Some(index), timeout: None })
+            .poll(wgpu::PollType::Wait { submission_index: index, timeout: None })
             .map(|_| ())
             .map_err(|e| Error::Wgpu { stage: "poll", message: e.to_string() })
     }
