@@ -7,8 +7,8 @@
 use crate::error::{BufferIssue, Error, Result};
 use crate::gpu::Gpu;
 use crate::kernel::{
-    bindings, workgroups_u32, ConvParams, Pipeline, Precision, Shaped, FLAG_RELU, GRID_BINDING, INPUT_MAX_BINDING,
-    INPUT_MAX_WRITE_BINDING, PAD_MODE_SHIFT,
+    bindings, workgroups_u32, ConvParams, Pipeline, Precision, Shaped, TensorForm, FLAG_RELU, GRID_BINDING,
+    INPUT_MAX_BINDING, INPUT_MAX_WRITE_BINDING, PAD_MODE_SHIFT,
 };
 use crate::lru::Lru;
 use crate::options::{Activation, Conv2dOptions, Layout, Selection, Storage};
@@ -210,6 +210,19 @@ impl ConvPlan {
     /// Chunks the batch was split into.
     pub fn chunks(&self) -> usize {
         self.dispatches.len()
+    }
+    /// Dispatches the plan records: per chunk the kernel, and where they run its staging
+    /// and input-maximum passes and the layout passes that convert the caller's tensors
+    /// (channels last for a kernel of NCHW; f16 for a kernel of f32 tensors, or on a device
+    /// without `SHADER_F16`).
+    pub fn dispatches(&self) -> usize {
+        let d = |c: &ChunkDispatch| {
+            1 + [c.to_kernel.is_some(), c.input_max.is_some(), c.staging.is_some(), c.from_kernel.is_some()]
+                .iter()
+                .filter(|&&b| b)
+                .count()
+        };
+        self.dispatches.iter().map(d).sum()
     }
 }
 
@@ -464,20 +477,32 @@ impl Conv2d {
         }
         let kernel = &settled.0.selection.kernel;
         let limits = self.gpu.kernel_limits();
-        // Channels-last tensors: the kernel's own channels-last form, else layout passes.
-        let native = match self.layout {
-            Layout::Nhwc => kernel.config().shape_channels_last(problem, &limits).transpose()?,
-            Layout::Nchw => None,
+        // The caller's tensors as the kernel reads them itself where its family can (f16
+        // ones only with SHADER_F16: the kernels read them as WGSL f16), else the nearest
+        // form it reads: the caller's layout in f32, then NCHW f32.
+        let wanted = TensorForm {
+            channels_last: self.layout == Layout::Nhwc,
+            f16: crate::select::f16_tensors_in_kernels(self.gpu.caps(), self.storage),
+        };
+        let mut forms = vec![wanted, TensorForm { f16: false, ..wanted }];
+        forms.dedup();
+        let mut native = None;
+        for form in forms.into_iter().filter(|&f| f != TensorForm::NCHW_F32) {
+            if let Some(shaped) = kernel.config().shape_native(problem, &limits, form).transpose()? {
+                native = Some((shaped, form));
+                break;
+            }
+        }
+        let (shaped, form) = match native {
+            Some(native) => native,
+            None => (kernel.config().shape(problem, &limits)?, TensorForm::NCHW_F32),
         };
         // Layout passes rewrite channels-last tensors for a kernel of NCHW and convert f16
-        // tensors (keeping the layout of a kernel that reads channels-last itself).
-        let transpose = self.layout == Layout::Nhwc && native.is_none();
-        let f16 = self.storage == Storage::F16;
+        // tensors for a kernel of f32 (keeping the layout of a kernel that reads
+        // channels-last itself).
+        let transpose = self.layout == Layout::Nhwc && !form.channels_last;
+        let f16 = self.storage == Storage::F16 && !form.f16;
         let needs_layout_passes = transpose || f16;
-        let shaped = match native {
-            Some(shaped) => shaped,
-            None => kernel.config().shape(problem, &limits)?,
-        };
         let tables = shaped.tables()?;
         for (_, label, bytes) in &tables {
             self.gpu.check_buffer(label, bytes.len() as u64, true)?;

@@ -244,10 +244,16 @@ pub(crate) trait KernelConfig: Send + Sync + std::fmt::Debug + 'static {
     fn extra_bindings(&self) -> &'static [u32];
     /// The kernel composed for a problem (the batch does not matter).
     fn shape(&self, problem: &ConvProblem, limits: &KernelLimits) -> Result<Box<dyn Shaped>>;
-    /// The kernel composed for a problem whose input and output are channels last
-    /// (`Layout::Nhwc`), where the family reads and writes them itself; `None` where it
-    /// reads NCHW (the op then runs layout passes around it).
-    fn shape_channels_last(&self, _problem: &ConvProblem, _limits: &KernelLimits) -> Option<Result<Box<dyn Shaped>>> {
+    /// The kernel composed for tensors in `form` (channels last, packed f16) where the family
+    /// reads and writes them in that form itself; `None` where it does not (the op then asks
+    /// for a nearer form, down to [`KernelConfig::shape`]'s NCHW f32, and runs layout passes
+    /// around the kernel). Only asked for forms other than NCHW f32.
+    fn shape_native(
+        &self,
+        _problem: &ConvProblem,
+        _limits: &KernelLimits,
+        _form: TensorForm,
+    ) -> Option<Result<Box<dyn Shaped>>> {
         None
     }
     /// Sources composed for representative problems: what the naga check validates.
@@ -271,6 +277,21 @@ pub(crate) trait KernelConfig: Send + Sync + std::fmt::Debug + 'static {
     fn operand_halves(&self) -> Option<u32> {
         None
     }
+}
+
+/// The form of the tensors a kernel reads and writes (see [`KernelConfig::shape_native`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TensorForm {
+    /// Channels last (`Layout::Nhwc`), else NCHW.
+    pub channels_last: bool,
+    /// f16 elements (`Storage::F16`), read and written as WGSL `f16` (the device has
+    /// `SHADER_F16`), else f32.
+    pub f16: bool,
+}
+
+impl TensorForm {
+    /// What [`KernelConfig::shape`]'s kernels read and write: NCHW, f32.
+    pub const NCHW_F32: TensorForm = TensorForm { channels_last: false, f16: false };
 }
 
 /// A kernel: a family and its config. Its name is `family:config`, e.g.
@@ -451,6 +472,7 @@ const PARAMS_WGSL: &str = include_str!("wgsl/params.wgsl");
 const PRECISION_WGSL: &str = include_str!("wgsl/precision.wgsl");
 const ROW_GRID_WGSL: &str = include_str!("wgsl/row_grid.wgsl");
 const LAYOUT_WGSL: &str = include_str!("wgsl/layout.wgsl");
+const F16_BITS_WGSL: &str = include_str!("wgsl/f16_bits.wgsl");
 const BLOCK_WGSL: &str = include_str!("wgsl/block.wgsl");
 const INPUT_SCALE_WGSL: &str = include_str!("wgsl/input_scale.wgsl");
 const INPUT_MAX_WGSL: &str = include_str!("wgsl/input_max.wgsl");
@@ -465,6 +487,7 @@ pub(crate) const LAYOUT_PASS_WG: u32 = 256;
 pub(crate) fn layout_pass_source(into_kernel: bool, transpose: bool, f16: bool, [c, h, w]: [u32; 3]) -> Result<String> {
     let mut modules = Modules::new(&[("layout", LAYOUT_WGSL)]);
     modules.insert("params", PARAMS_WGSL);
+    modules.insert("f16_bits", F16_BITS_WGSL);
     modules.insert("layout_config", format!("const C: u32 = {c}u;\nconst H: u32 = {h}u;\nconst W: u32 = {w}u;\n"));
     let defines: BTreeSet<&str> = [(into_kernel, "INTO_KERNEL"), (transpose, "TRANSPOSE"), (f16, "F16")]
         .into_iter()
@@ -525,6 +548,10 @@ pub(crate) fn compose_defined(
     compose_all(entry, own, generated, Operands::of(precision), false, defines)
 }
 
+/// The `#define` of a kernel that reads and writes f16 tensors itself (`array<f16>` at
+/// bindings 1 and 5; [`TensorForm::f16`]).
+pub(crate) const F16_TENSORS: &str = "F16_TENSORS";
+
 /// How a kernel's operands enter its products: the `#define`s its WGSL is composed with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Operands {
@@ -583,6 +610,7 @@ fn compose_all(
     modules.insert("row_grid", ROW_GRID_WGSL);
     modules.insert("block", BLOCK_WGSL);
     modules.insert("input_scale", INPUT_SCALE_WGSL);
+    modules.insert("f16_bits", F16_BITS_WGSL);
     for (name, text) in generated {
         modules.insert(name, text);
     }
@@ -590,7 +618,7 @@ fn compose_all(
     let body = crate::shader::preprocess(entry, &modules, &defines)
         .map_err(|e| Error::Wgpu { stage: "shader composition", message: e })?;
     let mut enables = String::new();
-    if operands != Operands::F32 {
+    if operands != Operands::F32 || defines.contains(F16_TENSORS) {
         enables.push_str("enable f16;\n");
     }
     if cooperative {

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::families::{coop, depthwise, direct, nhwc, stem, tiled};
 use crate::gpu::Gpu;
 use crate::kernel::{Family, Kernel, Precision};
-use crate::options::{ConfigSource, Conv2dOptions, Layout, Selection};
+use crate::options::{ConfigSource, Conv2dOptions, Layout, Selection, Storage};
 use crate::spec::{Conv2dSpec, ConvProblem};
 use crate::tile::TileConfig;
 
@@ -68,7 +68,14 @@ pub(crate) fn shape_may_matter(caps: &DeviceCaps, spec: &Conv2dSpec, options: &C
     if options.layout == Layout::Nchw && stem_rule(caps, spec, options.precision).is_some() {
         return false;
     }
-    depthwise_rule(caps, spec, options.precision).is_none()
+    depthwise_rule(caps, spec, options.precision, f16_tensors_in_kernels(caps, options.storage)).is_none()
+}
+
+/// Whether the kernels read and write the op's tensors as f16 themselves where their family
+/// can ([`Storage::F16`] on a device with `SHADER_F16`: they declare them as WGSL `f16`);
+/// else passes convert them around the kernel.
+pub(crate) fn f16_tensors_in_kernels(caps: &DeviceCaps, storage: Storage) -> bool {
+    storage == Storage::F16 && caps.shader_f16()
 }
 
 /// Decides the kernel for a convolution; `finite_weights`: no weight is infinite or NaN (the
@@ -105,7 +112,9 @@ pub(crate) fn select(
             return Ok(Selection { kernel: stem::STEM.reference(), source: ConfigSource::Default, reason });
         }
     }
-    if let Some((kernel, reason)) = depthwise_rule(caps, spec, options.precision) {
+    if let Some((kernel, reason)) =
+        depthwise_rule(caps, spec, options.precision, f16_tensors_in_kernels(caps, options.storage))
+    {
         return Ok(Selection { kernel, source: ConfigSource::Default, reason });
     }
     let problem = options.tuning_key_input.and_then(|input| spec.problem(input).ok());
@@ -203,11 +212,17 @@ pub(crate) fn depthwise_rule_applies(caps: &DeviceCaps, spec: &Conv2dSpec, preci
 /// output channels to a whole block (32 to 128) and its K to a whole step, so on such groups
 /// almost all of their work is padding: on the H100 the tiled kernels ran MobileNetV2's
 /// depthwise layers 26–36× slower than even the one-output-per-invocation direct kernel.
-/// The config: blocks of 4 rows of one column (f32) or two columns (f16 at stride 1), and as
-/// many output channels per invocation as the group has, up to 4 (they share the input rows). Where the spec's rows or taps do not fit
-/// in registers (very wide or dilated kernels), the direct kernel. Returns the
-/// kernel and the reason, or `None` where the rule does not apply.
-pub(crate) fn depthwise_rule(caps: &DeviceCaps, spec: &Conv2dSpec, precision: Precision) -> Option<(Kernel, String)> {
+/// The config: blocks of 4 rows of one column (f32) or two columns (f16 operands at stride
+/// 1, f16 tensors read by the kernel at any stride: `f16_tensors`), and as many output
+/// channels per invocation as the group has, up to 4 (they share the input rows). Where the
+/// spec's rows or taps do not fit in registers (very wide or dilated kernels), the direct
+/// kernel. Returns the kernel and the reason, or `None` where the rule does not apply.
+pub(crate) fn depthwise_rule(
+    caps: &DeviceCaps,
+    spec: &Conv2dSpec,
+    precision: Precision,
+    f16_tensors: bool,
+) -> Option<(Kernel, String)> {
     let narrow = depthwise_rule_applies(caps, spec, precision);
     // f16x3 runs these layers in f32: it exists to use the matrix units, which they leave
     // idle, and f32 is at least as accurate (on the H100 the gathering f16x3 kernel ran
@@ -229,9 +244,12 @@ pub(crate) fn depthwise_rule(caps: &DeviceCaps, spec: &Conv2dSpec, precision: Pr
     // checked, so blocks two columns wide (each load feeding twice the outputs) pay off on
     // stride-1 rows: on the H100 they ran MobileNetV2's stride-1 depthwise layers up to
     // 1.26× and ResNeXt's grouped ones 1.1–1.2× faster than one column; in f32 one column
-    // was within 3 % of the best block on every depthwise layer measured.
+    // was within 3 % of the best block on every depthwise layer measured. On f16 tensors
+    // read by the kernel (NCHW), two columns ran MobileNetV2's depthwise layers at every
+    // stride within 5 % of the best block in total, one column 15 % over it: a warp's
+    // 2-byte loads of one column bring half the bytes per request.
     let widest = spec.out_channels_per_group().min(4);
-    let wide = precision == Precision::F16Accum32 && spec.stride[1] == 1;
+    let wide = f16_tensors || (precision == Precision::F16Accum32 && spec.stride[1] == 1);
     let mut refusal = None;
     for c in [widest, 2, 1].into_iter().filter(|&c| c <= widest) {
         let (x, y) = match (wide, c) {
@@ -761,6 +779,18 @@ mod tests {
             pick(&gpu, Conv2dSpec::new(8, 64, 3).groups(8), Precision::F32).kernel.to_string(),
             "depthwise:x1y4c4-w128"
         );
+        // On f16 tensors, which the family reads itself with SHADER_F16: two columns per
+        // invocation at every stride; without the feature (conversion passes) as on f32.
+        let strided = depthwise.stride((2, 2));
+        let on_f16 = |c: &DeviceCaps, precision| {
+            let options = Conv2dOptions { precision, storage: crate::Storage::F16, ..Default::default() };
+            select(c, &strided, &options, true, |_| None).unwrap().kernel.to_string()
+        };
+        assert_eq!(on_f16(&gpu, Precision::F32), "depthwise:x2y4c1-w128");
+        assert_eq!(on_f16(&gpu, Precision::F16Accum32), "depthwise-f16:x2y4c1-w128");
+        let no_f16 = DeviceCaps { features: wgpu::Features::empty(), ..gpu.clone() };
+        assert_eq!(on_f16(&no_f16, Precision::F32), "depthwise:x1y4c1-w128");
+        assert_eq!(pick(&gpu, strided, Precision::F16Accum32).kernel.to_string(), "depthwise-f16:x1y4c1-w128");
         let resnext = Conv2dSpec::new(128, 128, 3).groups(32);
         assert!(pick(&gpu, resnext, Precision::F32).reason.contains("grouped (32 groups of 4"));
         // Groups of 16 channels: the depthwise family in f32; in f16 on cooperative matrices,

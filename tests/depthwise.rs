@@ -1,7 +1,8 @@
 //! The depthwise family against the f64 CPU reference: a seeded random-shape property test
 //! over kernel sizes 1–7, strides, dilations, channel multipliers, narrow groups,
 //! asymmetric padding, odd sizes and batch 1, on every config of its sweep (f32, and f16
-//! where the device has `SHADER_F16`), through `encode` into NaN-poisoned output; the
+//! where the device has `SHADER_F16`), through `encode` into NaN-poisoned output, and on
+//! f16 tensors in both layouts (every third shape, its first config); the
 //! selection's choice on such layers; and a refusal that names its limit.
 //!
 //! Shapes stay small: CI runs this on lavapipe (Vulkan on the CPU, about 1 GFLOP/s).
@@ -10,7 +11,11 @@ mod common;
 use common::*;
 use rand::{Rng, SeedableRng};
 use wgconv::advanced::{depthwise_rule_applies, strip_sweep};
-use wgconv::{Activation, ConfigSource, Conv2d, Conv2dOptions, Conv2dSpec, Padding, Precision, Shape4};
+use wgconv::half::f16;
+use wgconv::reference::to_nhwc;
+use wgconv::{
+    Activation, ConfigSource, Conv2d, Conv2dOptions, Conv2dSpec, Layout, Padding, Precision, Shape4, Storage,
+};
 
 /// A random depthwise or narrow grouped convolution and input from `rng`.
 fn random_case(rng: &mut rand::rngs::StdRng, i: usize, seed: u64) -> Case {
@@ -45,7 +50,8 @@ fn random_case(rng: &mut rand::rngs::StdRng, i: usize, seed: u64) -> Case {
 }
 
 /// 200 random shapes (the first config of the sweep on each, and the whole sweep on every
-/// tenth), f32 within 1e-5; f16 on every fifth where the device has `SHADER_F16`.
+/// tenth), f32 within 1e-5; f16 on every fifth where the device has `SHADER_F16`; f16 tensors
+/// (f32 operands) on every third, within 1e-3 of the reference of the f16-rounded input.
 #[test]
 fn random_shapes_match_the_reference() {
     let gpu = gpu();
@@ -65,8 +71,12 @@ fn random_shapes_match_the_reference() {
                 assert!(e.to_string().contains("fit in registers"), "{}: {e}", case.label(&f32_kernel.to_string()));
                 continue;
             }
-            case.check_encode(&gpu, &case.conv(&gpu, Some(f32_kernel)));
+            case.check_encode(&gpu, &case.conv(&gpu, Some(f32_kernel.clone())));
             runs += 1;
+            if i % 3 == 0 && cfg == &configs[0] {
+                let layout = if i % 2 == 0 { Layout::Nchw } else { Layout::Nhwc };
+                check_f16_storage(&gpu, &case, f32_kernel, layout);
+            }
             if f16 && i % 5 == 0 {
                 let f16_kernel = kernel(&format!("depthwise-f16:{}", cfg.name()));
                 let conv = case.conv_at(&gpu, Some(f16_kernel), Precision::F16Accum32);
@@ -76,6 +86,28 @@ fn random_shapes_match_the_reference() {
     }
     eprintln!("{runs} depthwise runs");
     assert!(runs >= 200);
+}
+
+/// The kernel on f16 tensors (`Storage::F16`; on devices with `SHADER_F16` it reads and
+/// writes them itself) against the reference of the f16-rounded input: what remains is the
+/// output's rounding to f16.
+fn check_f16_storage(gpu: &wgconv::Gpu, case: &Case, kernel: wgconv::Kernel, layout: Layout) {
+    let x16: Vec<f16> = case.x.iter().map(|&v| f16::from_f32(v)).collect();
+    let rounded: Vec<f32> = x16.iter().map(|v| v.to_f32()).collect();
+    let mut want = reference_out(&case.problem, &rounded, &case.w, case.b.as_deref());
+    let x = match layout {
+        Layout::Nhwc => {
+            want = to_nhwc(&want, case.problem.output);
+            to_nhwc(&rounded, case.shape).iter().map(|&v| f16::from_f32(v)).collect()
+        }
+        _ => x16,
+    };
+    let what = case.label(&format!("{kernel}, {layout:?} f16 storage"));
+    let opts = Conv2dOptions::default().kernel(kernel).layout(layout).storage(Storage::F16);
+    let conv = Conv2d::new(gpu, case.spec, &case.w, case.b.as_deref(), opts).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let got = conv.forward_f16(&x, case.shape).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let got: Vec<f32> = got.iter().map(|v| v.to_f32()).collect();
+    assert_close(&what, &got, &want, 1e-3);
 }
 
 /// Depthwise and narrow grouped layers pick the family by default (with ReLU too), with

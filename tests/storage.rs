@@ -94,6 +94,20 @@ fn run_f16_poisoned(gpu: &Gpu, conv: &Conv2d, input: &[f16], shape: Shape4, extr
     (bits.into_iter().map(|b| f16::from_bits(b).to_f32()).collect(), tail)
 }
 
+/// The depthwise family reads and writes f16 tensors itself where the device has
+/// SHADER_F16: one dispatch per chunk, no conversion passes.
+fn assert_native_f16(gpu: &Gpu, conv: &Conv2d, shape: Shape4, what: &str) {
+    let native = conv.kernel().kernel.family().starts_with("depthwise")
+        && gpu.device.features().contains(wgpu::Features::SHADER_F16);
+    if native {
+        let out_len = conv.spec().problem(shape).unwrap().output.len() as usize;
+        let x = f16_buffer(gpu, "x", &[], shape.len() as usize, wgpu::BufferUsages::empty());
+        let y = f16_buffer(gpu, "y", &[], out_len, wgpu::BufferUsages::empty());
+        let plan = conv.plan(shape, &x, &y).unwrap();
+        assert_eq!(plan.dispatches(), plan.chunks(), "{what}: conversion passes around a kernel of f16 tensors");
+    }
+}
+
 /// The op with f16 storage in `layout` through `encode` and `forward_f16`, against the
 /// reference (skipped, saying so, where a named kernel cannot run here).
 fn check(gpu: &Gpu, c: &F16Case, kernel: Option<Kernel>, precision: Precision, layout: Layout, relu_on: bool) {
@@ -109,6 +123,7 @@ fn check(gpu: &Gpu, c: &F16Case, kernel: Option<Kernel>, precision: Precision, l
     let tol = TOL_STORAGE.max(tolerance(&kind));
     let (x, want) = c.tensors(layout, relu_on);
     let what = format!("{layout:?} f16 storage, {kind}");
+    assert_native_f16(gpu, &conv, case.shape, &what);
     let (got, tail) = run_f16_poisoned(gpu, &conv, &x, case.shape, 5);
     assert_close(&case.label(&format!("encode, {what}")), &got, &want, tol);
     assert!(tail.iter().all(|&b| b == POISON), "{}: wrote past the output: {tail:x?}", case.label(&what));
@@ -168,18 +183,28 @@ fn new_f16_matches_new_on_widened_weights() {
 /// elements per image (odd), chunks start and end mid-word in both tensors (elements 1287,
 /// 2145, …), so the input pass reads half words and the output pass writes the chunk's
 /// half of a word whose other half is the neighbouring chunk's (or the poisoned tail's).
+/// The depthwise family's chunks (it writes f16 itself where the device has SHADER_F16)
+/// start and end mid-word too: 715 elements per image on both sides.
 #[test]
 fn f16_storage_in_chunks() {
     let c = f16_case("f16_chunked", S::new(3, 5, 3).padding(P::uniform(1)).with_bias(true), [7, 13, 11]);
+    let dw = f16_case("f16_chunked_dw", S::new(5, 5, 3).groups(5).padding(P::uniform(1)).with_bias(true), [7, 13, 11]);
     let (per_in, per_out) = (c.case.problem.input.per_image(), c.case.problem.output.per_image());
     assert_eq!((per_in, per_out), (429, 715));
+    assert_eq!((dw.case.problem.input.per_image(), dw.case.problem.output.per_image()), (715, 715));
     let _serial = serial();
     // Three images of f32 output scratch (the kernel's) and the slack of an offset alignment
     // fit; four do not. Also holds the seed tile config's packed weights (8192 B).
     let binding = 3 * per_out * 4 + 256;
     let gpu = gpu_with_limits(|l| l.max_storage_buffer_binding_size = binding);
     assert_eq!(gpu.limits().max_storage_buffer_binding_size, binding, "the device did not take the lowered limit");
-    for kernel in [kernel("tiled:m32n64k32-t4x4-w4-s2"), direct_kernel()] {
+    let cases = [
+        (&c, kernel("tiled:m32n64k32-t4x4-w4-s2")),
+        (&c, direct_kernel()),
+        (&dw, kernel("depthwise:x1y4c1-w128")),
+        (&dw, kernel("depthwise:x2y4c1-w128")),
+    ];
+    for (c, kernel) in cases {
         for layout in [Layout::Nchw, Layout::Nhwc] {
             let opts = Conv2dOptions::default().kernel(kernel.clone()).layout(layout).storage(Storage::F16);
             let conv = Conv2d::new_f16(&gpu, c.case.spec, &c.w, c.b.as_deref(), opts).unwrap();
@@ -188,6 +213,7 @@ fn f16_storage_in_chunks() {
             let xb = f16_buffer(&gpu, "x", &x, 0, wgpu::BufferUsages::empty());
             let yb = f16_buffer(&gpu, "y", &[], want.len(), wgpu::BufferUsages::empty());
             assert_eq!(conv.plan(c.case.shape, &xb, &yb).unwrap().chunks(), 3, "{what}");
+            assert_native_f16(&gpu, &conv, c.case.shape, &what);
             let (got, tail) = run_f16_poisoned(&gpu, &conv, &x, c.case.shape, 3);
             assert_close(&c.case.label(&format!("encode, {what}")), &got, &want, TOL_STORAGE);
             assert!(tail.iter().all(|&b| b == POISON), "{}: wrote past the output", c.case.label(&what));
@@ -198,12 +224,21 @@ fn f16_storage_in_chunks() {
 }
 
 /// Outputs beyond f16's range become ±inf (WGSL leaves pack2x16float of them
-/// indeterminate), NaN stays NaN, and the largest finite values round as in f16.
+/// indeterminate), NaN stays NaN, and the largest finite values round as in f16: through the
+/// output pass (`direct`) and where the kernel writes f16 itself (`depthwise`, on devices
+/// with SHADER_F16).
 #[test]
 fn f16_storage_out_of_range_outputs() {
     let gpu = gpu();
+    for kernel in [direct_kernel(), kernel("depthwise")] {
+        out_of_range_outputs(&gpu, kernel);
+    }
+}
+
+fn out_of_range_outputs(gpu: &Gpu, kernel: Kernel) {
     let spec = S::new(2, 1, 1);
-    let conv = Conv2d::new(&gpu, spec, &[1.0, 1.0], None, direct().storage(Storage::F16)).unwrap();
+    let opts = Conv2dOptions::default().kernel(kernel.clone()).storage(Storage::F16);
+    let conv = Conv2d::new(gpu, spec, &[1.0, 1.0], None, opts).unwrap();
     // Pairs of input channels summed: 120000, -120000, 65504 + 8 (rounds to 65504),
     // 65504 + 16 (rounds to inf), NaN, 1.5.
     let pairs =
@@ -212,9 +247,9 @@ fn f16_storage_out_of_range_outputs() {
     let x: Vec<f16> = pairs.iter().map(|p| p.0).chain(pairs.iter().map(|p| p.1)).map(f16::from_f32).collect();
     let got = conv.forward_f16(&x, shape).unwrap();
     let got: Vec<f32> = to_f32(&got);
-    assert_eq!(got[..4], [f32::INFINITY, f32::NEG_INFINITY, 65504.0, f32::INFINITY], "{got:?}");
-    assert!(got[4].is_nan(), "{got:?}");
-    assert_eq!(got[5], 1.5);
+    assert_eq!(got[..4], [f32::INFINITY, f32::NEG_INFINITY, 65504.0, f32::INFINITY], "{kernel}: {got:?}");
+    assert!(got[4].is_nan(), "{kernel}: {got:?}");
+    assert_eq!(got[5], 1.5, "{kernel}");
 }
 
 #[test]

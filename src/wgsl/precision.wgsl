@@ -31,12 +31,20 @@ fn to_operand(v: f32) -> f32 {
 #ifdef F16X3
 // Range-checked, not rounded: the split into two f16 happens in the kernel's `store_a`.
 fn to_operand(v: f32) -> f32 {
+    return checked_operand(v);
+}
+#endif
+// Clamped and flagged, not rounded: an operand that is an f16 value already (an f16
+// tensor's), where only ±inf can be out of range.
+fn checked_operand(v: f32) -> f32 {
     out_of_range = out_of_range || abs(v) > F16_MAX;
     return select(clamp(v, -F16_MAX, F16_MAX), v, is_nan(v));
 }
-#endif
 #else
 fn to_operand(v: f32) -> f32 {
+    return v;
+}
+fn checked_operand(v: f32) -> f32 {
     return v;
 }
 #endif

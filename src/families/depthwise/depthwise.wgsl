@@ -13,6 +13,7 @@
 
 #import params
 #import precision
+#import tensors
 #import config
 
 struct Grid {
@@ -26,10 +27,8 @@ struct Grid {
     _pad2: u32,
 }
 
-@group(0) @binding(1) var<storage, read> input: array<f32>;
 @group(0) @binding(2) var<storage, read> weight: array<f32>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(5) var<storage, read_write> output: array<f32>;
 @group(0) @binding(7) var<uniform> grid: Grid;
 
 const TAPS: u32 = KH * KW;
@@ -86,7 +85,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
             for (var j = 0u; j < SPAN_X; j++) {
                 var v = 0.0;
                 if (row_in && col_in[j]) {
-                    v = to_operand(input[row + u32(x0 + i32(j))]);
+                    v = load_input(row + u32(x0 + i32(j)));
                 }
                 seg[j] = v;
             }
@@ -119,7 +118,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
                 if (oy0 + y < p.oh) {
                     for (var x = 0u; x < VX; x++) {
                         if (ox0 + x < p.ow) {
-                            output[out_plane + (oy0 + y) * p.ow + ox0 + x] = activate(acc[c][y][x] + b);
+                            store_output(out_plane + (oy0 + y) * p.ow + ox0 + x, activate(acc[c][y][x] + b));
                         }
                     }
                 }

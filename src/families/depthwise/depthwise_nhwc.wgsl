@@ -9,6 +9,7 @@
 
 #import params
 #import precision
+#import tensors
 #import config
 
 struct Grid {
@@ -18,10 +19,8 @@ struct Grid {
     _pad1: u32,
 }
 
-@group(0) @binding(1) var<storage, read> input: array<f32>;
 @group(0) @binding(2) var<storage, read> weight: array<f32>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(5) var<storage, read_write> output: array<f32>;
 @group(0) @binding(7) var<uniform> grid: Grid;
 
 const TAPS: u32 = KH * KW;
@@ -64,7 +63,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
             for (var j = 0u; j < SPAN_X; j++) {
                 var v = 0.0;
                 if (row_in && col_in[j]) {
-                    v = to_operand(input[channel + (u32(iy) * p.w + u32(x0 + i32(j))) * p.c_in]);
+                    v = load_input(channel + (u32(iy) * p.w + u32(x0 + i32(j))) * p.c_in);
                 }
                 seg[j] = v;
             }
@@ -81,7 +80,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     for (var x = 0u; x < VX; x++) {
         if (ox0 + x < p.ow) {
             let pix = (img * p.oh + oy) * p.ow + ox0 + x;
-            output[p.out_offset + pix * p.c_out + oc] = activate(acc[x] + b);
+            store_output(p.out_offset + pix * p.c_out + oc, activate(acc[x] + b));
         }
     }
 }

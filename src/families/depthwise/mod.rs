@@ -16,13 +16,14 @@ use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
 use crate::families::tiled::round_to_f16;
 use crate::kernel::{
-    compose, workgroups_u32, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, Shaped, SimtOperands, Target,
-    GRID_BINDING,
+    compose_defined, workgroups_u32, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, Shaped, SimtOperands,
+    Target, TensorForm, F16_TENSORS, GRID_BINDING,
 };
 use crate::spec::{Conv2dSpec, ConvProblem};
 
 const DEPTHWISE_WGSL: &str = include_str!("depthwise.wgsl");
 const DEPTHWISE_NHWC_WGSL: &str = include_str!("depthwise_nhwc.wgsl");
+const TENSORS_WGSL: &str = include_str!("tensors.wgsl");
 
 /// The most input values one invocation holds for a row segment: the segment a block
 /// reads, `(x - 1) · stride + (kernel - 1) · dilation + 1`, lives in registers.
@@ -236,23 +237,22 @@ impl KernelConfig for StripKernel {
     }
     fn shape(&self, problem: &ConvProblem, limits: &KernelLimits) -> Result<Box<dyn Shaped>> {
         self.check_spec(&problem.spec, limits)?;
-        Ok(Box::new(Strips { cfg: self.cfg, spec: problem.spec, source: self.source(&problem.spec) }))
+        Ok(self.shaped(&problem.spec, TensorForm::NCHW_F32))
     }
-    fn shape_channels_last(&self, problem: &ConvProblem, limits: &KernelLimits) -> Option<Result<Box<dyn Shaped>>> {
-        let spec = problem.spec;
-        Some(self.check_spec(&spec, limits).map(|()| {
-            Box::new(ChannelsLast {
-                block: self.nhwc_strip(&spec).x,
-                c_out_pad: c_out_pad(&spec, &self.cfg),
-                workgroup: self.cfg.workgroup,
-                source: self.source_nhwc(&spec),
-            }) as Box<dyn Shaped>
-        }))
+    fn shape_native(
+        &self,
+        problem: &ConvProblem,
+        limits: &KernelLimits,
+        form: TensorForm,
+    ) -> Option<Result<Box<dyn Shaped>>> {
+        // Every form: both layouts, f32 or f16 tensors.
+        Some(self.check_spec(&problem.spec, limits).map(|()| self.shaped(&problem.spec, form)))
     }
     fn representative_sources(&self) -> Result<Vec<String>> {
         let dw = |k, s, d| Conv2dSpec::new(32, 32, k).groups(32).stride((s, s)).dilation((d, d));
         let specs = [dw(3, 1, 1), dw(5, 2, 1), dw(3, 1, 2)];
-        specs.iter().flat_map(|spec| [self.source(spec), self.source_nhwc(spec)]).collect()
+        let forms = [false, true].map(|f16| [false, true].map(|channels_last| TensorForm { channels_last, f16 }));
+        specs.iter().flat_map(|spec| forms.iter().flatten().map(|&form| self.source(spec, form))).collect()
     }
     fn invocations(&self) -> u32 {
         self.cfg.workgroup
@@ -263,30 +263,38 @@ impl KernelConfig for StripKernel {
 }
 
 impl StripKernel {
-    /// The kernel's WGSL for a spec: the strip and the spec's taps, strides and dilations
-    /// are constants, so the tap loops unroll and the segment stays in registers.
-    fn source(&self, spec: &Conv2dSpec) -> Result<String> {
-        compose(
-            "depthwise",
-            &[("depthwise", DEPTHWISE_WGSL)],
-            vec![("config", header(&self.cfg, spec))],
-            self.family.precision(),
-            false,
-        )
+    /// The kernel composed for a spec and tensor form: the NCHW shader with the config's
+    /// strip, or the channels-last one with [`StripKernel::nhwc_strip`]'s.
+    fn shaped(&self, spec: &Conv2dSpec, form: TensorForm) -> Box<dyn Shaped> {
+        let source = self.source(spec, form);
+        match form.channels_last {
+            false => Box::new(Strips { cfg: self.cfg, spec: *spec, source }),
+            true => Box::new(ChannelsLast {
+                block: self.nhwc_strip(spec).x,
+                c_out_pad: c_out_pad(spec, &self.cfg),
+                workgroup: self.cfg.workgroup,
+                source,
+            }),
+        }
     }
-}
 
-impl StripKernel {
-    /// The channels-last shader's WGSL for a spec (`depthwise_nhwc.wgsl`): the family's
-    /// header for the strip [`StripKernel::nhwc_strip`] picks (its VX outputs along a row, its
-    /// segment, the config's workgroup size).
-    fn source_nhwc(&self, spec: &Conv2dSpec) -> Result<String> {
-        compose(
-            "depthwise_nhwc",
-            &[("depthwise_nhwc", DEPTHWISE_NHWC_WGSL)],
-            vec![("config", header(&self.nhwc_strip(spec), spec))],
+    /// The kernel's WGSL for a spec and tensor form: the strip and the spec's taps, strides
+    /// and dilations are constants, so the tap loops unroll and the segment stays in
+    /// registers. Channels last (`depthwise_nhwc.wgsl`): the family's header for the strip
+    /// [`StripKernel::nhwc_strip`] picks (its VX outputs along a row, its segment, the
+    /// config's workgroup size).
+    fn source(&self, spec: &Conv2dSpec, form: TensorForm) -> Result<String> {
+        let (entry, wgsl, strip) = match form.channels_last {
+            false => ("depthwise", DEPTHWISE_WGSL, self.cfg),
+            true => ("depthwise_nhwc", DEPTHWISE_NHWC_WGSL, self.nhwc_strip(spec)),
+        };
+        let defines: &[&'static str] = if form.f16 { &[F16_TENSORS] } else { &[] };
+        compose_defined(
+            entry,
+            &[(entry, wgsl), ("tensors", TENSORS_WGSL)],
+            vec![("config", header(&strip, spec))],
             self.family.precision(),
-            false,
+            defines,
         )
     }
 

@@ -17,7 +17,7 @@ use crate::families::coop::{coop_missing, f16_bytes, split_weights, MAX_FRAGMENT
 use crate::families::tiled::TileConfig;
 use crate::kernel::{
     compose_operands, workgroups_u32, ConvParams, Family, Kernel, KernelConfig, Operands, Packed, Precision, Shaped,
-    Staging, Target, GRID_BINDING, INPUT_MAX_BINDING,
+    Staging, Target, TensorForm, GRID_BINDING, INPUT_MAX_BINDING,
 };
 use crate::spec::{Conv2dSpec, ConvProblem};
 
@@ -395,8 +395,14 @@ impl KernelConfig for NhwcKernel {
     fn shape(&self, problem: &ConvProblem, _limits: &KernelLimits) -> Result<Box<dyn Shaped>> {
         self.shaped(problem, false)
     }
-    fn shape_channels_last(&self, problem: &ConvProblem, _limits: &KernelLimits) -> Option<Result<Box<dyn Shaped>>> {
-        Some(self.shaped(problem, true))
+    fn shape_native(
+        &self,
+        problem: &ConvProblem,
+        _limits: &KernelLimits,
+        form: TensorForm,
+    ) -> Option<Result<Box<dyn Shaped>>> {
+        // Channels-last f32 tensors; f16 ones are converted by the op's passes.
+        (form == TensorForm { channels_last: true, f16: false }).then(|| self.shaped(problem, true))
     }
     fn representative_sources(&self) -> Result<Vec<String>> {
         let problem = Conv2dSpec::new(16, 32, 3).padding(1).problem(crate::spec::Shape4::new(1, 16, 9, 9))?;

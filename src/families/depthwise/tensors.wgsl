@@ -1,0 +1,41 @@
+// How the depthwise shaders read their input and write their output: f32 tensors, or f16
+// ones that the kernel reads and writes itself (F16_TENSORS, `Storage::F16` on devices with
+// SHADER_F16: half the bytes of f32, which is what these layers' time is). Values are
+// summed in f32 either way; an f16 output is rounded as the layout passes round it
+// (`f16_bits.wgsl`).
+
+#import precision
+
+#ifdef F16_TENSORS
+#import f16_bits
+@group(0) @binding(1) var<storage, read> input: array<f16>;
+@group(0) @binding(5) var<storage, read_write> output: array<f16>;
+
+// An f16 value: rounding it to an f16 operand is exact, so only the range check remains.
+fn load_input(i: u32) -> f32 {
+    return checked_operand(f32(input[i]));
+}
+
+// Inside f16's range (beyond 65504 only what rounds back to it) a plain conversion, which
+// rounds as `f16_bits` does; beyond it and for NaN, `to_f16`'s explicit rule (WGSL leaves
+// those conversions indeterminate). The plain path was ~10 % faster on the H100's
+// depthwise layers: the exact one costs three conversions per output.
+fn store_output(i: u32, v: f32) {
+    if (abs(v) < 65520.0) {
+        output[i] = f16(clamp(v, -65504.0, 65504.0));
+    } else {
+        output[i] = to_f16(v);
+    }
+}
+#else
+@group(0) @binding(1) var<storage, read> input: array<f32>;
+@group(0) @binding(5) var<storage, read_write> output: array<f32>;
+
+fn load_input(i: u32) -> f32 {
+    return to_operand(input[i]);
+}
+
+fn store_output(i: u32, v: f32) {
+    output[i] = v;
+}
+#endif

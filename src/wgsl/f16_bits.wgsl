@@ -1,0 +1,29 @@
+// f32 to f16 as every pass and kernel that writes f16 tensors rounds (`Storage::F16`): the
+// layout pass's packed words and the kernels that store WGSL f16 themselves (`to_f16`).
+
+#import params
+
+// f32 to the bits of the nearest f16 (the low 16 bits). WGSL leaves pack2x16float of a value
+// beyond f16's finite range (±65504) indeterminate: from 65520 up (what rounds to inf in
+// f16) ±inf, as a cast to f16 in PyTorch; below it the magnitude clamped to 65504 (where
+// those values round); NaN stays NaN. Tested on the bits: drivers may assume no NaN or inf.
+fn f16_bits(v: f32) -> u32 {
+    let bits = bitcast<u32>(v);
+    let sign = (bits >> 16u) & 0x8000u;
+    if (is_nan(v)) {
+        return sign | 0x7e00u;
+    }
+    // 0x477ff000 = 65520.
+    if ((bits & 0x7fffffffu) >= 0x477ff000u) {
+        return sign | 0x7c00u;
+    }
+    return pack2x16float(vec2<f32>(clamp(v, -65504.0, 65504.0), 0.0)) & 0xffffu;
+}
+
+// The f16 of `f16_bits(v)`: the conversion of a value f16 holds exactly (±inf and NaN
+// included), never of one beyond its range, which WGSL leaves indeterminate.
+#ifdef F16_TENSORS
+fn to_f16(v: f32) -> f16 {
+    return f16(unpack2x16float(f16_bits(v)).x);
+}
+#endif
