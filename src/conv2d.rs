@@ -226,11 +226,19 @@ impl ConvPlan {
     }
 }
 
+/// The alignment of a chunk's binding offsets: the device's, and at least 16 bytes, so that a
+/// chunk's distance from its window start (`Params.in_offset` / `out_offset`) keeps the
+/// alignment of whole images to 16 bytes (the vec4 stores of whole vec4s of positions;
+/// Vulkan allows an alignment of 4).
+fn window_alignment(limits: &wgpu::Limits) -> u64 {
+    (limits.min_storage_buffer_offset_alignment as u64).max(16)
+}
+
 /// Images per chunk so that each chunk's input and output windows (plus the alignment
 /// slack of their binding offsets) and its staging scratch (`scratch_per_image` bytes, 0
 /// for kernels without a staging pass) fit the binding limit and i32 element arithmetic.
 pub(crate) fn images_per_chunk(problem: &ConvProblem, limits: &wgpu::Limits, scratch_per_image: u64) -> Result<u32> {
-    let slack = limits.min_storage_buffer_offset_alignment as u64;
+    let slack = window_alignment(limits);
     // Kernels index bound windows with i32 arithmetic: keep every window under 2^31 elements.
     let cap_elems = (limits.max_storage_buffer_binding_size.saturating_sub(slack) / 4).min(i32::MAX as u64 - slack);
     let per_in = problem.input.per_image();
@@ -597,7 +605,7 @@ impl Conv2d {
         let limits = self.gpu.device.limits();
         let prepared = self.prepared(settled, &problem)?;
         let per_chunk = images_per_chunk(&problem, &limits, prepared.scratch_per_image())?;
-        let align = limits.min_storage_buffer_offset_alignment as u64;
+        let align = window_alignment(&limits);
         let scratch = match prepared.scratch_per_image() {
             0 => None,
             per_image => Some(self.gpu.create_buffer(
@@ -845,8 +853,9 @@ impl Conv2d {
     }
 
     /// [`Conv2d::forward`] on f16 tensors, for an op of [`Storage::F16`]: the input is
-    /// uploaded and the output read back as f16 (half the bytes of f32), converted on the
-    /// device (see [`Storage::F16`]).
+    /// uploaded and the output read back as f16 (half the bytes of f32), read and written
+    /// as f16 by the kernels that can, converted on the device for the others (see
+    /// [`Storage::F16`]).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn forward_f16(&self, input: &[half::f16], shape: Shape4) -> Result<Vec<half::f16>> {
         let (problem, settled) = self.start(Storage::F16, shape, input.len())?;

@@ -11,11 +11,7 @@ mod common;
 use common::*;
 use rand::{Rng, SeedableRng};
 use wgconv::advanced::{depthwise_rule_applies, strip_sweep};
-use wgconv::half::f16;
-use wgconv::reference::to_nhwc;
-use wgconv::{
-    Activation, ConfigSource, Conv2d, Conv2dOptions, Conv2dSpec, Layout, Padding, Precision, Shape4, Storage,
-};
+use wgconv::{Activation, ConfigSource, Conv2d, Conv2dOptions, Conv2dSpec, Layout, Padding, Precision, Shape4};
 
 /// A random depthwise or narrow grouped convolution and input from `rng`.
 fn random_case(rng: &mut rand::rngs::StdRng, i: usize, seed: u64) -> Case {
@@ -75,7 +71,7 @@ fn random_shapes_match_the_reference() {
             runs += 1;
             if i % 3 == 0 && cfg == &configs[0] {
                 let layout = if i % 2 == 0 { Layout::Nchw } else { Layout::Nhwc };
-                check_f16_storage(&gpu, &case, f32_kernel, layout);
+                check_f16_storage(&gpu, &case, Some(f32_kernel), layout);
             }
             if f16 && i % 5 == 0 {
                 let f16_kernel = kernel(&format!("depthwise-f16:{}", cfg.name()));
@@ -86,28 +82,6 @@ fn random_shapes_match_the_reference() {
     }
     eprintln!("{runs} depthwise runs");
     assert!(runs >= 200);
-}
-
-/// The kernel on f16 tensors (`Storage::F16`; on devices with `SHADER_F16` it reads and
-/// writes them itself) against the reference of the f16-rounded input: what remains is the
-/// output's rounding to f16.
-fn check_f16_storage(gpu: &wgconv::Gpu, case: &Case, kernel: wgconv::Kernel, layout: Layout) {
-    let x16: Vec<f16> = case.x.iter().map(|&v| f16::from_f32(v)).collect();
-    let rounded: Vec<f32> = x16.iter().map(|v| v.to_f32()).collect();
-    let mut want = reference_out(&case.problem, &rounded, &case.w, case.b.as_deref());
-    let x = match layout {
-        Layout::Nhwc => {
-            want = to_nhwc(&want, case.problem.output);
-            to_nhwc(&rounded, case.shape).iter().map(|&v| f16::from_f32(v)).collect()
-        }
-        _ => x16,
-    };
-    let what = case.label(&format!("{kernel}, {layout:?} f16 storage"));
-    let opts = Conv2dOptions::default().kernel(kernel).layout(layout).storage(Storage::F16);
-    let conv = Conv2d::new(gpu, case.spec, &case.w, case.b.as_deref(), opts).unwrap_or_else(|e| panic!("{what}: {e}"));
-    let got = conv.forward_f16(&x, case.shape).unwrap_or_else(|e| panic!("{what}: {e}"));
-    let got: Vec<f32> = got.iter().map(|v| v.to_f32()).collect();
-    assert_close(&what, &got, &want, 1e-3);
 }
 
 /// Depthwise and narrow grouped layers pick the family by default (with ReLU too), with

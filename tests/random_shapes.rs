@@ -1,8 +1,9 @@
 //! What a default `Conv2d` runs, against the f64 CPU reference on 200 seeded random shapes
 //! (stride, asymmetric padding, dilation, groups, odd sizes, batch 1): the kernel selection
 //! picks without the input shape and again at the first forward (f32 within 1e-5, and f16
-//! where the device has it), plus one tiled sweep config per shape in turn. The seed is
-//! printed; replay with `WGCONV_TEST_SEED`.
+//! where the device has it), plus one tiled sweep config per shape in turn (on every fourth
+//! shape also on f16 tensors, which it reads and writes itself where the device has
+//! `SHADER_F16`). The seed is printed; replay with `WGCONV_TEST_SEED`.
 //!
 //! Shapes stay small: CI runs this on lavapipe (Vulkan on the CPU, about 1 GFLOP/s).
 
@@ -10,7 +11,7 @@ mod common;
 use common::*;
 use rand::{Rng, SeedableRng};
 use wgconv::advanced::default_sweep;
-use wgconv::{Conv2dSpec, Padding, Precision, Shape4};
+use wgconv::{Conv2dSpec, Layout, Padding, Precision, Shape4};
 
 /// A random dense or grouped convolution and input from `rng`.
 fn random_case(rng: &mut rand::rngs::StdRng, i: usize, seed: u64) -> Case {
@@ -68,6 +69,9 @@ fn what_selection_runs_matches_the_reference_on_random_shapes() {
         let tiled = &sweep[i % sweep.len()];
         case.check_encode(&gpu, &case.conv(&gpu, Some(tiled.clone())));
         runs += 1;
+        if i % 4 == 1 {
+            check_f16_storage(&gpu, &case, Some(tiled.clone()), Layout::Nchw);
+        }
         if f16 && i % 4 == 0 {
             let conv = case.conv_at(&gpu, None, Precision::F16Accum32);
             let got = run_poisoned(&gpu, &conv, &case.x, case.shape);

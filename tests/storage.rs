@@ -94,11 +94,12 @@ fn run_f16_poisoned(gpu: &Gpu, conv: &Conv2d, input: &[f16], shape: Shape4, extr
     (bits.into_iter().map(|b| f16::from_bits(b).to_f32()).collect(), tail)
 }
 
-/// The depthwise family reads and writes f16 tensors itself where the device has
-/// SHADER_F16: one dispatch per chunk, no conversion passes.
+/// The depthwise family (both layouts) and the tiled one (NCHW) read and write f16 tensors
+/// themselves where the device has SHADER_F16: one dispatch per chunk, no conversion passes.
 fn assert_native_f16(gpu: &Gpu, conv: &Conv2d, shape: Shape4, what: &str) {
-    let native = conv.kernel().kernel.family().starts_with("depthwise")
-        && gpu.device.features().contains(wgpu::Features::SHADER_F16);
+    let family = conv.kernel().kernel.family();
+    let native = gpu.device.features().contains(wgpu::Features::SHADER_F16)
+        && (family.starts_with("depthwise") || (family.starts_with("tiled") && conv.layout() == Layout::Nchw));
     if native {
         let out_len = conv.spec().problem(shape).unwrap().output.len() as usize;
         let x = f16_buffer(gpu, "x", &[], shape.len() as usize, wgpu::BufferUsages::empty());
@@ -225,12 +226,12 @@ fn f16_storage_in_chunks() {
 
 /// Outputs beyond f16's range become ±inf (WGSL leaves pack2x16float of them
 /// indeterminate), NaN stays NaN, and the largest finite values round as in f16: through the
-/// output pass (`direct`) and where the kernel writes f16 itself (`depthwise`, on devices
-/// with SHADER_F16).
+/// output pass (`direct`) and where the kernel writes f16 itself (`depthwise`, and `tiled`
+/// with scalar and vec4 stores; on devices with SHADER_F16).
 #[test]
 fn f16_storage_out_of_range_outputs() {
     let gpu = gpu();
-    for kernel in [direct_kernel(), kernel("depthwise")] {
+    for kernel in [direct_kernel(), kernel("depthwise"), kernel("tiled")] {
         out_of_range_outputs(&gpu, kernel);
     }
 }
@@ -240,16 +241,28 @@ fn out_of_range_outputs(gpu: &Gpu, kernel: Kernel) {
     let opts = Conv2dOptions::default().kernel(kernel.clone()).storage(Storage::F16);
     let conv = Conv2d::new(gpu, spec, &[1.0, 1.0], None, opts).unwrap();
     // Pairs of input channels summed: 120000, -120000, 65504 + 8 (rounds to 65504),
-    // 65504 + 16 (rounds to inf), NaN, 1.5.
-    let pairs =
-        [(60000.0, 60000.0), (-60000.0, -60000.0), (65504.0, 8.0), (65504.0, 16.0), (f32::NAN, 1.0), (1.0, 0.5)];
-    let shape = Shape4::new(1, 2, 1, pairs.len() as u32);
-    let x: Vec<f16> = pairs.iter().map(|p| p.0).chain(pairs.iter().map(|p| p.1)).map(f16::from_f32).collect();
-    let got = conv.forward_f16(&x, shape).unwrap();
-    let got: Vec<f32> = to_f32(&got);
-    assert_eq!(got[..4], [f32::INFINITY, f32::NEG_INFINITY, 65504.0, f32::INFINITY], "{kernel}: {got:?}");
-    assert!(got[4].is_nan(), "{kernel}: {got:?}");
-    assert_eq!(got[5], 1.5, "{kernel}");
+    // 65504 + 16 (rounds to inf), NaN, 1.5, 2, 4. Six outputs, and eight (a tiled kernel
+    // stores whole vec4s of positions where the image holds a multiple of 4).
+    let pairs = [
+        (60000.0, 60000.0),
+        (-60000.0, -60000.0),
+        (65504.0, 8.0),
+        (65504.0, 16.0),
+        (f32::NAN, 1.0),
+        (1.0, 0.5),
+        (1.0, 1.0),
+        (2.0, 2.0),
+    ];
+    for width in [6, 8] {
+        let pairs = &pairs[..width];
+        let shape = Shape4::new(1, 2, 1, width as u32);
+        let x: Vec<f16> = pairs.iter().map(|p| p.0).chain(pairs.iter().map(|p| p.1)).map(f16::from_f32).collect();
+        let got = conv.forward_f16(&x, shape).unwrap();
+        let got: Vec<f32> = to_f32(&got);
+        assert_eq!(got[..4], [f32::INFINITY, f32::NEG_INFINITY, 65504.0, f32::INFINITY], "{kernel}: {got:?}");
+        assert!(got[4].is_nan(), "{kernel}: {got:?}");
+        assert_eq!(got[5..], [1.5, 2.0, 4.0][..width - 5], "{kernel}");
+    }
 }
 
 #[test]

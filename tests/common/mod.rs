@@ -6,7 +6,8 @@ use rand::{Rng, SeedableRng};
 use rand_distr::StandardNormal;
 use std::sync::OnceLock;
 use wgconv::{
-    reference, Conv2d, Conv2dOptions, Conv2dSpec, ConvProblem, Gpu, GpuOptions, Kernel, Padding, Precision, Shape4,
+    reference, Conv2d, Conv2dOptions, Conv2dSpec, ConvProblem, Gpu, GpuOptions, Kernel, Layout, Padding, Precision,
+    Shape4, Storage,
 };
 
 /// The tolerance of the fp32 path against the f64 reference (the benchmark's
@@ -328,4 +329,29 @@ pub fn ragged_shapes() -> Vec<(&'static str, Conv2dSpec, [u32; 3], bool)> {
             false,
         ),
     ]
+}
+
+/// The kernel on f16 tensors (`Storage::F16`; on devices with `SHADER_F16` it reads and
+/// writes them itself) against the reference of the f16-rounded input: what remains is the
+/// output's rounding to f16.
+pub fn check_f16_storage(gpu: &Gpu, case: &Case, kernel: Option<Kernel>, layout: Layout) {
+    use wgconv::half::f16;
+    let x16: Vec<f16> = case.x.iter().map(|&v| f16::from_f32(v)).collect();
+    let rounded: Vec<f32> = x16.iter().map(|v| v.to_f32()).collect();
+    let mut want = reference_out(&case.problem, &rounded, &case.w, case.b.as_deref());
+    let x = match layout {
+        Layout::Nhwc => {
+            want = reference::to_nhwc(&want, case.problem.output);
+            reference::to_nhwc(&rounded, case.shape).iter().map(|&v| f16::from_f32(v)).collect()
+        }
+        _ => x16,
+    };
+    let mut opts = Conv2dOptions::default().layout(layout).storage(Storage::F16);
+    opts.kernel = kernel;
+    let conv = Conv2d::new(gpu, case.spec, &case.w, case.b.as_deref(), opts)
+        .unwrap_or_else(|e| panic!("{}: {e}", case.label("f16 storage")));
+    let what = case.label(&format!("{}, {layout:?} f16 storage", conv.kernel().kernel));
+    let got = conv.forward_f16(&x, case.shape).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let got: Vec<f32> = got.iter().map(|v| v.to_f32()).collect();
+    assert_close(&what, &got, &want, 1e-3);
 }

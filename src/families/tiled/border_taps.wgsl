@@ -6,5 +6,5 @@ if (!(u32(iy) < p.h && u32(ix) < p.w) && row.w >= 0 && tab.y != OUT_OF_RANGE) {
     let mode = pad_mode();
     let sy = pad_coord(iy, i32(p.h), mode);
     let sx = pad_coord(ix, i32(p.w), mode);
-    v = input[u32(row.x + tab.x + (sy - iy) * i32(p.w) + (sx - ix))];
+    v = input_at(u32(row.x + tab.x + (sy - iy) * i32(p.w) + (sx - ix)));
 }

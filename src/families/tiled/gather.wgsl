@@ -9,7 +9,20 @@
 // range check alone) and report_range() (called once at the end by each kernel).
 // Tile constants BM, BN, BK, WG, STAGES come from the generated `config` module.
 
+// F16_TENSORS: the caller's f16 tensors read and written as WGSL f16 (the SIMT kernel on
+// `Storage::F16`), rounded on the way out as `f16_bits.wgsl` rounds.
+#ifdef F16_TENSORS
+#import f16_bits
+@group(0) @binding(1) var<storage, read> input: array<f16>;
+fn input_at(i: u32) -> f32 {
+    return f32(input[i]);
+}
+#else
 @group(0) @binding(1) var<storage, read> input: array<f32>;
+fn input_at(i: u32) -> f32 {
+    return input[i];
+}
+#endif
 // Weights in the including kernel's `WeightVec`: vec4<f32> (tiled.wgsl), vec4<f16>
 // (coop/operands_f16.wgsl: rounded to f16 once at upload, so its K loop neither converts them
 // nor holds f32 copies in registers), or their f16 high and low halves
@@ -23,9 +36,29 @@
 #ifdef VEC4_OUTPUT
 // Whole vec4s of output positions (H·W and the chunk's offset multiples of 4: every aligned
 // group of 4 rows lies in one image and one channel's contiguous run).
+#ifdef F16_TENSORS
+@group(0) @binding(5) var<storage, read_write> output: array<vec4<f16>>;
+fn output_value4(v: vec4<f32>) -> vec4<f16> {
+    return to_f16x4(v);
+}
+#else
 @group(0) @binding(5) var<storage, read_write> output: array<vec4<f32>>;
+fn output_value4(v: vec4<f32>) -> vec4<f32> {
+    return v;
+}
+#endif
+#else
+#ifdef F16_TENSORS
+@group(0) @binding(5) var<storage, read_write> output: array<f16>;
+fn output_value(v: f32) -> f16 {
+    return to_f16(v);
+}
 #else
 @group(0) @binding(5) var<storage, read_write> output: array<f32>;
+fn output_value(v: f32) -> f32 {
+    return v;
+}
+#endif
 #endif
 
 // The grid, written by the host (`GatherGrid`, same field order): `block_m × block_n` tiles
@@ -112,7 +145,7 @@ fn fetch(kt: u32, t: u32, b: Block) {
         let ix = row.z + tab.z;
         var v = 0.0;
         if (u32(iy) < p.h && u32(ix) < p.w) {
-            v = input[u32(row.x + tab.x)];
+            v = input_at(u32(row.x + tab.x));
         }
         // Border taps under a non-zero padding mode (border_taps.wgsl); an empty module for
         // zero padding, so that this loop compiles as it did before padding modes: a branch
@@ -182,7 +215,8 @@ fn store_output4(b: Block, m_local: u32, n_local: u32, acc: vec4<f32>) {
     }
     let oc = b.g * p.c_out_per_group + n;
     let v = acc * p.out_scale + bias[oc];
-    output[(u32(out) + n * p.oh * p.ow) / 4u] = vec4<f32>(activate(v.x), activate(v.y), activate(v.z), activate(v.w));
+    output[(u32(out) + n * p.oh * p.ow) / 4u] =
+        output_value4(vec4<f32>(activate(v.x), activate(v.y), activate(v.z), activate(v.w)));
 }
 #else
 fn store_output(b: Block, m_local: u32, n_local: u32, acc: f32) {
@@ -192,6 +226,6 @@ fn store_output(b: Block, m_local: u32, n_local: u32, acc: f32) {
         return;
     }
     let oc = b.g * p.c_out_per_group + n;
-    output[u32(out) + n * p.oh * p.ow] = activate(acc * p.out_scale + bias[oc]);
+    output[u32(out) + n * p.oh * p.ow] = output_value(activate(acc * p.out_scale + bias[oc]));
 }
 #endif

@@ -10,7 +10,7 @@ use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
 use crate::kernel::{
     compose_defined, workgroups_u32, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, Shaped, SimtOperands,
-    Target, GRID_BINDING,
+    Target, TensorForm, F16_TENSORS, GRID_BINDING,
 };
 use crate::spec::{Conv2dSpec, ConvProblem};
 
@@ -105,18 +105,32 @@ impl KernelConfig for TiledKernel {
     }
     fn shape(&self, problem: &ConvProblem, _limits: &KernelLimits) -> Result<Box<dyn Shaped>> {
         let variant = GatherVariant::of(problem);
-        Ok(Box::new(Gathered::new(problem, self.tile, self.source(has_padding_mode(problem), variant))))
+        Ok(Box::new(Gathered::new(problem, self.tile, self.source(has_padding_mode(problem), variant, false))))
+    }
+    fn shape_native(
+        &self,
+        problem: &ConvProblem,
+        _limits: &KernelLimits,
+        form: TensorForm,
+    ) -> Option<Result<Box<dyn Shaped>>> {
+        // NCHW f16 tensors (channels-last ones go through the layout passes).
+        (form == TensorForm { channels_last: false, f16: true }).then(|| {
+            let variant = GatherVariant::of(problem);
+            let source = self.source(has_padding_mode(problem), variant, true);
+            Ok(Box::new(Gathered::new(problem, self.tile, source)) as Box<dyn Shaped>)
+        })
     }
     fn representative_sources(&self) -> Result<Vec<String>> {
         self.tile.check_shape()?;
         let plain = GatherVariant { rows_fastest: false, vec4_output: false };
         let both = GatherVariant { rows_fastest: true, vec4_output: true };
-        Ok(vec![
-            self.source(false, plain)?,
-            self.source(true, plain)?,
-            self.source(false, both)?,
-            self.source(true, both)?,
-        ])
+        let mut sources = Vec::new();
+        for f16_tensors in [false, true] {
+            for (modes, variant) in [(false, plain), (true, plain), (false, both), (true, both)] {
+                sources.push(self.source(modes, variant, f16_tensors)?);
+            }
+        }
+        Ok(sources)
     }
     fn invocations(&self) -> u32 {
         self.tile.invocations()
@@ -133,14 +147,19 @@ impl KernelConfig for TiledKernel {
 }
 
 impl TiledKernel {
-    /// The kernel's WGSL; `modes`: with the padding modes' border loads.
-    fn source(&self, modes: bool, variant: GatherVariant) -> Result<String> {
+    /// The kernel's WGSL; `modes`: with the padding modes' border loads; `f16_tensors`: it
+    /// reads and writes f16 tensors itself ([`TensorForm::f16`]).
+    fn source(&self, modes: bool, variant: GatherVariant, f16_tensors: bool) -> Result<String> {
+        let mut defines = variant.defines();
+        if f16_tensors {
+            defines.push(F16_TENSORS);
+        }
         compose_defined(
             "tiled",
             &[("tiled", TILED_WGSL), ("gather", GATHER_WGSL)],
             vec![("config", tile_header(&self.tile)), border_taps(modes)],
             self.family.precision(),
-            &variant.defines(),
+            &defines,
         )
     }
 }
