@@ -99,7 +99,8 @@ pub mod advanced {
     pub use crate::portable::check_portable;
     pub use crate::select::{
         CHANNELS_LAST_MAX_K_PADDING, DEPTHWISE_F16_COOP_MAX_CHANNELS_PER_GROUP, DEPTHWISE_MAX_CHANNELS_PER_GROUP,
-        F32_MATRIX_EFFICIENCY, F32_MATRIX_MIN_RATE_RATIO, F32_SIMT_EFFICIENCY, STEM_DEFAULT_MAX_CHANNELS,
+        F16_SIMT_MAX_K, F16_SIMT_MAX_N, F32_MATRIX_EFFICIENCY, F32_MATRIX_MIN_RATE_RATIO, F32_SIMT_EFFICIENCY,
+        STEM_DEFAULT_MAX_CHANNELS,
     };
 
     use crate::{Conv2dOptions, Conv2dSpec, DeviceCaps, Kernel, Precision, Result, Selection};
@@ -168,6 +169,12 @@ pub mod advanced {
     /// spec (where neither the stem nor the depthwise rule takes it first).
     pub fn channels_last_rule_applies(caps: &DeviceCaps, spec: &Conv2dSpec, precision: Precision) -> bool {
         crate::select::channels_last_rule_applies(caps, spec, precision)
+    }
+
+    /// Whether f16 on this convolution (NCHW tensors) runs the SIMT kernel `tiled-f16` by
+    /// default on this cooperative-matrix device: a small GEMM (README, "Which kernel runs").
+    pub fn f16_small_gemm_applies(caps: &DeviceCaps, spec: &Conv2dSpec) -> bool {
+        crate::select::f16_small_gemm_applies(caps, spec)
     }
 
     /// Whether f16 on this convolution runs the stem kernel by default on this device.

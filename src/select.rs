@@ -21,6 +21,13 @@ use crate::tile::TileConfig;
 /// built for and measured on. It runs deeper convolutions too when named.
 pub const STEM_DEFAULT_MAX_CHANNELS: u32 = 4;
 
+/// The longest GEMM K (input channels per group × kernel taps) of the f16 small-GEMM rule
+/// (see [`f16_small_gemm_rule`]).
+pub const F16_SIMT_MAX_K: u32 = 64;
+/// The fewest output channels per group beyond which the f16 small-GEMM rule leaves a layer
+/// of longer K to the matrix units.
+pub const F16_SIMT_MAX_N: u32 = 32;
+
 /// Decides the kernel for a convolution on a device: [`select`] with the tuning cache's
 /// decision where the options name the input shape.
 pub(crate) fn select_on(
@@ -118,6 +125,9 @@ pub(crate) fn select(
         return Ok(Selection { kernel, source: ConfigSource::Default, reason });
     }
     let problem = options.tuning_key_input.and_then(|input| spec.problem(input).ok());
+    if let Some((kernel, reason)) = f16_small_gemm_rule(caps, spec, problem.as_ref(), options) {
+        return Ok(Selection { kernel, source: ConfigSource::Default, reason });
+    }
     // Before the tuning cache, which holds the FMA kernels' decisions for f32: where the
     // matrix units win by the estimate, they win by more than tuning a tile gains.
     if options.precision == Precision::F32 {
@@ -162,8 +172,10 @@ pub(crate) fn select(
 }
 
 /// The stem rule: f16 on an image input (no groups, at most
-/// [`STEM_DEFAULT_MAX_CHANNELS`] channels) on NVIDIA's cooperative matrices runs the stem
-/// kernel, where its reference config fits the device for every input size. NVIDIA only:
+/// [`STEM_DEFAULT_MAX_CHANNELS`] channels, a kernel of more than [`F16_SIMT_MAX_K`] taps
+/// over them: 7×7 and 11×11 stems, not 3×3 ones, which the small-GEMM rule takes) on
+/// NVIDIA's cooperative matrices runs the stem kernel, where its reference config fits the
+/// device for every input size. NVIDIA only:
 /// its two roles of warps reach the workgroup barrier from two loops (equally often), which
 /// SPIR-V does not promise to support and NVIDIA's hardware barrier, which counts arrivals,
 /// is known to run. Returns the reason, or `None` where the rule does not apply.
@@ -172,13 +184,60 @@ pub(crate) fn stem_rule(caps: &DeviceCaps, spec: &Conv2dSpec, precision: Precisi
         && caps.coop_f16
         && caps.is_nvidia()
         && spec.groups == 1
-        && spec.in_channels <= STEM_DEFAULT_MAX_CHANNELS;
+        && spec.in_channels <= STEM_DEFAULT_MAX_CHANNELS
+        && spec.k_total() > F16_SIMT_MAX_K;
     (applies && stem::STEM.reference().check(spec, caps).is_ok()).then(|| {
         format!(
             "f16 on an image input (≤ {STEM_DEFAULT_MAX_CHANNELS} channels, no groups) on NVIDIA's cooperative \
              matrices: the stem kernel"
         )
     })
+}
+
+/// Whether the f16 small-GEMM rule takes this convolution in f16 on NCHW tensors (see
+/// [`f16_small_gemm_rule`]).
+pub(crate) fn f16_small_gemm_applies(caps: &DeviceCaps, spec: &Conv2dSpec) -> bool {
+    let (k, n) = (spec.k_total(), spec.out_channels_per_group());
+    caps.coop_f16
+        && spec.groups == 1
+        && (k <= F16_SIMT_MAX_K || n <= F16_SIMT_MAX_N)
+        && tiled::TILED_F16.unavailable(caps).is_none()
+}
+
+/// The f16 small-GEMM rule: f16 on cooperative matrices, NCHW tensors, and an ungrouped
+/// layer (grouped ones were not measured) whose GEMM is short (K = input channels per group × taps ≤ [`F16_SIMT_MAX_K`]: 3×3 image stems,
+/// 1×1 layers of ≤ 64 channels) or narrow (≤ [`F16_SIMT_MAX_N`] output channels per group)
+/// runs the SIMT kernel `tiled-f16` with the f32 shape rule's tile config (its shape-free one
+/// where the input shape is not known yet). On such layers the matrix kernels' time is their
+/// staging pass, f32 output and padded fragments, not their products: on the H100 the
+/// channels-last f16 kernel took 1.1–2.8× the f32 SIMT kernel's time on every such layer of
+/// MobileNetV2 and ResNet-50 (13 layers, 2.2 ms against 1.2 at batch 32), and the stem
+/// kernel 2.3× on MobileNetV2's 3×3 stem and 1.3× on VGG-16's, while it stays 1.6× and more
+/// faster on the 7×7 and 11×11 stems. Channels-last tensors stay with the channels-last
+/// kernel, which reads them itself.
+fn f16_small_gemm_rule(
+    caps: &DeviceCaps,
+    spec: &Conv2dSpec,
+    problem: Option<&ConvProblem>,
+    options: &Conv2dOptions,
+) -> Option<(Kernel, String)> {
+    let (k, n) = (spec.k_total(), spec.out_channels_per_group());
+    let applies = options.precision == Precision::F16Accum32 && options.layout == Layout::Nchw;
+    if !applies || !f16_small_gemm_applies(caps, spec) {
+        return None;
+    }
+    let (tile, how) = match problem.and_then(|p| f32_shape_rule(caps, p)).and_then(|(k, _)| k.tile()) {
+        Some(tile) => (tile, "the f32 shape rule's tile config for this input"),
+        None => (f32_tile(caps).0, "the f32 shape-free tile config (input shape not known)"),
+    };
+    let kernel = tiled::TILED_F16.reference().with_tile(tile)?;
+    kernel.check(spec, caps).ok()?;
+    Some((
+        kernel,
+        format!(
+            "f16 on cooperative matrices, a small GEMM (K = {k}, N = {n} per group): the SIMT kernel, {how}              (the matrix kernels' staging and output dominate such layers)"
+        ),
+    ))
 }
 
 /// The most input channels per group that the depthwise rule sends to the depthwise family
@@ -723,7 +782,7 @@ pub(crate) fn default_kernel(caps: &DeviceCaps, precision: Precision) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::Padding;
+    use crate::spec::{Padding, Shape4};
 
     fn caps(device_type: wgpu::DeviceType, vendor: u32, coop_f16: bool) -> DeviceCaps {
         DeviceCaps {
@@ -811,6 +870,22 @@ mod tests {
         // without cooperative matrices the SIMT kernel.
         assert_eq!(pick(&gpu, image, Precision::F16Accum32).kernel.family(), "coop-stem-f16");
         assert_eq!(pick(&gpu, dense, Precision::F16Accum32).kernel.family(), "coop-nhwc-f16");
+        // Small GEMMs in f16 on cooperative matrices: the SIMT kernel with the f32 shape
+        // rule's tile where the shape is known (MobileNetV2's 3×3 stem, K = 27; a 1×1 layer
+        // of 32 channels; one of 24 output channels), the matrix units past both limits.
+        let f16_at = |spec: Conv2dSpec, input: Option<Shape4>| {
+            let options =
+                Conv2dOptions { precision: Precision::F16Accum32, tuning_key_input: input, ..Default::default() };
+            select(&gpu, &spec, &options, true, |_| None).unwrap()
+        };
+        let stem3 = Conv2dSpec::new(3, 32, 3).stride((2, 2)).padding(Padding::uniform(1));
+        let s = f16_at(stem3, Some(Shape4::new(32, 3, 224, 224)));
+        assert_eq!(s.kernel.to_string(), "tiled-f16:m64n32k16-t4x4-w4-s1", "{s}");
+        assert!(s.reason.contains("small GEMM (K = 27, N = 32"), "{s}");
+        assert_eq!(f16_at(stem3, None).kernel.family(), "tiled-f16");
+        assert_eq!(f16_at(Conv2dSpec::new(32, 16, 1), None).kernel.family(), "tiled-f16");
+        assert_eq!(f16_at(Conv2dSpec::new(144, 24, 1), None).kernel.family(), "tiled-f16");
+        assert_eq!(f16_at(Conv2dSpec::new(96, 64, 1), None).kernel.family(), "coop-nhwc-f16");
         assert_eq!(pick(&gpu, dense, Precision::F16x3).kernel.family(), "coop-nhwc-f16x3");
         // Channels-last tensors: the channels-last family for image inputs (no stem kernel,
         // which would need layout passes) and for channels that pad K.

@@ -14,7 +14,8 @@
 mod common;
 use common::*;
 use wgconv::advanced::{
-    band_sweep, coop_sweep, default_sweep, depthwise_rule_applies, stem_is_default, stem_sweep, BandConfig, StemConfig,
+    band_sweep, coop_sweep, default_sweep, depthwise_rule_applies, f16_small_gemm_applies, stem_is_default, stem_sweep,
+    BandConfig, StemConfig,
 };
 use wgconv::{reference, ConfigSource, Conv2d, Conv2dOptions, Error, Gpu};
 use wgconv::{Conv2dSpec as S, Kernel, Padding as P, Precision, Shape4, TileConfig};
@@ -77,13 +78,16 @@ fn default_f16_kernel_is_tiled_f16_without_coop() {
     let conv = f16_conv(&gpu, &case, None, false);
     let (kind, source) = (&conv.kernel().kernel, conv.kernel().source);
     if gpu.has_coop_f16() {
-        // A 3-channel input: the stem kernel (on NVIDIA); 16 channels: the channels-last kernel.
-        let stem = stem_is_default(gpu.caps(), &case.spec);
-        assert_eq!(kind.family() == "coop-stem-f16", stem, "coop device chose {kind} for 3 channels");
-        let deep = case_of("default_kind_deep", S::new(16, 8, 3).padding(P::uniform(1)), [1, 8, 8]);
-        let deep_conv = f16_conv(&gpu, &deep, None, false);
-        let deep_kind = &deep_conv.kernel().kernel;
-        assert_eq!(deep_kind.family(), "coop-nhwc-f16", "coop device chose {deep_kind} for 16 channels");
+        // A 3-channel 3×3 input (K = 27): the SIMT kernel, a small GEMM; 16 channels into 64:
+        // the channels-last kernel; into 8: the SIMT kernel again.
+        assert!(f16_small_gemm_applies(gpu.caps(), &case.spec));
+        assert_eq!(kind.family(), "tiled-f16", "coop device chose {kind} for 3 channels");
+        for (c_out, want) in [(64, "coop-nhwc-f16"), (8, "tiled-f16")] {
+            let deep = case_of("default_kind_deep", S::new(16, c_out, 3).padding(P::uniform(1)), [1, 8, 8]);
+            let deep_conv = f16_conv(&gpu, &deep, None, false);
+            let deep_kind = &deep_conv.kernel().kernel;
+            assert_eq!(deep_kind.family(), want, "coop device chose {deep_kind} for 16 -> {c_out} channels");
+        }
     } else {
         // Never the f32 kernel under an f16 label.
         assert_eq!(kind.family(), "tiled-f16", "{}: f16 default is {kind}", gpu.info.name);
@@ -280,6 +284,8 @@ fn coop_kernel_on_ragged_shapes() {
             "coop-stem-f16"
         } else if depthwise_rule_applies(gpu.caps(), &spec, Precision::F16Accum32) {
             "depthwise-f16"
+        } else if f16_small_gemm_applies(gpu.caps(), &spec) {
+            "tiled-f16"
         } else if wgconv::advanced::channels_last_rule_applies(gpu.caps(), &spec, Precision::F16Accum32) {
             "coop-nhwc-f16"
         } else {
