@@ -22,7 +22,7 @@ use crate::tile::TileConfig;
 pub const STEM_DEFAULT_MAX_CHANNELS: u32 = 4;
 
 /// The longest GEMM K (input channels per group × kernel taps) of the f16 small-GEMM rule
-/// (see [`f16_small_gemm_rule`]).
+/// (README, "Which kernel runs", rule 2).
 pub const F16_SIMT_MAX_K: u32 = 64;
 /// The fewest output channels per group beyond which the f16 small-GEMM rule leaves a layer
 /// of longer K to the matrix units.

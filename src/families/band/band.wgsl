@@ -141,7 +141,7 @@ fn stage_band(t: Tile, chunk: u32, inv: u32) {
                 if (col < N_COLS && cl * SW + ph < CP) {
                     for (var j = 0u; j < STAGE_ROWS; j++) {
                         if (br + j < band_rows) {
-                            band[(br + j) * ROW_ELEMS + band_col + cl * SW] = f16(to_operand(v[cl][j]));
+                            band[(br + j) * ROW_ELEMS + band_col + cl * SW] = f16(checked_operand(v[cl][j]));
                         }
                     }
                 }

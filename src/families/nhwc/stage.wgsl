@@ -42,8 +42,8 @@ fn source_index(n: u32, c: u32, y: u32, x: u32) -> i32 {
     return i32(p.in_offset + ((n * C + c) * H + u32(iy)) * W + u32(ix));
 }
 
-// Channel `c` at staged pixel (y, x) as the operand (rounded to f16 under F16, already
-// exact in f16 for the packing below); 0 for padding channels and zero padding.
+// Channel `c` at staged pixel (y, x) as the operand (range-checked under the f16 precisions;
+// rounded to f16 by the packing below); 0 for padding channels and zero padding.
 fn channel(n: u32, c: u32, real: bool, y: u32, x: u32) -> f32 {
     if (!real) {
         return 0.0;
@@ -52,7 +52,7 @@ fn channel(n: u32, c: u32, real: bool, y: u32, x: u32) -> f32 {
     if (i < 0) {
         return 0.0;
     }
-    return to_operand(input[u32(i)]);
+    return checked_operand(input[u32(i)]);
 }
 
 #ifdef F16X3

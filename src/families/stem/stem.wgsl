@@ -131,7 +131,7 @@ fn stash_row(slot: u32, h: u32) {
             let col = e % STAGE_COLS;
             let r = e / STAGE_COLS;
             let s = ((r / CG) * SW + col % SW) * CG + r % CG;
-            ring[slot * ROW_ELEMS + (col / SW) * CST + s] = f16(to_operand(staged[j]));
+            ring[slot * ROW_ELEMS + (col / SW) * CST + s] = f16(checked_operand(staged[j]));
         }
     }
 }
