@@ -505,7 +505,7 @@ pub const F32_MATRIX_MIN_RATE_RATIO: f64 = 8.0;
 
 /// The share of the declared fp32 rate the tiled f32 kernels reach, and of the declared
 /// f16-matrix rate (counting three products per multiply-add) the f32 kernel on the matrix
-/// units reaches, on work counted in whole waves ([`wave_work`]): fitted with the
+/// units reaches, on work counted in whole waves (`wave_work`): fitted with the
 /// bandwidth shares below to the H100's and the H200's sweeps of both families.
 pub const F32_SIMT_EFFICIENCY: f64 = 0.53;
 /// See [`F32_SIMT_EFFICIENCY`].

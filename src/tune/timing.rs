@@ -92,7 +92,7 @@ pub fn time_plan(gpu: &Gpu, plan: &ConvPlan, warmup: u32, runs: u32) -> Result<(
 /// under [`BUSY_CHUNK`], so they end at a few milliseconds each) with the next buffer queued
 /// before the host waits for the previous one, and the last buffer is left running, so the
 /// caller's next submission follows it without an idle gap. Validation errors are caught
-/// ([`ErrorScope`]) and returned. Why: an H100's SM clock dropped from 1980 MHz to as little
+/// (`ErrorScope`) and returned. Why: an H100's SM clock dropped from 1980 MHz to as little
 /// as 360–450 MHz while the host did other work (sampled every 20 ms during a model bench;
 /// the only clock-event reason reported was "GPU idle"), and a few milliseconds of timed runs after
 /// such a pause ran at whatever clock it had left: whole layers measured 2.1–2.4× slow,
