@@ -32,11 +32,11 @@ pub enum Precision {
     #[default]
     F32,
     /// Operands rounded to f16 (weights at upload, inputs inside the kernel), f32
-    /// accumulation; the tensors in memory are as [`crate::Storage`] says (f32 by default). Where a SIMT kernel holds inputs in f32, a
-    /// driver may fold their rounding away (NVIDIA's Vulkan compiler does), which only brings
-    /// the result closer to f32's. On cooperative-matrix devices this runs on the matrix
-    /// units. Relative L2
-    /// error ~3e-4 on normal data (bound: 1e-3, tested). Values beyond f16's range
+    /// accumulation; the tensors in memory are as [`crate::Storage`] says (f32 by default).
+    /// Where a SIMT kernel holds inputs in f32, a driver may fold their rounding away
+    /// (NVIDIA's Vulkan compiler does), which only brings the result closer to f32's. On
+    /// cooperative-matrix devices this runs on the matrix units. Relative L2 error ~3e-4 on
+    /// normal data (bound: 1e-3, tested). Values beyond f16's range
     /// (|x| > 65504) never become infinities: weights are refused at upload with
     /// [`crate::Error::F16Range`]; inputs are clamped in the kernel and flagged, `forward`
     /// then returns `F16Range`, and callers of `encode`/`plan` must check

@@ -205,9 +205,9 @@ pub(crate) fn f16_small_gemm_applies(caps: &DeviceCaps, spec: &Conv2dSpec) -> bo
 }
 
 /// The f16 small-GEMM rule: f16 on cooperative matrices, NCHW tensors, and an ungrouped
-/// layer (grouped ones were not measured) whose GEMM is short (K = input channels per group × taps ≤ [`F16_SIMT_MAX_K`]: 3×3 image stems,
-/// 1×1 layers of ≤ 64 channels) or narrow (≤ [`F16_SIMT_MAX_N`] output channels per group)
-/// runs the SIMT kernel `tiled-f16` with the f32 shape rule's tile config (its shape-free one
+/// layer (grouped ones were not measured) whose GEMM is short (K = input channels per group
+/// × taps ≤ [`F16_SIMT_MAX_K`]: 3×3 image stems, 1×1 layers of ≤ 64 channels) or narrow
+/// (≤ [`F16_SIMT_MAX_N`] output channels per group) runs the SIMT kernel `tiled-f16` with the f32 shape rule's tile config (its shape-free one
 /// where the input shape is not known yet). On such layers the matrix kernels' time is their
 /// staging pass, f32 output and padded fragments, not their products: on the H100 the
 /// channels-last f16 kernel took 1.1–2.8× the f32 SIMT kernel's time on every such layer of
@@ -235,7 +235,8 @@ fn f16_small_gemm_rule(
     Some((
         kernel,
         format!(
-            "f16 on cooperative matrices, a small GEMM (K = {k}, N = {n} per group): the SIMT kernel, {how}              (the matrix kernels' staging and output dominate such layers)"
+            "f16 on cooperative matrices, a small GEMM (K = {k}, N = {n} per group): the SIMT kernel, {how} \
+             (the matrix kernels' staging and output dominate such layers)"
         ),
     ))
 }
@@ -299,8 +300,8 @@ pub(crate) fn depthwise_rule(
         format!("grouped ({} groups of {} input channels)", spec.groups, spec.in_channels_per_group())
     };
     // As many output channels per invocation as the group has, up to 4, fewer where their
-    // taps do not fit in registers. In f16 each loaded value is also rounded and range
-    // checked, so blocks two columns wide (each load feeding twice the outputs) pay off on
+    // taps do not fit in registers. In f16 each loaded value is also range checked (and
+    // rounded, where the driver keeps the round trip), so blocks two columns wide (each load feeding twice the outputs) pay off on
     // stride-1 rows: on the H100 they ran MobileNetV2's stride-1 depthwise layers up to
     // 1.26× and ResNeXt's grouped ones 1.1–1.2× faster than one column; in f32 one column
     // was within 3 % of the best block on every depthwise layer measured. On f16 tensors
@@ -881,7 +882,7 @@ mod tests {
         let stem3 = Conv2dSpec::new(3, 32, 3).stride((2, 2)).padding(Padding::uniform(1));
         let s = f16_at(stem3, Some(Shape4::new(32, 3, 224, 224)));
         assert_eq!(s.kernel.to_string(), "tiled-f16:m64n32k16-t4x4-w4-s1", "{s}");
-        assert!(s.reason.contains("small GEMM (K = 27, N = 32"), "{s}");
+        assert!(s.reason.contains("small GEMM (K = 27, N = 32") && !s.reason.contains("  "), "{s}");
         assert_eq!(f16_at(stem3, None).kernel.family(), "tiled-f16");
         assert_eq!(f16_at(Conv2dSpec::new(32, 16, 1), None).kernel.family(), "tiled-f16");
         assert_eq!(f16_at(Conv2dSpec::new(144, 24, 1), None).kernel.family(), "tiled-f16");

@@ -1,8 +1,7 @@
 // How the depthwise shaders read their input and write their output: f32 tensors, or f16
 // ones that the kernel reads and writes itself (F16_TENSORS, `Storage::F16` on devices with
-// SHADER_F16: half the bytes of f32, which is what these layers' time is). Values are
-// summed in f32 either way; an f16 output is rounded as the layout passes round it
-// (`f16_bits.wgsl`).
+// SHADER_F16), in place of conversion passes around an f32 kernel. Values are summed in f32
+// either way; an f16 output is rounded as the layout passes round it (`f16_bits.wgsl`).
 
 #import precision
 
