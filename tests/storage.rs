@@ -15,9 +15,6 @@ use wgconv::{
     Storage,
 };
 
-/// The tolerance of f16 storage: the output's rounding to f16 (relative L2).
-const TOL_STORAGE: f64 = 1e-3;
-
 /// Bits that no conversion writes: an f16 NaN with a payload.
 const POISON: u16 = 0x7e5a;
 
