@@ -17,6 +17,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
+# A one-shot run gains nothing from incremental caches, which cost gigabytes of disk.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 say() { printf '== %s\n' "$*"; }
 
@@ -35,10 +37,11 @@ cargo test --workspace --exclude wgconv-web --all-targets --all-features --no-fa
 say "cargo test --workspace --exclude wgconv-web --doc --all-features"
 cargo test --workspace --exclude wgconv-web --doc --all-features
 # The README's example and the bring-your-own-device one, run for real (the others are
-# built by --all-targets above).
+# built by --all-targets above). --all-features reuses the test build: without it the
+# naga-check feature's absence changes naga's features, and wgpu is built a second time.
 for ex in basic byod padding; do
-    say "cargo run -p wgconv --example $ex"
-    cargo run --quiet -p wgconv --example "$ex"
+    say "cargo run -p wgconv --all-features --example $ex"
+    cargo run --quiet -p wgconv --all-features --example "$ex"
 done
 
 # --- Lints ----------------------------------------------------------------------------
