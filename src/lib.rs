@@ -86,7 +86,7 @@ pub mod advanced {
     pub use crate::conv2d::PREPARED_CAPACITY;
     pub use crate::families::band::{band_sweep, BandConfig};
     pub use crate::families::coop::coop_sweep;
-    pub use crate::families::depthwise::{strip_sweep, StripConfig};
+    pub use crate::families::depthwise::{staged_sweep, strip_sweep, StagedConfig, StripConfig};
     pub use crate::families::stem::{stem_sweep, StemConfig, StemLayout, MAX_STEM_K_FRAGS};
     pub use crate::families::tiled::default_sweep;
     #[cfg(not(target_arch = "wasm32"))]
@@ -99,8 +99,8 @@ pub mod advanced {
     pub use crate::portable::check_portable;
     pub use crate::select::{
         CHANNELS_LAST_MAX_K_PADDING, DEPTHWISE_F16_COOP_MAX_CHANNELS_PER_GROUP, DEPTHWISE_MAX_CHANNELS_PER_GROUP,
-        F16_SIMT_MAX_K, F16_SIMT_MAX_N, F32_MATRIX_EFFICIENCY, F32_MATRIX_MIN_RATE_RATIO, F32_SIMT_EFFICIENCY,
-        STEM_DEFAULT_MAX_CHANNELS,
+        DEPTHWISE_SMALL_MAP, F16_SIMT_MAX_K, F16_SIMT_MAX_N, F32_MATRIX_EFFICIENCY, F32_MATRIX_MIN_RATE_RATIO,
+        F32_SIMT_EFFICIENCY, STEM_DEFAULT_MAX_CHANNELS,
     };
 
     use crate::{Conv2dOptions, Conv2dSpec, DeviceCaps, Kernel, Precision, Result, Selection};
@@ -163,6 +163,14 @@ pub mod advanced {
     /// where a block does not fit, the direct kernel) in f32 and f16.
     pub fn depthwise_rule_applies(caps: &DeviceCaps, spec: &Conv2dSpec, precision: Precision) -> bool {
         crate::select::depthwise_rule_applies(caps, spec, precision)
+    }
+
+    /// Whether the depthwise rule runs this problem (its input shape known) on the depthwise
+    /// family's staged kernel with these options: depthwise of multiplier 1, NCHW, stride 1,
+    /// output planes small enough that several share a workgroup, f16 tensors read by the
+    /// kernel or f16 operands (README, "Which kernel runs").
+    pub fn depthwise_staged_applies(caps: &DeviceCaps, problem: &crate::ConvProblem, options: &Conv2dOptions) -> bool {
+        crate::select::depthwise_staged_applies(caps, problem, options)
     }
 
     /// Whether an f16 or f16x3 default on this device runs the channels-last family for this

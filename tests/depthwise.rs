@@ -10,7 +10,7 @@
 mod common;
 use common::*;
 use rand::{Rng, SeedableRng};
-use wgconv::advanced::{depthwise_rule_applies, strip_sweep};
+use wgconv::advanced::{depthwise_rule_applies, staged_sweep, strip_sweep};
 use wgconv::{Activation, ConfigSource, Conv2d, Conv2dOptions, Conv2dSpec, Layout, Padding, Precision, Shape4};
 
 /// A random depthwise or narrow grouped convolution and input from `rng`.
@@ -19,7 +19,8 @@ fn random_case(rng: &mut rand::rngs::StdRng, i: usize, seed: u64) -> Case {
         let groups = rng.random_range(1..=6u32);
         // Mostly depthwise (one input channel per group), sometimes 2–4 per group.
         let cin_g = if rng.random_bool(0.7) { 1 } else { rng.random_range(2..=4u32) };
-        let mult = rng.random_range(1..=3u32);
+        // Multiplier 1 half the time: the staged configs run only those.
+        let mult = if rng.random_bool(0.5) { 1 } else { rng.random_range(2..=3u32) };
         let (kh, kw) = if rng.random_bool(0.7) {
             let k = rng.random_range(1..=7u32);
             (k, k)
@@ -45,8 +46,8 @@ fn random_case(rng: &mut rand::rngs::StdRng, i: usize, seed: u64) -> Case {
     }
 }
 
-/// 200 random shapes (the first config of the sweep on each, and the whole sweep on every
-/// tenth), f32 within 1e-5; f16 on every fifth where the device has `SHADER_F16`; f16 tensors
+/// 200 random shapes (one config of the sweep, strip and staged configs in turn, on each,
+/// and the whole sweep on every tenth), f32 within 1e-5; f16 on every fifth where the device has `SHADER_F16`; f16 tensors
 /// (f32 operands) on every third, within 1e-3 of the reference of the f16-rounded input.
 #[test]
 fn random_shapes_match_the_reference() {
@@ -54,19 +55,28 @@ fn random_shapes_match_the_reference() {
     let seed = test_seed();
     eprintln!("random shapes: WGCONV_TEST_SEED={seed}");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let sweep = strip_sweep();
+    let sweep: Vec<String> = strip_sweep()
+        .iter()
+        .map(|c| c.name())
+        .zip(staged_sweep().iter().map(|c| c.name()).cycle())
+        .flat_map(|(strip, staged)| [strip, staged])
+        .collect();
     let f16 = has_f16(&gpu);
-    let mut runs = 0;
+    let (mut runs, mut staged_runs) = (0, 0);
     for i in 0..200 {
         let case = random_case(&mut rng, i, seed);
         let configs = if i % 10 == 0 { &sweep[..] } else { &sweep[i % sweep.len()..][..1] };
         for cfg in configs {
-            let f32_kernel = kernel(&format!("depthwise:{}", cfg.name()));
-            // A strip too wide for its registers is refused, never run.
+            let f32_kernel = kernel(&format!("depthwise:{cfg}"));
+            // A strip too wide for its registers is refused, never run; so is a staged
+            // config on a layer other than depthwise of multiplier 1.
             if let Err(e) = f32_kernel.check(&case.spec, gpu.caps()) {
-                assert!(e.to_string().contains("fit in registers"), "{}: {e}", case.label(&f32_kernel.to_string()));
+                let e = e.to_string();
+                let known = e.contains("fit in registers") || e.contains("multiplier 1") || e.contains("B it may use");
+                assert!(known, "{}: {e}", case.label(&f32_kernel.to_string()));
                 continue;
             }
+            staged_runs += cfg.starts_with("staged") as u32;
             case.check_encode(&gpu, &case.conv(&gpu, Some(f32_kernel.clone())));
             runs += 1;
             if i % 3 == 0 && cfg == &configs[0] {
@@ -74,14 +84,14 @@ fn random_shapes_match_the_reference() {
                 check_f16_storage(&gpu, &case, Some(f32_kernel), layout);
             }
             if f16 && i % 5 == 0 {
-                let f16_kernel = kernel(&format!("depthwise-f16:{}", cfg.name()));
+                let f16_kernel = kernel(&format!("depthwise-f16:{cfg}"));
                 let conv = case.conv_at(&gpu, Some(f16_kernel), Precision::F16Accum32);
                 check_encode_and_forward(&gpu, &case, &conv, &case.want, TOL_F16);
             }
         }
     }
-    eprintln!("{runs} depthwise runs");
-    assert!(runs >= 200);
+    eprintln!("{runs} depthwise runs, {staged_runs} of staged configs");
+    assert!(runs >= 200 && staged_runs >= 40, "{runs} runs, {staged_runs} staged");
 }
 
 /// Depthwise and narrow grouped layers pick the family by default (with ReLU too), with
@@ -126,4 +136,37 @@ fn wide_groups_are_refused_and_not_selected() {
     let (w, _) = params(&spec, 1);
     let conv = Conv2d::new(&gpu, spec, &w, None, Conv2dOptions::default()).unwrap();
     assert_eq!(conv.kernel().kernel.family(), "tiled");
+}
+
+/// Small maps of depthwise layers of multiplier 1 run the staged kernel by default once the
+/// input shape is known (at the first forward), on f16 tensors and with f16 operands, and
+/// match the reference; larger maps keep the strip kernel.
+#[test]
+fn staged_by_default_on_small_maps() {
+    use wgconv::half::f16;
+    let gpu = gpu();
+    if !has_f16(&gpu) {
+        eprintln!("skipped: no SHADER_F16 on this adapter");
+        return;
+    }
+    let spec = Conv2dSpec::new(24, 24, 3).groups(24).padding(Padding::uniform(1)).with_bias(true);
+    for (hw, staged) in [(7, true), (14, true), (30, false)] {
+        let case = Case::new(&format!("dw_{hw}"), spec, Shape4::new(2, 24, hw, hw));
+        // f16 tensors, f32 operands.
+        let x16: Vec<f16> = case.x.iter().map(|&v| f16::from_f32(v)).collect();
+        let rounded: Vec<f32> = x16.iter().map(|v| v.to_f32()).collect();
+        let want = reference_out(&case.problem, &rounded, &case.w, case.b.as_deref());
+        let opts = Conv2dOptions::default().storage(wgconv::Storage::F16);
+        let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap();
+        let got: Vec<f32> = conv.forward_f16(&x16, case.shape).unwrap().iter().map(|v| v.to_f32()).collect();
+        let s = conv.kernel();
+        assert_eq!(s.kernel.config_name().starts_with("staged"), staged, "{hw}: {s}");
+        assert_close(&case.label(&format!("f16 tensors, {}", s.kernel)), &got, &want, TOL_STORAGE);
+        // f32 tensors, f16 operands.
+        let conv = case.conv_at(&gpu, None, Precision::F16Accum32);
+        let got = conv.forward(&case.x, case.shape).unwrap();
+        let s = conv.kernel();
+        assert_eq!(s.kernel.config_name().starts_with("staged"), staged, "{hw}: {s}");
+        assert_close(&case.label(&format!("f16, {}", s.kernel)), &got, &case.want, TOL_F16);
+    }
 }

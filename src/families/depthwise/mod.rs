@@ -9,7 +9,17 @@
 //!
 //! `depthwise` computes with f32 operands, `depthwise-f16` with operands rounded to f16
 //! (f32 accumulation). Configs are named `x1y4c1-w128`: output columns and rows per
-//! invocation, output channels per invocation, invocations per workgroup.
+//! invocation, output channels per invocation, invocations per workgroup. Depthwise layers
+//! of multiplier 1 also have the staged kernel ([`staged`], configs `staged-x2-w256`),
+//! which copies tiles of whole planes or bands of rows into workgroup memory first.
+
+mod staged;
+pub use staged::{staged_sweep, StagedConfig};
+
+/// Planes per tile of a staged config on a problem (several: whole planes share a tile).
+pub(crate) fn staged_planes_per_tile(cfg: &StagedConfig, problem: &ConvProblem, limits: &KernelLimits) -> Result<u32> {
+    staged::StagedGeometry::new(cfg, problem, limits).map(|g| g.p)
+}
 
 use crate::alloc;
 use crate::caps::{DeviceCaps, KernelLimits};
@@ -137,13 +147,17 @@ impl Family for Depthwise {
         self.operands.unavailable(caps)
     }
     fn parse(&'static self, config: &str) -> Result<Kernel> {
-        Ok(Kernel::new(StripKernel { family: self, cfg: StripConfig::parse(config)? }))
+        match config.starts_with(StagedConfig::PREFIX) {
+            true => Ok(self.staged(StagedConfig::parse(config)?)),
+            false => Ok(Kernel::new(StripKernel { family: self, cfg: StripConfig::parse(config)? })),
+        }
     }
     fn reference(&'static self) -> Kernel {
         self.with(StripConfig::REFERENCE)
     }
     fn sweep(&'static self) -> Vec<Kernel> {
-        strip_sweep().into_iter().map(|cfg| self.with(cfg)).collect()
+        let strips = strip_sweep().into_iter().map(|cfg| self.with(cfg));
+        strips.chain(staged_sweep().into_iter().map(|cfg| self.staged(cfg))).collect()
     }
     fn targets(&self) -> &'static [Target] {
         self.operands.targets()
@@ -154,6 +168,10 @@ impl Depthwise {
     /// This family's kernel of a config.
     pub(crate) fn with(&'static self, cfg: StripConfig) -> Kernel {
         Kernel::new(StripKernel { family: self, cfg })
+    }
+    /// This family's staged kernel of a config.
+    pub(crate) fn staged(&'static self, cfg: StagedConfig) -> Kernel {
+        Kernel::new(staged::StagedKernel { family: self, cfg })
     }
 }
 
