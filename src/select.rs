@@ -370,8 +370,9 @@ const STAGED_RULE_CONFIG: depthwise::StagedConfig = depthwise::StagedConfig { x:
 /// workgroup's tile, where the kernel reads f16 tensors itself or computes with f16
 /// operands. There each input value is loaded (and rounded or converted) once per tile
 /// instead of once per strip that reads it. On the H100 (MobileNetV2, N=32) it ran the 14×14
-/// and 7×7 layers 6–15 % faster than the best strip config in those cases, and the larger
-/// maps, cut into bands of rows, up to 17 % slower; on f32 tensors in f32 it was no faster.
+/// and 7×7 layers 0–8 % faster than the best strip config on f16 tensors in f32 and 10–20 %
+/// with f16 operands; larger maps, cut into bands of rows, 8–18 % slower at stride 1 and more
+/// at stride 2; on f32 tensors in f32 it was faster nowhere.
 pub(crate) fn depthwise_staged_applies(caps: &DeviceCaps, problem: &ConvProblem, options: &Conv2dOptions) -> bool {
     depthwise_staged(caps, problem, options).is_some()
 }

@@ -7,8 +7,8 @@
 //!
 //! Configs are named `staged-x2-w256`: output columns per invocation and invocations per
 //! workgroup. The tile itself follows from the input size ([`StagedGeometry::new`]): as
-//! many whole planes as the workgroup has invocations for, else as many rows as it has, in
-//! at most [`STAGED_BYTES`] of workgroup memory.
+//! many whole planes as the workgroup has invocations for, else bands of as many rows as it
+//! has (at least 8), in at most [`STAGED_BYTES`] of workgroup memory.
 
 use super::{pack_weights, Depthwise, StripConfig, StripKernel, MAX_SEGMENT};
 use crate::alloc;
@@ -26,6 +26,10 @@ const STAGED_WGSL: &str = include_str!("depthwise_staged.wgsl");
 /// share an SM (their copies and computations overlap), large enough for whole planes of
 /// the small feature maps and bands of several rows of the large ones.
 pub(crate) const STAGED_BYTES: u64 = 16 * 1024;
+
+/// The fewest output rows a band of a plane takes (where whole planes do not fit a tile):
+/// a 3×3 kernel at stride 1 stages 10 input rows for 8 output rows.
+const MIN_BAND_ROWS: u32 = 8;
 
 /// A staged config: what one invocation computes and how many share a workgroup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -119,7 +123,9 @@ impl StagedGeometry {
         let xb = ow.div_ceil(cfg.x);
         let even = |total: u32, most: u32| total.div_ceil(total.div_ceil(most.max(1)));
         let mut xb_t = even(xb, wg);
-        let rows = (wg / xb_t).max(1);
+        // At least MIN_BAND_ROWS rows per band (invocations then take several blocks), so
+        // that the halo rows a band stages beside its own stay a small share.
+        let rows = (wg / xb_t).max(MIN_BAND_ROWS);
         let (mut ty, mut p) = match rows >= oh {
             true => (oh, (wg / (oh * xb_t)).max(1)),
             false => (even(oh, rows), 1),
@@ -516,7 +522,7 @@ mod tests {
         let g = StagedGeometry::new(&cfg, &spec.problem(Shape4::new(1, 960, 7, 7)).unwrap(), &limits).unwrap();
         assert_eq!((g.p, g.ty, g.xb_t, g.tiles_y, g.tiles_x), (9, 7, 4, 1, 1));
         let g = StagedGeometry::new(&cfg, &spec.problem(Shape4::new(1, 960, 112, 112)).unwrap(), &limits).unwrap();
-        assert_eq!((g.p, g.ty, g.xb_t, g.tiles_y, g.tiles_x), (1, 4, 56, 28, 1));
+        assert_eq!((g.p, g.ty, g.xb_t, g.tiles_y, g.tiles_x), (1, 8, 56, 14, 1));
     }
 
     #[test]
