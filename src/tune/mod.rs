@@ -1081,6 +1081,12 @@ pub const SAMPLE_MS_GPU: f64 = 2.0;
 /// there, and the fastest of a few runs filters it.
 pub const SAMPLE_MS_CPU: f64 = 15.0;
 
+/// How long [`GpuMeasure`] keeps a GPU busy with a candidate before timing it. The
+/// benchmark's 50 ms brought an H100's clock back in every row measured; the tuner samples
+/// each candidate several times, each after the one before kept the GPU busy, so it takes
+/// less per sample (20 ms has not been measured on its own).
+pub const BUSY_BEFORE_SAMPLE: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Times candidates of one problem on a GPU: one `Conv2d` per config (explicit kernel of
 /// the original's family, at its precision), shared random-normal input and an output
 /// buffer, GPU timestamps (host clock where the device has none, marked in the report).
@@ -1153,6 +1159,12 @@ impl GpuMeasure {
 
     fn sample(&mut self, cfg: &TileConfig, runs: u32) -> Result<Vec<f64>> {
         let (_, plan) = self.prepared.get(cfg).ok_or_else(|| Error::Tune(format!("{cfg} was not prepared")))?;
+        // A GPU left idle while the host prepared the candidate may have dropped its clock;
+        // the timed runs follow a busy stretch that brings it back (see `timing::keep_busy`).
+        // A CPU adapter has no such clock to raise.
+        if !self.gpu.is_cpu() {
+            timing::keep_busy(&self.gpu, plan, BUSY_BEFORE_SAMPLE)?;
+        }
         let (times, clock) = timing::time_plan(&self.gpu, plan, 0, runs)?;
         self.clock = Some(clock);
         Ok(times)
