@@ -29,6 +29,8 @@ struct Prepared {
     staging: Option<Arc<Pipeline>>,
     /// The input-maximum pass before the staging pass, where the kernel scales its input.
     input_max: Option<Arc<Pipeline>>,
+    /// The pipeline of the kernel's finishing pass, where it has one.
+    finishing: Option<Arc<Pipeline>>,
     /// Where the tensors are not in the kernel's form (channels-last tensors for a kernel
     /// of NCHW, f16 storage): the passes that rewrite the input into it before the kernel
     /// and its output back after it (`src/wgsl/layout.wgsl`).
@@ -41,16 +43,22 @@ impl Prepared {
     fn scratch_per_image(&self) -> u64 {
         self.shaped.staging().map_or(0, |s| s.bytes_per_image)
     }
+    /// Scratch bytes per image of the finishing pass's input (0 without one).
+    fn finishing_per_image(&self) -> u64 {
+        self.shaped.finishing().map_or(0, |f| f.bytes_per_image)
+    }
 }
 
 /// One chunk's dispatches: the layout pass into the kernel's form (channels-last tensors
 /// for a kernel of NCHW, f16 storage), the input-maximum and staging passes (where the
-/// kernel has them), the kernel, and the layout pass back into the caller's form.
+/// kernel has them), the kernel, its finishing pass (where it has one), and the layout pass
+/// back into the caller's form.
 struct ChunkDispatch {
     to_kernel: Option<(wgpu::BindGroup, [u32; 2])>,
     input_max: Option<(wgpu::BindGroup, [u32; 2])>,
     staging: Option<(wgpu::BindGroup, [u32; 2])>,
     main: (wgpu::BindGroup, [u32; 2]),
+    finishing: Option<(wgpu::BindGroup, [u32; 2])>,
     from_kernel: Option<(wgpu::BindGroup, [u32; 2])>,
 }
 
@@ -122,7 +130,10 @@ impl Bound {
             gpu.check_buffer(label, bytes.len() as u64, true)?;
         }
         let weight = storage_buffer(gpu, "wgconv weight", &packed.weight)?;
-        let bias = storage_buffer(gpu, "wgconv bias", bytemuck::cast_slice(bias))?;
+        let bias = match &packed.bias {
+            Some(bytes) => storage_buffer(gpu, "wgconv bias", bytes)?,
+            None => storage_buffer(gpu, "wgconv bias", bytemuck::cast_slice(bias))?,
+        };
         let extra = packed
             .extra
             .iter()
@@ -197,6 +208,7 @@ impl ConvPlan {
                 (chunk.input_max.as_ref(), p.input_max.as_ref()),
                 (chunk.staging.as_ref(), p.staging.as_ref()),
                 (Some(&chunk.main), Some(&p.pipeline)),
+                (chunk.finishing.as_ref(), p.finishing.as_ref()),
                 (chunk.from_kernel.as_ref(), from_kernel),
             ] {
                 if let (Some((bind_group, [x, y])), Some(pipeline)) = (dispatch, pipeline) {
@@ -211,16 +223,14 @@ impl ConvPlan {
     pub fn chunks(&self) -> usize {
         self.dispatches.len()
     }
-    /// Dispatches the plan records: per chunk the kernel, and where they run its staging
-    /// and input-maximum passes and the layout passes that convert the caller's tensors
+    /// Dispatches the plan records: per chunk the kernel, and where they run its staging,
+    /// input-maximum and finishing passes and the layout passes that convert the caller's tensors
     /// (channels last for a kernel of NCHW; f16 for a kernel of f32 tensors, or on a device
     /// without `SHADER_F16`).
     pub fn dispatches(&self) -> usize {
         let d = |c: &ChunkDispatch| {
-            1 + [c.to_kernel.is_some(), c.input_max.is_some(), c.staging.is_some(), c.from_kernel.is_some()]
-                .iter()
-                .filter(|&&b| b)
-                .count()
+            let passes = [c.to_kernel.is_some(), c.input_max.is_some(), c.staging.is_some()];
+            1 + passes.iter().chain(&[c.finishing.is_some(), c.from_kernel.is_some()]).filter(|&&b| b).count()
         };
         self.dispatches.iter().map(d).sum()
     }
@@ -539,6 +549,15 @@ impl Conv2d {
                 )?)
             }
         };
+        let finishing = match shaped.finishing() {
+            None => None,
+            Some(f) => Some(self.gpu.pipelines().get_or_build(
+                &self.gpu.device,
+                f.source.clone(),
+                vec![0, 1, 3, 5],
+                self.gpu.runtime_checks(),
+            )?),
+        };
         let input_max = match shaped.staging().is_some_and(|s| s.scaled_input) {
             false => None,
             true => Some(self.gpu.pipelines().get_or_build(
@@ -563,7 +582,7 @@ impl Conv2d {
             .iter()
             .map(|(b, label, bytes)| Ok((*b, storage_buffer(&self.gpu, label, bytes)?)))
             .collect::<Result<Vec<_>>>()?;
-        let prepared = Arc::new(Prepared { shaped, pipeline, staging, input_max, layout_passes, tables });
+        let prepared = Arc::new(Prepared { shaped, pipeline, staging, input_max, finishing, layout_passes, tables });
         map.insert(key, prepared.clone());
         Ok(prepared)
     }
@@ -604,12 +623,22 @@ impl Conv2d {
         let bound = settled.0;
         let limits = self.gpu.device.limits();
         let prepared = self.prepared(settled, &problem)?;
-        let per_chunk = images_per_chunk(&problem, &limits, prepared.scratch_per_image())?;
+        let scratch_bytes = prepared.scratch_per_image().max(prepared.finishing_per_image());
+        let per_chunk = images_per_chunk(&problem, &limits, scratch_bytes)?;
         let align = window_alignment(&limits);
         let scratch = match prepared.scratch_per_image() {
             0 => None,
             per_image => Some(self.gpu.create_buffer(
                 "wgconv staged input",
+                per_image * per_chunk as u64,
+                wgpu::BufferUsages::STORAGE,
+            )?),
+        };
+        // The kernel's output where a finishing pass writes the output from it.
+        let products = match prepared.finishing_per_image() {
+            0 => None,
+            per_image => Some(self.gpu.create_buffer(
+                "wgconv kernel products",
                 per_image * per_chunk as u64,
                 wgpu::BufferUsages::STORAGE,
             )?),
@@ -684,7 +713,14 @@ impl Conv2d {
                     | (s.padding_mode.code() << PAD_MODE_SHIFT),
                 out_scale: bound.out_scale,
             };
-            let (grid_bytes, workgroups) = prepared.shaped.grid(&params)?;
+            // The parameters the kernel reads (a family running a derived problem between its
+            // passes has its own); the other passes read the convolution's.
+            let used = match &kernel_io {
+                None => params,
+                Some(_) => ConvParams { in_offset: 0, out_offset: 0, ..params },
+            };
+            let main_params = prepared.shaped.kernel_params(&used);
+            let (grid_bytes, workgroups) = prepared.shaped.grid(&main_params)?;
             let grid = grid_of(workgroups)?;
             let io_uniform =
                 self.gpu.buffer_init("wgconv params", bytemuck::bytes_of(&params), wgpu::BufferUsages::UNIFORM)?;
@@ -784,12 +820,42 @@ impl Conv2d {
                 Some(scratch) => scratch.as_entire_binding(),
                 None => input_range,
             };
+            let main_uniform = match bytemuck::bytes_of(&main_params) == bytemuck::bytes_of(&used) {
+                true => None,
+                false => Some(self.gpu.buffer_init(
+                    "wgconv kernel params",
+                    bytemuck::bytes_of(&main_params),
+                    wgpu::BufferUsages::UNIFORM,
+                )?),
+            };
+            let mut finishing = None;
+            let main_output = match (&products, &prepared.finishing, prepared.shaped.finishing()) {
+                (Some(products), Some(pipeline), Some(f)) => {
+                    let bind_group = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: Some("wgconv finishing"),
+                        layout: &pipeline.layout,
+                        entries: &[
+                            wgpu::BindGroupEntry { binding: 0, resource: uniform.as_entire_binding() },
+                            wgpu::BindGroupEntry { binding: 1, resource: products.as_entire_binding() },
+                            wgpu::BindGroupEntry { binding: 3, resource: bound.bias.as_entire_binding() },
+                            wgpu::BindGroupEntry { binding: 5, resource: output_range },
+                        ],
+                    });
+                    let invocations = f.invocations_per_image * batch as u64;
+                    finishing = Some((bind_group, grid_of(invocations.div_ceil(f.workgroup_size as u64))?));
+                    products.as_entire_binding()
+                }
+                _ => output_range,
+            };
             let mut entries = vec![
-                wgpu::BindGroupEntry { binding: 0, resource: uniform.as_entire_binding() },
+                wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: main_uniform.as_ref().unwrap_or(&uniform).as_entire_binding(),
+                },
                 wgpu::BindGroupEntry { binding: 1, resource: main_input },
                 wgpu::BindGroupEntry { binding: 2, resource: bound.weight.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 3, resource: bound.bias.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 5, resource: output_range },
+                wgpu::BindGroupEntry { binding: 5, resource: main_output },
             ];
             for (binding, buf) in bound.extra.iter().chain(&prepared.tables) {
                 entries.push(wgpu::BindGroupEntry { binding: *binding, resource: buf.as_entire_binding() });
@@ -812,11 +878,19 @@ impl Conv2d {
                 layout: &prepared.pipeline.layout,
                 entries: &entries,
             });
-            dispatches.push(ChunkDispatch { to_kernel, input_max, staging, main: (bind_group, grid), from_kernel });
+            dispatches.push(ChunkDispatch {
+                to_kernel,
+                input_max,
+                staging,
+                main: (bind_group, grid),
+                finishing,
+                from_kernel,
+            });
             first += batch;
         }
         scope.finish("bind group creation")?;
-        let scratch = scratch.into_iter().chain(kernel_io.into_iter().flat_map(|(a, b)| [a, b])).collect();
+        let scratch =
+            scratch.into_iter().chain(products).chain(kernel_io.into_iter().flat_map(|(a, b)| [a, b])).collect();
         Ok(ConvPlan { prepared, dispatches, _scratch: scratch, input_max: input_max_buffer, problem })
     }
 

@@ -187,6 +187,9 @@ pub(crate) struct Packed {
     pub extra: Vec<(u32, &'static str, Vec<u8>)>,
     /// `Params.out_scale`: what the sums are multiplied by before the bias.
     pub out_scale: f32,
+    /// The bias buffer (binding 3) where the family lays it out itself; `None`: the bias as
+    /// given (`C_out` f32 values, zeros when absent).
+    pub bias: Option<Vec<u8>>,
 }
 
 /// A kernel composed for one input size.
@@ -205,6 +208,33 @@ pub(crate) trait Shaped: Send + Sync {
     fn staging(&self) -> Option<&Staging> {
         None
     }
+    /// A pass that runs after the kernel, in the same compute pass, reading what the kernel
+    /// wrote into a scratch buffer (at binding 1; the kernel writes it at binding 5 in place
+    /// of the output) and writing the output (e.g. the output transform of a Winograd
+    /// kernel). `None` for the kernels that write the output themselves.
+    fn finishing(&self) -> Option<&Finishing> {
+        None
+    }
+    /// The parameters the kernel itself reads, from those of the convolution's chunk (the
+    /// staging and finishing passes read the convolution's): the same for every family but
+    /// those that run a derived problem between their passes.
+    fn kernel_params(&self, params: &ConvParams) -> ConvParams {
+        *params
+    }
+}
+
+/// A kernel's finishing pass (see [`Shaped::finishing`]): its WGSL reads params 0, the
+/// kernel's scratch output 1 and the bias 3, and writes the output at binding 5; one
+/// invocation per `invocations_per_image` unit of each image of a chunk.
+pub(crate) struct Finishing {
+    /// The finishing pass's WGSL.
+    pub source: String,
+    /// Scratch bytes per image (the scratch holds one chunk).
+    pub bytes_per_image: u64,
+    /// Invocations per image.
+    pub invocations_per_image: u64,
+    /// Invocations per workgroup (the source's `@workgroup_size`).
+    pub workgroup_size: u32,
 }
 
 /// A kernel's staging pass (see [`Shaped::staging`]): its WGSL reads params 0 and the

@@ -1016,7 +1016,7 @@ mod tests {
         use crate::advanced::benchmark_families;
         let nvidia = caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, true);
         let cpu = caps(wgpu::DeviceType::Cpu, 0x10005, false);
-        assert_eq!(benchmark_families(&cpu, Precision::F32), ["tiled", "depthwise"]);
+        assert_eq!(benchmark_families(&cpu, Precision::F32), ["tiled", "winograd", "depthwise"]);
         assert_eq!(benchmark_families(&cpu, Precision::F16Accum32), ["tiled-f16", "depthwise-f16"]);
         assert!(benchmark_families(&cpu, Precision::F16x3).is_empty());
         assert_eq!(
@@ -1024,7 +1024,7 @@ mod tests {
             ["coop-stem-f16", "coop-f16", "coop-nhwc-f16", "coop-band-f16", "tiled-f16", "depthwise-f16"]
         );
         assert_eq!(benchmark_families(&nvidia, Precision::F16x3), ["coop-f16x3", "coop-nhwc-f16x3"]);
-        assert_eq!(benchmark_families(&nvidia, Precision::F32), ["coop-nhwc-f32", "tiled", "depthwise"]);
+        assert_eq!(benchmark_families(&nvidia, Precision::F32), ["coop-nhwc-f32", "tiled", "winograd", "depthwise"]);
     }
 
     /// F32 runs on the matrix units where the device's declared rates make them the faster

@@ -8,6 +8,7 @@ pub(crate) mod direct;
 pub(crate) mod nhwc;
 pub(crate) mod stem;
 pub mod tiled;
+pub(crate) mod winograd;
 
 use crate::error::{Error, Result};
 use crate::kernel::{Family, Kernel};
@@ -24,6 +25,7 @@ pub(crate) static FAMILIES: &[&dyn Family] = &[
     &band::BAND,
     &tiled::TILED,
     &tiled::TILED_F16,
+    &winograd::WINOGRAD,
     &depthwise::DEPTHWISE,
     &depthwise::DEPTHWISE_F16,
     &direct::DIRECT,

@@ -226,9 +226,9 @@ impl KernelConfig for CoopKernel {
         let packed = pack_weights(spec, weight, &self.tile)?;
         if self.family.split {
             let (bytes, scale) = split_weights(&packed, false)?;
-            Ok(Packed { weight: bytes, extra: Vec::new(), out_scale: 1.0 / scale })
+            Ok(Packed { weight: bytes, extra: Vec::new(), out_scale: 1.0 / scale, bias: None })
         } else {
-            Ok(Packed { weight: f16_bytes(packed)?, extra: Vec::new(), out_scale: 1.0 })
+            Ok(Packed { weight: f16_bytes(packed)?, extra: Vec::new(), out_scale: 1.0, bias: None })
         }
     }
     fn extra_bindings(&self) -> &'static [u32] {

@@ -248,7 +248,12 @@ impl KernelConfig for StripKernel {
         if self.family.operands.f16 {
             round_to_f16(&mut packed, "weight")?;
         }
-        Ok(Packed { weight: alloc::bytes_of(&packed, "the packed weights")?, extra: Vec::new(), out_scale: 1.0 })
+        Ok(Packed {
+            weight: alloc::bytes_of(&packed, "the packed weights")?,
+            extra: Vec::new(),
+            out_scale: 1.0,
+            bias: None,
+        })
     }
     fn extra_bindings(&self) -> &'static [u32] {
         &[GRID_BINDING]

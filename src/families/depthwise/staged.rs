@@ -293,7 +293,12 @@ impl KernelConfig for StagedKernel {
         if self.family.operands.f16 {
             round_to_f16(&mut packed, "weight")?;
         }
-        Ok(Packed { weight: alloc::bytes_of(&packed, "the packed weights")?, extra: Vec::new(), out_scale: 1.0 })
+        Ok(Packed {
+            weight: alloc::bytes_of(&packed, "the packed weights")?,
+            extra: Vec::new(),
+            out_scale: 1.0,
+            bias: None,
+        })
     }
     fn extra_bindings(&self) -> &'static [u32] {
         // The strip kernel's grid uniform: the channels-last form runs its shader, and the

@@ -376,7 +376,7 @@ impl KernelConfig for NhwcKernel {
         }
         let packed = pack_channels_last(spec, weight, self.tile.block_k, self.n_pad(spec))?;
         if !self.family.split() {
-            return Ok(Packed { weight: f16_bytes(packed)?, extra: Vec::new(), out_scale: 1.0 });
+            return Ok(Packed { weight: f16_bytes(packed)?, extra: Vec::new(), out_scale: 1.0, bias: None });
         }
         // split_weights interleaves four high and four low halves; this kernel reads all
         // high halves, then all low ones (`Grid.w_lo`).
@@ -384,7 +384,7 @@ impl KernelConfig for NhwcKernel {
         let mut bytes = alloc::vec_with_capacity::<u8>(quads.len(), "the split f16x3 weights")?;
         bytes.extend(quads.chunks(16).flat_map(|q| q[..8].iter().copied()));
         bytes.extend(quads.chunks(16).flat_map(|q| q[8..].iter().copied()));
-        Ok(Packed { weight: bytes, extra: Vec::new(), out_scale: 1.0 / scale })
+        Ok(Packed { weight: bytes, extra: Vec::new(), out_scale: 1.0 / scale, bias: None })
     }
     fn extra_bindings(&self) -> &'static [u32] {
         match self.family.scaled() {

@@ -635,6 +635,7 @@ impl KernelConfig for StemKernel {
             weight: f16_bytes(pack_stem_weights(spec, weight, &self.0)?)?,
             extra: vec![(BIAS_TILES_BINDING, "wgconv bias tiles", alloc::bytes_of(&tiles, "the stem's bias tiles")?)],
             out_scale: 1.0,
+            bias: None,
         })
     }
     fn extra_bindings(&self) -> &'static [u32] {

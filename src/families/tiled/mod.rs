@@ -67,6 +67,13 @@ impl Family for Tiled {
     }
 }
 
+impl Tiled {
+    /// This family's kernel of a tile (the Winograd family's GEMM).
+    pub(crate) fn with_tile_config(&'static self, tile: TileConfig) -> Kernel {
+        Kernel::new(TiledKernel { family: self, tile })
+    }
+}
+
 /// A kernel of the SIMT tiled family.
 #[derive(Debug)]
 pub(crate) struct TiledKernel {
@@ -98,7 +105,12 @@ impl KernelConfig for TiledKernel {
         if self.family.operands.f16 {
             round_to_f16(&mut packed, "weight")?;
         }
-        Ok(Packed { weight: alloc::bytes_of(&packed, "the packed weights")?, extra: Vec::new(), out_scale: 1.0 })
+        Ok(Packed {
+            weight: alloc::bytes_of(&packed, "the packed weights")?,
+            extra: Vec::new(),
+            out_scale: 1.0,
+            bias: None,
+        })
     }
     fn extra_bindings(&self) -> &'static [u32] {
         &[GATHER_TABLE_BINDING, GRID_BINDING]

@@ -1,0 +1,113 @@
+//! The Winograd family (F(2×2, 3×3): input transform, 16 GEMMs on the tiled kernel, output
+//! transform) against the f64 CPU reference: a seeded random-shape property test over
+//! channel counts, odd and even sizes, asymmetric padding, batch 1, bias and ReLU, on every
+//! config of its sweep in turn, through `encode` into NaN-poisoned output; channels-last and
+//! f16 tensors (layout passes around it); batch chunks under a lowered binding limit; the
+//! plan's three dispatches per chunk; refusals of the shapes it cannot run.
+//!
+//! Shapes stay small: CI runs this on lavapipe (Vulkan on the CPU, about 1 GFLOP/s).
+
+mod common;
+use common::*;
+use rand::{Rng, SeedableRng};
+use wgconv::{Activation, Conv2d, Conv2dOptions, Conv2dSpec, Layout, Padding, Shape4};
+
+/// A random 3×3 stride-1 convolution and input from `rng`.
+fn random_case(rng: &mut rand::rngs::StdRng, i: usize, seed: u64) -> Case {
+    loop {
+        let pad = |r: &mut rand::rngs::StdRng| r.random_range(0..=2u32);
+        let padding = Padding::new(pad(rng), pad(rng), pad(rng), pad(rng));
+        let spec = Conv2dSpec::new(rng.random_range(1..=24u32), rng.random_range(1..=24u32), 3)
+            .padding(padding)
+            .with_bias(rng.random_bool(0.5));
+        let n = if rng.random_bool(0.5) { 1 } else { 2 };
+        let shape = Shape4::new(n, spec.in_channels, rng.random_range(1..=19u32), rng.random_range(1..=19u32));
+        if spec.problem(shape).is_ok() {
+            return Case::with_seed(&format!("random_{i}"), spec, shape, seed.wrapping_add(i as u64));
+        }
+    }
+}
+
+/// 60 random shapes, one config of the sweep on each in turn, f32 within 1e-5; ReLU on
+/// every third.
+#[test]
+fn random_shapes_match_the_reference() {
+    let gpu = gpu();
+    let seed = test_seed();
+    eprintln!("winograd random shapes: WGCONV_TEST_SEED={seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let sweep = wgconv::advanced::sweep("winograd").unwrap();
+    for i in 0..60 {
+        let case = random_case(&mut rng, i, seed);
+        let k = sweep[i % sweep.len()].clone();
+        if i % 3 == 0 {
+            let opts = options_at(wgconv::Precision::F32, Some(k.clone()), true).activation(Activation::Relu);
+            let conv = Conv2d::new(&gpu, case.spec, &case.w, case.b.as_deref(), opts).unwrap();
+            let want: Vec<f32> = case.want.iter().map(|&v| wgconv::reference::relu(v)).collect();
+            let got = run_poisoned(&gpu, &conv, &case.x, case.shape);
+            assert_close(&case.label(&format!("{k} relu")), &got, &want, TOL_F32);
+        } else {
+            case.check_encode(&gpu, &case.conv(&gpu, Some(k)));
+        }
+    }
+}
+
+/// Channels-last and f16 tensors: layout passes around the three passes.
+#[test]
+fn channels_last_and_f16_tensors() {
+    let gpu = gpu();
+    let spec = Conv2dSpec::new(6, 10, 3).padding(Padding::uniform(1)).with_bias(true);
+    let case = Case::new("wino_forms", spec, Shape4::new(2, 6, 9, 12));
+    for layout in [Layout::Nchw, Layout::Nhwc] {
+        check_f16_storage(&gpu, &case, Some(kernel("winograd")), layout);
+    }
+    let opts = Conv2dOptions::default().kernel(Some(kernel("winograd"))).layout(Layout::Nhwc);
+    let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap();
+    let x = wgconv::reference::to_nhwc(&case.x, case.shape);
+    let want = wgconv::reference::to_nhwc(&case.want, case.problem.output);
+    assert_close(&case.label("NHWC"), &conv.forward(&x, case.shape).unwrap(), &want, TOL_F32);
+}
+
+/// A binding limit that holds two images' products: chunks of two, each through its own
+/// three passes; outputs past the last one untouched.
+#[test]
+fn batch_chunks() {
+    let spec = Conv2dSpec::new(3, 5, 3).padding(Padding::uniform(1)).with_bias(true);
+    let case = Case::new("wino_chunked", spec, Shape4::new(5, 3, 40, 39));
+    let _serial = serial();
+    // Products per image: 16 × 5 × 20 × 20 floats = 128,000 B (the transformed input 76,800);
+    // the packed weights, padded to whole tiles per component, 131,072 B.
+    let gpu = gpu_with_limits(|l| l.max_storage_buffer_binding_size = 262_144);
+    let conv =
+        Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), Conv2dOptions::default().kernel(Some(kernel("winograd"))))
+            .unwrap();
+    let output = gpu.create_buffer("out", case.problem.output.len() * 4, wgpu::BufferUsages::STORAGE).unwrap();
+    let input = gpu.buffer_init("in", bytemuck::cast_slice(&case.x), wgpu::BufferUsages::STORAGE).unwrap();
+    let plan = conv.plan(case.shape, &input, &output).unwrap();
+    assert!(plan.chunks() >= 3, "{} chunks", plan.chunks());
+    assert_eq!(plan.dispatches(), 3 * plan.chunks());
+    let (got, tail) = run_poisoned_with(&gpu, &conv, &case.x, case.shape, f32::NAN, 5);
+    assert_close(&case.label("chunked"), &got, &case.want, TOL_F32);
+    assert!(tail.iter().all(|v| v.is_nan()));
+}
+
+/// Shapes F(2×2, 3×3) does not cover are refused by name, never run.
+#[test]
+fn other_shapes_are_refused() {
+    let gpu = gpu();
+    let k = kernel("winograd");
+    for spec in [
+        Conv2dSpec::new(4, 4, 5),
+        Conv2dSpec::new(4, 4, 3).stride((2, 2)),
+        Conv2dSpec::new(4, 4, 3).dilation((2, 2)),
+        Conv2dSpec::new(4, 4, 3).groups(2),
+    ] {
+        let e = k.check(&spec, gpu.caps()).unwrap_err().to_string();
+        assert!(e.contains("winograd") && e.contains("F(2×2, 3×3)"), "{e}");
+        let (w, _) = params(&spec, 1);
+        let opts = Conv2dOptions::default().kernel(Some(k.clone()));
+        assert!(Conv2d::new(&gpu, spec, &w, None, opts).is_err());
+    }
+    let reflect = Conv2dSpec::new(4, 4, 3).padding(Padding::uniform(1)).padding_mode(wgconv::PaddingMode::Reflect);
+    assert!(k.check(&reflect, gpu.caps()).unwrap_err().to_string().contains("padding_mode"));
+}
