@@ -63,6 +63,13 @@ impl Family for Winograd {
     }
 }
 
+impl Winograd {
+    /// This family's kernel of a tile.
+    pub(crate) fn with_tile_config(&'static self, tile: TileConfig) -> Kernel {
+        Kernel::new(WinogradKernel { tile })
+    }
+}
+
 /// A kernel of the Winograd family: the GEMM's tile.
 #[derive(Debug)]
 pub(crate) struct WinogradKernel {
@@ -80,7 +87,7 @@ fn tiles(problem: &ConvProblem) -> [u32; 2] {
 }
 
 /// The GEMM's problem: the transformed input as `[N, 16·C, TH, TW]`.
-fn gemm_problem(problem: &ConvProblem) -> Result<ConvProblem> {
+pub(crate) fn gemm_problem(problem: &ConvProblem) -> Result<ConvProblem> {
     let [th, tw] = tiles(problem);
     gemm_spec(&problem.spec).problem(Shape4::new(problem.input.n, COMPONENTS * problem.input.c, th, tw))
 }
