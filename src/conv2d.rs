@@ -7,8 +7,8 @@
 use crate::error::{BufferIssue, Error, Result};
 use crate::gpu::Gpu;
 use crate::kernel::{
-    bindings, workgroups_u32, ConvParams, Pipeline, Precision, Shaped, TensorForm, FLAG_RELU, GRID_BINDING,
-    INPUT_MAX_BINDING, INPUT_MAX_WRITE_BINDING, PAD_MODE_SHIFT,
+    bindings, workgroups_u32, ConvParams, Pipeline, Precision, Shaped, TensorForm, FINISHING_INPUT_BINDING,
+    FINISHING_WEIGHT_BINDING, FLAG_RELU, GRID_BINDING, INPUT_MAX_BINDING, INPUT_MAX_WRITE_BINDING, PAD_MODE_SHIFT,
 };
 use crate::lru::Lru;
 use crate::options::{Activation, Conv2dOptions, Layout, Selection, Storage};
@@ -551,12 +551,18 @@ impl Conv2d {
         };
         let finishing = match shaped.finishing() {
             None => None,
-            Some(f) => Some(self.gpu.pipelines().get_or_build(
-                &self.gpu.device,
-                f.source.clone(),
-                vec![0, 1, 3, 5],
-                self.gpu.runtime_checks(),
-            )?),
+            Some(f) => {
+                let mut b = vec![0, 1, 3, 5];
+                if f.direct_fallback {
+                    b.extend([FINISHING_INPUT_BINDING, FINISHING_WEIGHT_BINDING]);
+                }
+                Some(self.gpu.pipelines().get_or_build(
+                    &self.gpu.device,
+                    f.source.clone(),
+                    b,
+                    self.gpu.runtime_checks(),
+                )?)
+            }
         };
         let input_max = match shaped.staging().is_some_and(|s| s.scaled_input) {
             false => None,
@@ -816,6 +822,7 @@ impl Conv2d {
                 let invocations = s.invocations_per_image * batch as u64;
                 staging = Some((bind_group, grid_of(invocations.div_ceil(s.workgroup_size as u64))?));
             }
+            let finishing_input = input_range.clone();
             let main_input = match &scratch {
                 Some(scratch) => scratch.as_entire_binding(),
                 None => input_range,
@@ -831,15 +838,31 @@ impl Conv2d {
             let mut finishing = None;
             let main_output = match (&products, &prepared.finishing, prepared.shaped.finishing()) {
                 (Some(products), Some(pipeline), Some(f)) => {
+                    let mut entries = vec![
+                        wgpu::BindGroupEntry { binding: 0, resource: uniform.as_entire_binding() },
+                        wgpu::BindGroupEntry { binding: 1, resource: products.as_entire_binding() },
+                        wgpu::BindGroupEntry { binding: 3, resource: bound.bias.as_entire_binding() },
+                        wgpu::BindGroupEntry { binding: 5, resource: output_range },
+                    ];
+                    if f.direct_fallback {
+                        let weight =
+                            bound.extra.iter().find(|(b, _)| *b == FINISHING_WEIGHT_BINDING).ok_or_else(|| {
+                                Error::Wgpu {
+                                    stage: "planning",
+                                    message: "the weights as given were not packed".into(),
+                                }
+                            })?;
+                        entries
+                            .push(wgpu::BindGroupEntry { binding: FINISHING_INPUT_BINDING, resource: finishing_input });
+                        entries.push(wgpu::BindGroupEntry {
+                            binding: FINISHING_WEIGHT_BINDING,
+                            resource: weight.1.as_entire_binding(),
+                        });
+                    }
                     let bind_group = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
                         label: Some("wgconv finishing"),
                         layout: &pipeline.layout,
-                        entries: &[
-                            wgpu::BindGroupEntry { binding: 0, resource: uniform.as_entire_binding() },
-                            wgpu::BindGroupEntry { binding: 1, resource: products.as_entire_binding() },
-                            wgpu::BindGroupEntry { binding: 3, resource: bound.bias.as_entire_binding() },
-                            wgpu::BindGroupEntry { binding: 5, resource: output_range },
-                        ],
+                        entries: &entries,
                     });
                     let invocations = f.invocations_per_image * batch as u64;
                     finishing = Some((bind_group, grid_of(invocations.div_ceil(f.workgroup_size as u64))?));

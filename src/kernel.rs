@@ -235,6 +235,11 @@ pub(crate) struct Finishing {
     pub invocations_per_image: u64,
     /// Invocations per workgroup (the source's `@workgroup_size`).
     pub workgroup_size: u32,
+    /// Whether it reads the chunk's input ([`FINISHING_INPUT_BINDING`]) and the weights as
+    /// given ([`FINISHING_WEIGHT_BINDING`]), to compute outputs directly where what it read
+    /// is not finite (a Winograd transform mixes an infinite or NaN value into outputs that a
+    /// direct convolution keeps finite, or turns infinities into NaN).
+    pub direct_fallback: bool,
 }
 
 /// A kernel's staging pass (see [`Shaped::staging`]): its WGSL reads params 0 and the
@@ -254,6 +259,12 @@ pub(crate) struct Staging {
     /// range and undo it (the F32 kernel on the matrix units).
     pub scaled_input: bool,
 }
+
+/// The chunk's input where a finishing pass reads it (its direct fallback).
+pub(crate) const FINISHING_INPUT_BINDING: u32 = 12;
+/// The weights as given (`[C_out, C_in/groups, KH, KW]`), a per-op buffer of the family's
+/// ([`Packed::extra`]) that a finishing pass's direct fallback reads.
+pub(crate) const FINISHING_WEIGHT_BINDING: u32 = 13;
 
 /// One family's config: what makes a [`Kernel`] run.
 pub(crate) trait KernelConfig: Send + Sync + std::fmt::Debug + 'static {
@@ -350,8 +361,9 @@ impl Kernel {
         let name = if c.is_empty() { family.to_string() } else { format!("{family}:{c}") };
         Kernel { config: Arc::new(config), name: name.into() }
     }
-    /// The family's name: `tiled`, `tiled-f16`, `coop-f16`, `coop-f16x3`, `coop-band-f16`,
-    /// `coop-stem-f16` or `direct`.
+    /// The family's name: `tiled`, `tiled-f16`, `winograd`, `coop-f16`, `coop-f16x3`,
+    /// `coop-nhwc-f16`, `coop-nhwc-f16x3`, `coop-nhwc-f32`, `coop-band-f16`, `coop-stem-f16`,
+    /// `depthwise`, `depthwise-f16`, `direct` or `direct-f16`.
     pub fn family(&self) -> &'static str {
         self.config.family().name()
     }

@@ -173,6 +173,14 @@ pub mod advanced {
         crate::select::depthwise_staged_applies(caps, problem, options)
     }
 
+    /// Whether the input shape can change the kernel a `Conv2d` with these options selects
+    /// (then `Conv2d::new`, not told the shape, selects again at the first forward): not
+    /// where the options name a kernel or give the shape, nor where a rule that needs no
+    /// shape decides (the stem rule, the depthwise rule on most layers).
+    pub fn shape_may_matter(caps: &DeviceCaps, spec: &Conv2dSpec, options: &Conv2dOptions) -> bool {
+        crate::select::shape_may_matter(caps, spec, options)
+    }
+
     /// Whether an f16 or f16x3 default on this device runs the channels-last family for this
     /// spec (where neither the stem nor the depthwise rule takes it first).
     pub fn channels_last_rule_applies(caps: &DeviceCaps, spec: &Conv2dSpec, precision: Precision) -> bool {

@@ -1,6 +1,7 @@
 //! Which kernel a `Conv2d` runs, decided in one place: the caller's kernel, else the stem
 //! rule, else the depthwise rule (depthwise and narrow grouped layers), else (f32) the f32
-//! matrix rule, else the tuner's cached decision, else (f16 and f16x3 on cooperative
+//! matrix rule, else (f32 on CPU adapters, input shape known) the Winograd rule, else the
+//! tuner's cached decision, else (f16 and f16x3 on cooperative
 //! matrices) the channels-last rule, else (f32, input shape known) the shape rule,
 //! else the precision's default family with the config its rule picks for the device, else a
 //! fallback, each named in [`Selection::reason`]. Every rule asks only the device's

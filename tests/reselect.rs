@@ -111,15 +111,14 @@ fn the_first_forward_selects_as_the_shape_given_at_construction() {
             let options = Conv2dOptions::default().precision(precision).storage(storage);
             let build = |options: Conv2dOptions| Conv2d::new(&gpu, case.spec, &case.w, case.b.as_deref(), options);
             let told = build(options.clone().tuning_key_input(case.shape)).unwrap().kernel().clone();
-            let conv = build(options).unwrap();
+            let conv = build(options.clone()).unwrap();
             assert!(!conv.kernel().reason.contains(FIRST), "{}", conv.kernel());
             run_checked(&gpu, &conv, &case, j % 2 == 1);
             let s = conv.kernel();
             assert_eq!((&s.kernel, s.source), (&told.kernel, told.source), "{precision} {name}: {s}");
-            // The stem and depthwise rules need no shape: those ops keep no weights and say
-            // nothing of a first forward.
-            let shape_free = advanced::depthwise_rule_applies(gpu.caps(), &case.spec, precision)
-                || (precision == Precision::F16Accum32 && advanced::stem_is_default(gpu.caps(), &case.spec));
+            // Where the shape cannot change the choice (the stem rule, most depthwise layers),
+            // the op keeps no weights and says nothing of a first forward.
+            let shape_free = !advanced::shape_may_matter(gpu.caps(), &case.spec, &options);
             let want = match shape_free {
                 true => told.reason.clone(),
                 false => format!("{} ({FIRST}, {})", told.reason, input_of(case.shape)),

@@ -138,7 +138,10 @@ fn unwritable_cache_is_reported_once() {
 /// `wgconv run` on a problem long enough to be killed while the GPU works (≈ 0.3 GFLOP).
 fn run_cmd(dir: &Path) -> Command {
     let mut cmd = wgconv();
-    cmd.args(["run", "--input", s(&dir.join("x.npy")), "--weight", s(&dir.join("w.npy")), "--padding", "1"]);
+    // Dilation 2: the tiled kernel (a CPU adapter runs 3×3 stride-1 layers by Winograd, whose
+    // shorter GPU time would move the output's writing among the kills below).
+    cmd.args(["run", "--input", s(&dir.join("x.npy")), "--weight", s(&dir.join("w.npy")), "--padding", "2"]);
+    cmd.args(["--dilation", "2"]);
     cmd.args(["--output", s(&dir.join("y.npy"))]);
     cmd
 }

@@ -3,7 +3,9 @@
 // zeros), computes V = Bᵀ d B and writes its 16 values as 16 channels of the derived
 // problem's input, `[N][16·C][TH][TW]` with channel ξ·C + c for component ξ = 4·row + col:
 // the layout of an NCHW tensor, which the tiled kernel then reads as a 1×1 convolution of 16
-// groups (one GEMM per component).
+// groups (one GEMM per component). An infinite or NaN input, or a transform that overflows,
+// reaches the products of its tiles as non-finite values, which the output transform then
+// computes directly (see output_transform.wgsl).
 // CPU twin: src/families/winograd/mod.rs (`winograd_twin`), against src/reference.rs.
 
 #import params

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::families::tiled::{self, default_sweep, TileConfig};
 use crate::kernel::{
     compose, ConvParams, Family, Finishing, Kernel, KernelConfig, Packed, Precision, Shaped, Staging, Target,
-    ALL_TARGETS,
+    ALL_TARGETS, FINISHING_WEIGHT_BINDING,
 };
 use crate::spec::{Conv2dSpec, ConvProblem, Shape4};
 
@@ -196,6 +196,15 @@ impl KernelConfig for WinogradKernel {
         self.gemm().config().packed_bytes(&gemm_spec(spec))
     }
     fn pack(&self, spec: &Conv2dSpec, weight: &[f32], bias: &[f32]) -> Result<Packed> {
+        // An infinite or NaN weight would reach every output of its channel through the
+        // transforms (as NaN where a direct convolution gives ±inf or finite values).
+        if let Some(i) = weight.iter().position(|v| !v.is_finite()) {
+            return Err(self.refuse(format!(
+                "weight {i} is {}: F(2×2, 3×3) takes finite weights (its transforms would turn it into NaN \
+                 across the channel's outputs)",
+                weight[i]
+            )));
+        }
         let gemm = gemm_spec(spec);
         let u = transform_weights(spec, weight)?;
         let zeros = alloc::zeroed_vec::<f32>(gemm.out_channels as usize, "the GEMM's zero bias")?;
@@ -204,10 +213,19 @@ impl KernelConfig for WinogradKernel {
         let mut b = zeros;
         b.extend_from_slice(bias);
         packed.bias = Some(alloc::bytes_of(&b, "the bias")?);
+        // The weights as given, for the output transform's direct fallback.
+        packed.extra.push((
+            FINISHING_WEIGHT_BINDING,
+            "wgconv weights as given",
+            alloc::bytes_of(weight, "the weights")?,
+        ));
         Ok(packed)
     }
     fn extra_bindings(&self) -> &'static [u32] {
-        self.gemm().config().extra_bindings()
+        // The tiled kernel's (its gather table and grid) and the weights as given, which the
+        // output transform reads (the GEMM's layout declares them; its shader does not).
+        const BINDINGS: &[u32] = &[tiled::GATHER_TABLE_BINDING, crate::kernel::GRID_BINDING, FINISHING_WEIGHT_BINDING];
+        BINDINGS
     }
     fn shape(&self, problem: &ConvProblem, limits: &KernelLimits) -> Result<Box<dyn Shaped>> {
         self.check_spec(&problem.spec, limits)?;
@@ -231,6 +249,7 @@ impl KernelConfig for WinogradKernel {
                 bytes_per_image: 4 * COMPONENTS as u64 * k * tiles,
                 invocations_per_image: k * tiles,
                 workgroup_size: TRANSFORM_WG,
+                direct_fallback: true,
             },
         }))
     }
@@ -412,6 +431,14 @@ mod tests {
             let problem = spec.problem(Shape4::new(n, spec.in_channels, h, w)).unwrap();
             crate::reference::check_twin(name, &problem, |x, w, b| winograd_twin(&problem, x, w, b));
         }
+    }
+
+    /// The GEMM's bindings come first among the family's (its layout is the GEMM's).
+    #[test]
+    fn bindings_extend_the_gemm_s() {
+        let k = WINOGRAD.reference();
+        let gemm = tiled::TILED.with_tile_config(k.tile().unwrap());
+        assert_eq!(&k.config().extra_bindings()[..2], gemm.config().extra_bindings());
     }
 
     #[test]

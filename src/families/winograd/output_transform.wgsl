@@ -1,7 +1,12 @@
 // The Winograd family's output transform F(2×2, 3×3), its finishing pass: each invocation
 // reads the 16 components of one tile of one output channel from the products the tiled
 // kernel wrote (`[N][16·K][TH][TW]`, channel ξ·K + k), computes Y = Aᵀ M A, adds the bias
-// and the activation, and writes the tile's (up to) 2×2 outputs.
+// and the activation, and writes the tile's (up to) 2×2 outputs. Where a product or an output
+// is not finite (an infinite or NaN input in the tile's patch, or a transform that overflowed),
+// the transforms would have mixed it into outputs a direct convolution keeps finite, or turned
+// ±inf into NaN: that tile's outputs are computed directly, in f32, from the input and the
+// weights as given — a slow path that keeps f32's semantics of special values, taken by no
+// tile of finite data within range.
 // CPU twin: src/families/winograd/mod.rs (`winograd_twin`), against src/reference.rs.
 
 #import params
@@ -12,6 +17,28 @@
 // the K biases.
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(5) var<storage, read_write> output: array<f32>;
+@group(0) @binding(12) var<storage, read> input: array<f32>;
+// [K][C][3][3], finite (the family refuses others at upload).
+@group(0) @binding(13) var<storage, read> weight: array<f32>;
+
+// Output (oy, ox) of channel k of image img, summed directly; padded taps are skipped, which
+// equals multiplying their zeros by finite weights.
+fn direct(img: u32, k: u32, oy: u32, ox: u32) -> f32 {
+    var acc = 0.0;
+    for (var c = 0u; c < C; c++) {
+        let plane = p.in_offset + (img * C + c) * H * W;
+        for (var ky = 0u; ky < 3u; ky++) {
+            let iy = i32(oy + ky) - i32(p.pad_top);
+            for (var kx = 0u; kx < 3u; kx++) {
+                let ix = i32(ox + kx) - i32(p.pad_left);
+                if (iy >= 0 && iy < i32(H) && ix >= 0 && ix < i32(W)) {
+                    acc = fma(input[plane + u32(iy) * W + u32(ix)], weight[((k * C + c) * 3u + ky) * 3u + kx], acc);
+                }
+            }
+        }
+    }
+    return acc;
+}
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>,
@@ -25,6 +52,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     let img = t / per_image;
     let k = (t % per_image) / (TH * TW);
     let tile = t % (TH * TW);
+    let b = bias[16u * K + k];
+    let oy0 = (tile / TW) * 2u;
+    let ox0 = (tile % TW) * 2u;
+    let plane = p.out_offset + (img * K + k) * OH * OW;
     let at = (img * 16u * K + k) * TH * TW + tile;
     let component = K * TH * TW;
     var m: array<array<f32, 4>, 4>;
@@ -39,17 +70,33 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         u[0][j] = m[0][j] + m[1][j] + m[2][j];
         u[1][j] = m[1][j] - m[2][j] - m[3][j];
     }
-    let b = bias[16u * K + k];
-    let oy0 = (tile / TW) * 2u;
-    let ox0 = (tile % TW) * 2u;
-    let plane = p.out_offset + (img * K + k) * OH * OW;
+    var y: array<array<f32, 2>, 2>;
+    var finite = true;
     for (var r = 0u; r < 2u; r++) {
-        if (oy0 + r < OH) {
-            let row = plane + (oy0 + r) * OW + ox0;
-            output[row] = activate(u[r][0] + u[r][1] + u[r][2] + b);
-            if (ox0 + 1u < OW) {
-                output[row + 1u] = activate(u[r][1] - u[r][2] - u[r][3] + b);
+        y[r][0] = u[r][0] + u[r][1] + u[r][2];
+        y[r][1] = u[r][1] - u[r][2] - u[r][3];
+        for (var j = 0u; j < 4u; j++) {
+            finite = finite && is_finite(m[2u * r][j]) && is_finite(m[2u * r + 1u][j]);
+        }
+        finite = finite && is_finite(y[r][0]) && is_finite(y[r][1]);
+    }
+    for (var r = 0u; r < 2u; r++) {
+        for (var s = 0u; s < 2u; s++) {
+            let oy = oy0 + r;
+            let ox = ox0 + s;
+            if (oy < OH && ox < OW) {
+                var v = y[r][s];
+                if (!finite) {
+                    v = direct(img, k, oy, ox);
+                }
+                output[plane + oy * OW + ox] = activate(v + b);
             }
         }
     }
+}
+
+// Not ±inf or NaN: the exponent's bits not all ones (a test on the bits, which no compiler's
+// fast-math assumptions fold away).
+fn is_finite(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u;
 }
