@@ -140,7 +140,7 @@ pub(crate) fn select(
     // Before the tuning cache too: its decisions are the tiled kernel's, which the Winograd
     // kernel beats by more than tuning a tile gains where its rule applies.
     if let Some(problem) = problem.as_ref().filter(|_| options.precision == Precision::F32) {
-        if let Some((kernel, reason)) = winograd_rule(caps, problem) {
+        if let Some((kernel, reason)) = winograd_rule(caps, problem).filter(|_| finite_weights) {
             return Ok(Selection { kernel, source: ConfigSource::Default, reason });
         }
     }
@@ -824,15 +824,26 @@ fn f32_shape_rule(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, S
 /// 1.4× faster by Winograd, 8 channels 1.5× slower, 3 channels 3× slower).
 pub const WINOGRAD_MIN_CHANNELS: u32 = 16;
 
+/// The most bytes of transformed input and products per image for which the Winograd rule
+/// takes a layer: on lavapipe, VGG-16's 64-channel layer at 224×224 (102 MB per image) ran
+/// 1.6× slower by Winograd than by the tiled kernel, its 128-channel one at 112×112 (51 MB)
+/// 1.5× faster; the transforms' traffic, 4× the input's and the output's, then outgrows what
+/// the arithmetic saves.
+pub const WINOGRAD_MAX_SCRATCH_PER_IMAGE: u64 = 64 << 20;
+
 /// The Winograd rule: f32 on CPU adapters, with the input shape known, 3×3 convolutions of
-/// stride 1, no dilation, no groups and zero padding over at least
-/// [`WINOGRAD_MIN_CHANNELS`] input channels run the Winograd family (F(2×2, 3×3): 2.25× fewer
-/// multiply-adds, plus the transforms' passes), its GEMM's tile the one of
-/// [`F32_CPU_SHAPE_CONFIGS`] with the least estimated time on the GEMM (16 groups of M = N·⌈OH/2⌉·⌈OW/2⌉,
-/// N = C_out, K = C_in). On lavapipe (Mesa 22.3, LLVM 15, 2 cores, batch 1) this ran every
-/// such layer of ResNet-50 and AlexNet 1.3–2.4× faster than the best of four tiled configs.
-/// GPUs are left out until measured there: they are not FMA-bound the way a CPU is, and the
-/// transforms move 4× the input and output through memory.
+/// stride 1, no dilation, no groups and zero padding over at least [`WINOGRAD_MIN_CHANNELS`]
+/// input channels, whose transformed input and products take at most
+/// [`WINOGRAD_MAX_SCRATCH_PER_IMAGE`] per image, run with finite weights (the caller checks)
+/// the Winograd family (F(2×2, 3×3):
+/// 2.25× fewer multiply-adds, plus the transforms' passes), its GEMM's tile the one of
+/// [`F32_CPU_SHAPE_CONFIGS`] with the least estimated time on the GEMM (16 groups of
+/// M = N·⌈OH/2⌉·⌈OW/2⌉, N = C_out, K = C_in). On lavapipe (Mesa 22.3, LLVM 15, 2 cores,
+/// batch 1) this ran every such layer of ResNet-50 and AlexNet 1.3–2.4× faster than the best
+/// of four tiled configs and VGG-16's 1.4–2.6× faster than the best of three, but its last
+/// (512 channels at 14×14, within the noise of three runs). GPUs are left out until
+/// measured there: they are not FMA-bound the way a CPU is, and the transforms move 4× the
+/// input and output through memory.
 fn winograd_rule(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, String)> {
     let spec = &problem.spec;
     let shape = spec.kernel == [3, 3] && spec.stride == [1, 1] && spec.dilation == [1, 1] && spec.groups == 1;
@@ -843,6 +854,10 @@ fn winograd_rule(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, St
         return None;
     }
     let gemm = winograd::gemm_problem(problem).ok()?;
+    let scratch = 4 * (gemm.input.per_image() + gemm.output.per_image());
+    if scratch > WINOGRAD_MAX_SCRATCH_PER_IMAGE {
+        return None;
+    }
     let k = spec.in_channels as u64;
     let (_, tiles, tile, _) =
         estimated_best(caps, &gemm, k, &F32_CPU_SHAPE_CONFIGS, |t| Some(tiled::TILED.with_tile_config(t)))?;
@@ -1075,11 +1090,18 @@ mod tests {
         assert_eq!(at(&cpu, same(16, 16), 56).kernel.to_string(), "winograd:m64n32k16-t4x4-w4-s1");
         assert_eq!(at(&cpu, same(512, 512), 7).kernel.to_string(), "winograd:m32n64k32-t4x4-w4-s2");
         assert_eq!(at(&cpu, same(8, 8), 56).kernel.family(), "tiled");
+        // VGG-16's 64-channel layer at 224×224: 102 MB of transforms per image, over 64 MiB.
+        assert_eq!(at(&cpu, same(64, 64), 224).kernel.family(), "tiled");
+        assert_eq!(at(&cpu, same(128, 128), 112).kernel.family(), "winograd");
         assert_eq!(at(&cpu, same(64, 64).stride((2, 2)), 56).kernel.family(), "tiled");
         assert_eq!(at(&cpu, same(64, 64).groups(2), 56).kernel.family(), "tiled");
         assert_eq!(at(&nvidia, same(64, 64), 56).kernel.family(), "tiled");
         assert_eq!(pick(&cpu, same(64, 64), Precision::F32).kernel.family(), "tiled");
         assert!(shape_may_matter(&cpu, &same(64, 64), &Conv2dOptions::default()));
+        // Non-finite weights: never Winograd (its transforms would spread them).
+        let input = Some(crate::Shape4::new(1, 64, 56, 56));
+        let options = Conv2dOptions { tuning_key_input: input, ..Default::default() };
+        assert_eq!(select(&cpu, &same(64, 64), &options, false, |_| None).unwrap().kernel.family(), "tiled");
     }
 
     /// The benchmark sweeps every family of a precision that the device runs, never the
