@@ -839,9 +839,9 @@ pub const WINOGRAD_MAX_SCRATCH_PER_IMAGE: u64 = 64 << 20;
 /// 2.25× fewer multiply-adds, plus the transforms' passes), its GEMM's tile the one of
 /// [`F32_CPU_SHAPE_CONFIGS`] with the least estimated time on the GEMM (16 groups of
 /// M = N·⌈OH/2⌉·⌈OW/2⌉, N = C_out, K = C_in). On lavapipe (Mesa 22.3, LLVM 15, 2 cores,
-/// batch 1) this ran every such layer of ResNet-50 and AlexNet 1.3–2.4× faster than the best
-/// of four tiled configs and VGG-16's 1.4–2.6× faster than the best of three, but its last
-/// (512 channels at 14×14, within the noise of three runs). GPUs are left out until
+/// batch 1) the tile it picks ran every such layer of ResNet-50 and AlexNet 1.2–1.8× faster
+/// than the best of four tiled configs, and VGG-16's 1.2–2.6× faster than the best of three
+/// but its last (0.91×: 512 channels at 14×14, within the noise of three runs). GPUs are left out until
 /// measured there: they are not FMA-bound the way a CPU is, and the transforms move 4× the
 /// input and output through memory.
 fn winograd_rule(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, String)> {
