@@ -179,9 +179,9 @@ struct Settled<'a>(&'a Bound);
 pub struct ConvPlan {
     prepared: Arc<Prepared>,
     dispatches: Vec<ChunkDispatch>,
-    /// The staging pass's output and, where layout passes run, the kernel's f32 input and
-    /// output: one chunk's worth each, reused chunk after chunk (wgpu orders the dispatches
-    /// that write and read them).
+    /// The staging pass's output, the kernel's products where a finishing pass reads them,
+    /// and, where layout passes run, the kernel's f32 input and output: one chunk's worth
+    /// each, reused chunk after chunk (wgpu orders the dispatches that write and read them).
     _scratch: Vec<wgpu::Buffer>,
     /// Per chunk, the input maximum of the scaled-input kernels (one aligned slot each),
     /// cleared before every compute pass.
@@ -257,7 +257,7 @@ pub(crate) fn images_per_chunk(problem: &ConvProblem, limits: &wgpu::Limits, scr
     if fit == 0 {
         let scratch = match scratch_per_image {
             0 => String::new(),
-            b => format!(" and {b} B of staged input"),
+            b => format!(" and {b} B of scratch (the kernel's staged input or its products)"),
         };
         return Err(Error::TooLarge(format!(
             "one image needs {} B of input and {} B of output{scratch}, over the device's binding limit of {} B \
@@ -1033,7 +1033,8 @@ impl Conv2d {
         input: &[T],
         problem: &ConvProblem,
     ) -> Result<Vec<T>> {
-        let scratch_per_image = self.prepared(settled, problem)?.scratch_per_image();
+        let prepared = self.prepared(settled, problem)?;
+        let scratch_per_image = prepared.scratch_per_image().max(prepared.finishing_per_image());
         let per_chunk = images_per_chunk(problem, &self.gpu.device.limits(), scratch_per_image)?;
         let (in_img, out_img) = (problem.input.per_image() as usize, problem.output.per_image() as usize);
         let chunk_in = Shape4 { n: per_chunk, ..problem.input };

@@ -830,8 +830,10 @@ fn build(device: &wgpu::Device, src: &str, bindings: &[u32], runtime_checks: boo
         // because `Conv2dSpec::problem` keeps padded extents below 2^29, so the gather
         // table's -2^30 sentinel never lands in range), B and the gather table by host-side
         // zero padding to whole tiles, outputs by m/n tests; chunking keeps every bound
-        // window under 2^31 elements. Workgroup arrays are indexed by compile-time-bounded
-        // loops, except the stem kernel's ring, whose fragment columns are clamped in the
+        // window under 2^31 elements (the staging and finishing passes' scratch included;
+        // their loads outside the image read a valid address and select a zero, and the
+        // Winograd direct fallback tests each tap). Workgroup arrays are indexed by
+        // compile-time-bounded loops, except the stem kernel's ring, whose fragment columns are clamped in the
         // shader (`frag_band_col`) to the band its pipeline was composed for: pipeline and
         // parameters come from the same geometry; its bias tiles are padded to whole N
         // fragments at upload. The GPU-vs-CPU suite runs with the checks off. With them on,

@@ -31,9 +31,9 @@ fn setup() -> (TuningCache, MutexGuard<'static, ()>) {
 
 fn noop(_: u64, _: u64, _: &str) {}
 
-/// 16 → 64 channels, 3×3, padding 1, on 1×16×32×32: ~19 MFLOP, a few ms on lavapipe.
-/// 8 input channels: under the Winograd rule's 16, so on a CPU adapter the tuned tiled
-/// kernel is the default.
+/// 8 → 64 channels, 3×3, padding 1, on 1×8×32×32: ~9 MFLOP, a few ms on lavapipe. 8 input
+/// channels: under the Winograd rule's 16, so on a CPU adapter the tuned tiled kernel is the
+/// default.
 fn small() -> (Conv2dSpec, Shape4) {
     (Conv2dSpec::new(8, 64, 3).padding(Padding::uniform(1)).with_bias(true), Shape4::new(1, 8, 32, 32))
 }

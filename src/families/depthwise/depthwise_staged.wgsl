@@ -54,7 +54,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         let ix = ix0 + i32(j);
         let inside = q < planes && iy >= 0 && iy < i32(H) && ix >= 0 && ix < i32(W);
         let at = select(0u, (q * H + u32(iy)) * W + u32(ix), inside);
-        staged[e] = select(0.0, load_input(p.in_offset + at), inside);
+        // The padding's zero is selected before the operand's range check sees the value.
+        staged[e] = input_operand(select(0.0, input_value(p.in_offset + at), inside));
     }
     for (var e = lid; e < P * TAPS; e += WG) {
         // Weights are [C_out][KH·KW]; a plane past the chunk's end reads a valid channel.

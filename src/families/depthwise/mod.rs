@@ -110,12 +110,16 @@ impl StripConfig {
 
     /// The row segment one invocation reads for a spec (values held in registers).
     pub fn segment(&self, spec: &Conv2dSpec) -> u64 {
-        (self.x as u64 - 1) * spec.stride[1] as u64 + (spec.kernel[1] as u64 - 1) * spec.dilation[1] as u64 + 1
+        (self.x as u64 - 1) * spec.stride[1] as u64
+            + (spec.kernel[1] as u64).saturating_sub(1) * spec.dilation[1] as u64
+            + 1
     }
 
     /// The input rows one invocation walks for a spec.
     pub fn rows(&self, spec: &Conv2dSpec) -> u64 {
-        (self.y as u64 - 1) * spec.stride[0] as u64 + (spec.kernel[0] as u64 - 1) * spec.dilation[0] as u64 + 1
+        (self.y as u64 - 1) * spec.stride[0] as u64
+            + (spec.kernel[0] as u64).saturating_sub(1) * spec.dilation[0] as u64
+            + 1
     }
 }
 

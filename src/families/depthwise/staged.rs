@@ -76,9 +76,12 @@ impl StagedConfig {
         Ok(())
     }
 
-    /// The row segment one invocation reads from workgroup memory for a spec.
+    /// The row segment one invocation reads from workgroup memory for a spec (saturating:
+    /// asked of specs not yet validated).
     fn segment(&self, spec: &Conv2dSpec) -> u64 {
-        (self.x as u64 - 1) * spec.stride[1] as u64 + (spec.kernel[1] as u64 - 1) * spec.dilation[1] as u64 + 1
+        (self.x as u64 - 1) * spec.stride[1] as u64
+            + (spec.kernel[1] as u64).saturating_sub(1) * spec.dilation[1] as u64
+            + 1
     }
 }
 
@@ -263,19 +266,11 @@ impl KernelConfig for StagedKernel {
             )));
         }
         // The smallest tile (one block of one row of one plane) must fit: then every input
-        // size has one.
-        let one = StagedGeometry {
-            x: self.cfg.x,
-            p: 1,
-            ty: 1,
-            xb_t: 1,
-            tiles_y: 1,
-            tiles_x: 1,
-            srows: (spec.kernel[0] - 1) * spec.dilation[0] + 1,
-            scols: segment as u32,
-            span: segment as u32,
-        };
-        let (need, budget) = (one.workgroup_bytes(spec), STAGED_BYTES.min(limits.workgroup_storage_bytes as u64));
+        // size has one. (In u64: the spec is not validated yet.)
+        let rows = (spec.kernel[0] as u64).saturating_sub(1) * spec.dilation[0] as u64 + 1;
+        let taps = spec.kernel[0] as u64 * spec.kernel[1] as u64;
+        let need = 4 * (rows * segment + taps);
+        let budget = STAGED_BYTES.min(limits.workgroup_storage_bytes as u64);
         if need > budget {
             return Err(self.refuse(format!(
                 "one block of a {}x{} kernel (dilation {}x{}) stages {need} B of input and taps, over the \
@@ -283,7 +278,8 @@ impl KernelConfig for StagedKernel {
                 spec.kernel[0], spec.kernel[1], spec.dilation[0], spec.dilation[1]
             )));
         }
-        Ok(())
+        // Channels-last tensors run the strip kernel's NHWC shader: its limits too.
+        self.channels_last().check_spec(spec, limits)
     }
     fn packed_bytes(&self, spec: &Conv2dSpec) -> u64 {
         self.channels_last().packed_bytes(spec)
@@ -542,6 +538,9 @@ mod tests {
         let dilated = Conv2dSpec::new(4, 4, 9).groups(4).dilation((8, 8));
         let e = k.check_spec(&dilated, &limits).unwrap_err().to_string();
         assert!(e.contains("row segments of 66 values"), "{e}");
+        // 13×13 taps: they fit workgroup memory, not the channels-last strip's registers.
+        let wide = Conv2dSpec::new(4, 4, 13).groups(4);
+        assert!(k.check_spec(&wide, &limits).unwrap_err().to_string().contains("169 taps"));
         let tall = Conv2dSpec::new(4, 4, 7).kernel_hw((31, 7)).groups(4).dilation((6, 1));
         let e = k.check_spec(&tall, &KernelLimits::with_workgroup_bytes(4096)).unwrap_err().to_string();
         assert!(e.contains("over the 4096 B"), "{e}");

@@ -12,7 +12,17 @@
 
 // An f16 value: rounding it to an f16 operand is exact, so only the range check remains.
 fn load_input(i: u32) -> f32 {
-    return checked_operand(f32(input[i]));
+    return input_operand(input_value(i));
+}
+
+// The input value as f32, and the operand made of it (separately: a caller may select a zero
+// in place of a value it loaded unconditionally before the operand's range check sees it).
+fn input_value(i: u32) -> f32 {
+    return f32(input[i]);
+}
+
+fn input_operand(v: f32) -> f32 {
+    return checked_operand(v);
 }
 
 fn store_output(i: u32, v: f32) {
@@ -23,7 +33,15 @@ fn store_output(i: u32, v: f32) {
 @group(0) @binding(5) var<storage, read_write> output: array<f32>;
 
 fn load_input(i: u32) -> f32 {
-    return to_operand(input[i]);
+    return input_operand(input_value(i));
+}
+
+fn input_value(i: u32) -> f32 {
+    return input[i];
+}
+
+fn input_operand(v: f32) -> f32 {
+    return to_operand(v);
 }
 
 fn store_output(i: u32, v: f32) {

@@ -78,7 +78,9 @@ pub(crate) struct WinogradKernel {
 
 /// The GEMM of a spec: a 1×1 convolution of 16 groups from 16·C_in to 16·C_out channels.
 fn gemm_spec(spec: &Conv2dSpec) -> Conv2dSpec {
-    Conv2dSpec::new(COMPONENTS * spec.in_channels, COMPONENTS * spec.out_channels, 1).groups(COMPONENTS)
+    // Saturating: asked of specs not yet validated (whose channel counts may be anything).
+    let (c, k) = (COMPONENTS.saturating_mul(spec.in_channels), COMPONENTS.saturating_mul(spec.out_channels));
+    Conv2dSpec::new(c, k, 1).groups(COMPONENTS)
 }
 
 /// Tiles of 2×2 outputs over an output plane: `[TH, TW]`.
