@@ -238,15 +238,8 @@ impl KernelConfig for StagedKernel {
     }
     fn check_limits(&self, limits: &KernelLimits) -> Result<()> {
         self.cfg.check_shape()?;
-        let most = limits.invocations_per_workgroup.min(limits.workgroup_size_x);
-        if self.cfg.workgroup > most {
-            return Err(self.refuse(format!(
-                "{} invocations per workgroup exceed the device's {most} ({})",
-                self.cfg.workgroup,
-                limits.invocations_limit_name()
-            )));
-        }
-        Ok(())
+        // The same workgroup size as its channels-last strip kernel: the same limit.
+        self.channels_last().check_limits(limits)
     }
     fn check_spec(&self, spec: &Conv2dSpec, limits: &KernelLimits) -> Result<()> {
         if spec.in_channels_per_group() != 1 || spec.out_channels_per_group() != 1 {
