@@ -335,7 +335,9 @@ pub(crate) fn depthwise_rule(
     // On f16 tensors at stride 2, one column again where the output maps are small: there
     // the two-column blocks leave too few invocations (on the H100, 14×14 and 7×7 outputs
     // of MobileNetV2 ran 15–20 % faster in one column; 28×28 and larger in two).
-    let small_strided = spec.stride[1] > 1 && problem.is_some_and(|p| p.output.h * p.output.w <= DEPTHWISE_SMALL_MAP);
+    // (GPUs only: on lavapipe the two-column blocks were as fast or faster there.)
+    let small_strided =
+        !caps.is_cpu() && spec.stride[1] > 1 && problem.is_some_and(|p| p.output.h * p.output.w <= DEPTHWISE_SMALL_MAP);
     let widest = spec.out_channels_per_group().min(4);
     let wide = (f16_tensors && !small_strided) || (precision == Precision::F16Accum32 && spec.stride[1] == 1);
     let mut refusal = None;
@@ -373,7 +375,9 @@ pub const DEPTHWISE_SMALL_MAP: u32 = 196;
 const STAGED_RULE_CONFIG: depthwise::StagedConfig = depthwise::StagedConfig { x: 4, workgroup: 128 };
 
 /// Whether the depthwise rule runs a layer on the staged kernel
-/// ([`depthwise::StagedConfig`], `staged-x4-w128`): depthwise of multiplier 1 on NCHW tensors
+/// ([`depthwise::StagedConfig`], `staged-x4-w128`): on GPUs (on lavapipe, whose workgroup
+/// memory and barriers are the CPU's memory and a thread rendezvous, it ran those layers
+/// 1.1–3× slower than the strip kernel), depthwise of multiplier 1 on NCHW tensors
 /// at stride 1, whose output planes are small enough that several whole planes share a
 /// workgroup's tile, where the kernel reads f16 tensors itself or computes with f16
 /// operands. There each input value is loaded (and rounded or converted) once per tile
@@ -388,7 +392,7 @@ pub(crate) fn depthwise_staged_applies(caps: &DeviceCaps, problem: &ConvProblem,
 fn depthwise_staged(caps: &DeviceCaps, problem: &ConvProblem, options: &Conv2dOptions) -> Option<Kernel> {
     let spec = &problem.spec;
     let f16 = f16_tensors_in_kernels(caps, options.storage) || options.precision == Precision::F16Accum32;
-    if !depthwise_staged_candidate(spec, options) || !f16 {
+    if caps.is_cpu() || !depthwise_staged_candidate(spec, options) || !f16 {
         return None;
     }
     let family = match options.precision {
@@ -412,6 +416,9 @@ fn depthwise_staged_candidate(spec: &Conv2dSpec, options: &Conv2dOptions) -> boo
 /// Whether the input shape can change the depthwise rule's choice: the staged kernel's
 /// layers, and strided ones on f16 tensors.
 fn depthwise_shape_matters(caps: &DeviceCaps, spec: &Conv2dSpec, options: &Conv2dOptions) -> bool {
+    if caps.is_cpu() {
+        return false;
+    }
     let f16_tensors = f16_tensors_in_kernels(caps, options.storage);
     let staged =
         depthwise_staged_candidate(spec, options) && (f16_tensors || options.precision == Precision::F16Accum32);
@@ -1008,6 +1015,18 @@ mod tests {
         assert_eq!(shaped(depthwise, 14, Precision::F32, f16s, Layout::Nhwc), ("depthwise:x2y4c1-w128".into(), false));
         assert_eq!(shaped(strided, 28, Precision::F32, f16s, nchw), ("depthwise:x1y4c1-w128".into(), true));
         assert_eq!(shaped(strided, 56, Precision::F32, f16s, nchw), ("depthwise:x2y4c1-w128".into(), true));
+        // Not on CPU adapters (lavapipe ran the staged kernel slower): the strip rule.
+        let on_cpu = |spec: Conv2dSpec| {
+            let input = crate::Shape4::new(2, 32, 14, 14);
+            let options = Conv2dOptions { storage: f16s, tuning_key_input: Some(input), ..Default::default() };
+            let unknown = Conv2dOptions { tuning_key_input: None, ..options.clone() };
+            (
+                select(&cpu, &spec, &options, true, |_| None).unwrap().kernel.to_string(),
+                shape_may_matter(&cpu, &spec, &unknown),
+            )
+        };
+        assert_eq!(on_cpu(depthwise), ("depthwise:x2y4c1-w128".into(), false));
+        assert_eq!(on_cpu(strided), ("depthwise:x2y4c1-w128".into(), false));
         let multiplier = Conv2dSpec::new(32, 64, 3).groups(32).padding(Padding::uniform(1));
         assert_eq!(
             shaped(multiplier, 7, Precision::F16Accum32, f32s, nchw),
