@@ -224,9 +224,9 @@ impl ConvPlan {
         self.dispatches.len()
     }
     /// Dispatches the plan records: per chunk the kernel, and where they run its staging,
-    /// input-maximum and finishing passes and the layout passes that convert the caller's tensors
-    /// (channels last for a kernel of NCHW; f16 for a kernel of f32 tensors, or on a device
-    /// without `SHADER_F16`).
+    /// input-maximum and finishing passes and the layout passes that convert the caller's
+    /// tensors (channels last for a kernel of NCHW; f16 for a kernel of f32 tensors, or on a
+    /// device without `SHADER_F16`).
     pub fn dispatches(&self) -> usize {
         let d = |c: &ChunkDispatch| {
             let passes = [c.to_kernel.is_some(), c.input_max.is_some(), c.staging.is_some()];

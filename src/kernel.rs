@@ -833,10 +833,10 @@ fn build(device: &wgpu::Device, src: &str, bindings: &[u32], runtime_checks: boo
         // window under 2^31 elements (the staging and finishing passes' scratch included;
         // their loads outside the image read a valid address and select a zero, and the
         // Winograd direct fallback tests each tap). Workgroup arrays are indexed by
-        // compile-time-bounded loops, except the stem kernel's ring, whose fragment columns are clamped in the
-        // shader (`frag_band_col`) to the band its pipeline was composed for: pipeline and
-        // parameters come from the same geometry; its bias tiles are padded to whole N
-        // fragments at upload. The GPU-vs-CPU suite runs with the checks off. With them on,
+        // compile-time-bounded loops, except the stem kernel's ring, whose fragment columns
+        // are clamped in the shader (`frag_band_col`) to the band its pipeline was composed
+        // for: pipeline and parameters come from the same geometry; its bias tiles are
+        // padded to whole N fragments at upload. The GPU-vs-CPU suite runs with the checks off. With them on,
         // the kernels run an order of magnitude slower (22× on AlexNet conv1, H100).
         unsafe { device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
     };
