@@ -10,11 +10,9 @@
 //! many whole planes as the workgroup has invocations for, else bands of as many rows as it
 //! has (at least 8), in at most [`STAGED_BYTES`] of workgroup memory.
 
-use super::{pack_weights, Depthwise, StripConfig, StripKernel, MAX_SEGMENT};
-use crate::alloc;
+use super::{Depthwise, StripConfig, StripKernel, MAX_SEGMENT};
 use crate::caps::KernelLimits;
 use crate::error::{Error, Result};
-use crate::families::tiled::round_to_f16;
 use crate::kernel::{
     compose_defined, workgroups_u32, ConvParams, Family, KernelConfig, Packed, Shaped, TensorForm, F16_TENSORS,
 };
@@ -277,17 +275,9 @@ impl KernelConfig for StagedKernel {
     fn packed_bytes(&self, spec: &Conv2dSpec) -> u64 {
         self.channels_last().packed_bytes(spec)
     }
-    fn pack(&self, spec: &Conv2dSpec, weight: &[f32], _bias: &[f32]) -> Result<Packed> {
-        let mut packed = pack_weights(spec, weight, &self.strip())?;
-        if self.family.operands.f16 {
-            round_to_f16(&mut packed, "weight")?;
-        }
-        Ok(Packed {
-            weight: alloc::bytes_of(&packed, "the packed weights")?,
-            extra: Vec::new(),
-            out_scale: 1.0,
-            bias: None,
-        })
+    fn pack(&self, spec: &Conv2dSpec, weight: &[f32], bias: &[f32]) -> Result<Packed> {
+        // `[C_out][KH·KW]`, as its channels-last strip kernel packs them.
+        self.channels_last().pack(spec, weight, bias)
     }
     fn extra_bindings(&self) -> &'static [u32] {
         // The strip kernel's grid uniform: the channels-last form runs its shader, and the
@@ -460,6 +450,7 @@ pub(crate) fn staged_twin(
 
 #[cfg(test)]
 mod tests {
+    use super::super::pack_weights;
     use super::*;
     use crate::spec::{Padding, Shape4};
 
