@@ -321,14 +321,13 @@ pub(crate) fn depthwise_rule(
     // read by the kernel (NCHW), two columns ran MobileNetV2's depthwise layers at every
     // stride within 5 % of the best block in total, one column 15 % over it: a warp's
     // 2-byte loads of one column bring half the bytes per request.
-    if let Some(staged) = problem.and_then(|p| depthwise_staged(caps, p, options)) {
+    if let Some((p, staged)) = problem.and_then(|p| Some((p, depthwise_staged(caps, p, options)?))) {
         return Some((
             staged,
             format!(
                 "{precision} {what}: the depthwise family's staged kernel (whole {}x{} output planes of several \
                  channels per workgroup, staged in workgroup memory)",
-                problem.map_or(0, |p| p.output.h),
-                problem.map_or(0, |p| p.output.w)
+                p.output.h, p.output.w
             ),
         ));
     }
@@ -856,13 +855,12 @@ pub const WINOGRAD_MAX_SCRATCH_PER_IMAGE: u64 = 64 << 20;
 /// input and output through memory.
 fn winograd_rule(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, String)> {
     let spec = &problem.spec;
-    let shape = spec.kernel == [3, 3] && spec.stride == [1, 1] && spec.dilation == [1, 1] && spec.groups == 1;
-    if !caps.is_cpu() || !shape || spec.padding_mode != crate::spec::PaddingMode::Zeros {
+    if !caps.is_cpu() || spec.in_channels < WINOGRAD_MIN_CHANNELS {
         return None;
     }
-    if spec.in_channels < WINOGRAD_MIN_CHANNELS {
-        return None;
-    }
+    // The shapes F(2×2, 3×3) runs, as the family refuses the others (its padding mode is
+    // `Kernel::check`'s, below).
+    winograd::WINOGRAD.reference().config().check_spec(spec, &caps.kernel_limits()).ok()?;
     let gemm = winograd::gemm_problem(problem).ok()?;
     let scratch = 4 * (gemm.input.per_image() + gemm.output.per_image());
     if scratch > WINOGRAD_MAX_SCRATCH_PER_IMAGE {

@@ -336,7 +336,8 @@ pub fn ragged_shapes() -> Vec<(&'static str, Conv2dSpec, [u32; 3], bool)> {
 /// The kernel on f16 tensors (`Storage::F16`; on devices with `SHADER_F16` it reads and
 /// writes them itself) against the reference of the f16-rounded input: what remains is the
 /// output's rounding to f16.
-pub fn check_f16_storage(gpu: &Gpu, case: &Case, kernel: Option<Kernel>, layout: Layout) {
+/// Returns the op, whose kernel a first forward may have selected.
+pub fn check_f16_storage(gpu: &Gpu, case: &Case, kernel: Option<Kernel>, layout: Layout) -> Conv2d {
     use wgconv::half::f16;
     let x16: Vec<f16> = case.x.iter().map(|&v| f16::from_f32(v)).collect();
     let rounded: Vec<f32> = x16.iter().map(|v| v.to_f32()).collect();
@@ -356,4 +357,5 @@ pub fn check_f16_storage(gpu: &Gpu, case: &Case, kernel: Option<Kernel>, layout:
     let got = conv.forward_f16(&x, case.shape).unwrap_or_else(|e| panic!("{what}: {e}"));
     let got: Vec<f32> = got.iter().map(|v| v.to_f32()).collect();
     assert_close(&what, &got, &want, TOL_STORAGE);
+    conv
 }
