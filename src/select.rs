@@ -8,7 +8,7 @@
 //! capabilities ([`DeviceCaps`]), the spec, the input shape where known and the precision;
 //! none does device work.
 
-use crate::caps::DeviceCaps;
+use crate::caps::{DeclaredRates, DeviceCaps};
 use crate::error::{Error, Result};
 use crate::families::{coop, depthwise, direct, nhwc, stem, tiled, winograd};
 use crate::gpu::Gpu;
@@ -131,16 +131,15 @@ pub(crate) fn select(
         return Ok(Selection { kernel, source: ConfigSource::Default, reason });
     }
     // Before the tuning cache, which holds the FMA kernels' decisions for f32: where the
-    // matrix units win by the estimate, they win by more than tuning a tile gains.
+    // Winograd kernel or the matrix units win by the estimate, they win by more than tuning
+    // a tile gains. The Winograd rule weighs the matrix path itself, so it goes first.
     if options.precision == Precision::F32 {
-        if let Some((kernel, reason)) = f32_matrix_rule(caps, spec, problem.as_ref(), options.layout, finite_weights) {
-            return Ok(Selection { kernel, source: ConfigSource::Default, reason });
+        if let Some(problem) = problem.as_ref() {
+            if let Some((kernel, reason)) = winograd_rule(caps, problem, options.layout, finite_weights) {
+                return Ok(Selection { kernel, source: ConfigSource::Default, reason });
+            }
         }
-    }
-    // Before the tuning cache too: its decisions are the tiled kernel's, which the Winograd
-    // kernel beats by more than tuning a tile gains where its rule applies.
-    if let Some(problem) = problem.as_ref().filter(|_| options.precision == Precision::F32) {
-        if let Some((kernel, reason)) = winograd_rule(caps, problem).filter(|_| finite_weights) {
+        if let Some((kernel, reason)) = f32_matrix_rule(caps, spec, problem.as_ref(), options.layout, finite_weights) {
             return Ok(Selection { kernel, source: ConfigSource::Default, reason });
         }
     }
@@ -642,62 +641,101 @@ pub(crate) fn f32_matrix_rule(
     layout: Layout,
     finite_weights: bool,
 ) -> Option<(Kernel, String)> {
-    let family = &nhwc::COOP_NHWC_F32;
-    if !finite_weights || family.unavailable(caps).is_some() || depthwise_rule_applies(caps, spec, Precision::F32) {
-        return None;
-    }
     // Without the input shape the rule stays out: on small layers (MobileNetV2's narrow
     // pointwise ones on the H100) the matrix path ran up to 3x slower than the FMA kernels.
     let problem = problem?;
-    let rates = caps.declared_rates()?;
-    let ratio = rates.f16_matrix_tflops / rates.fp32_tflops;
-    if ratio < F32_MATRIX_MIN_RATE_RATIO || !channels_last_pads_little(spec, layout) {
-        return None;
-    }
-    let (matrix_k, fma_k) = (channels_last_k(spec), spec.k_total() as u64);
-    let slots = rates.multiprocessors as u64;
-    let (kernel, tiles, tile, _) =
-        estimated_best(caps, problem, matrix_k, &CHANNELS_LAST_SPLIT_CONFIGS, |t| family.reference().with_tile(t))?;
-    let seconds = |flops: f64, tflops: f64, share: f64| flops / (tflops * 1e12 * share);
-    let (input, output) = (problem.input.len() as f64, problem.output.len() as f64);
-    let bandwidth = rates.bandwidth_gbs * 1e9;
-    let matrix_work = wave_work(problem, matrix_k, &CHANNELS_LAST_SPLIT_CONFIGS, slots);
-    let output_stores = match layout {
-        Layout::Nchw => 4.0 * output / (bandwidth * MATRIX_OUTPUT_BANDWIDTH_SHARE),
-        Layout::Nhwc => 0.0,
-    };
-    let matrix = seconds(6.0 * matrix_work, rates.f16_matrix_tflops, F32_MATRIX_EFFICIENCY)
-        + MATRIX_STAGING_BYTES * input / (bandwidth * PASS_BANDWIDTH_SHARE)
-        + output_stores
-        + MATRIX_PASSES_SECONDS;
-    let shape_configs = matrix_rule_fma_configs(spec);
-    // The FMA kernels' estimate, where one of their configs fits the device.
-    let fma =
-        estimated_best(caps, problem, fma_k, &shape_configs, |t| tiled::TILED.reference().with_tile(t)).map(|_| {
-            let work = wave_work(problem, fma_k, &shape_configs, slots);
-            let passes = match layout {
-                Layout::Nhwc => LAYOUT_PASS_BYTES * (input + output) / (bandwidth * PASS_BANDWIDTH_SHARE),
-                Layout::Nchw => 0.0,
-            };
-            seconds(2.0 * work, rates.fp32_tflops, F32_SIMT_EFFICIENCY) + passes
-        });
-    if fma.is_some_and(|fma| fma <= matrix) {
+    let matrix = f32_matrix_estimate(caps, spec, problem, layout, finite_weights)?;
+    let fma = f32_fma_estimate(caps, problem, layout, &matrix.rates);
+    if fma.is_some_and(|fma| fma <= matrix.seconds) {
         return None;
     }
     let against = fma.map_or("no FMA config fits".to_string(), |t| format!("{:.3} ms on the FMA units", t * 1e3));
     Some((
-        kernel,
+        matrix.kernel,
         format!(
-            "f32 on cooperative matrices (declared f16 matrix rate {ratio:.1}x the fp32 rate), {} input channels per \
+            "f32 on cooperative matrices (declared f16 matrix rate {:.1}x the fp32 rate), {} input channels per \
              group: the channels-last kernel, input scaled per chunk and split into f16 halves, the config with the \
-             least estimated time ({tiles} workgroup tiles of {}x{}): {:.3} ms \
+             least estimated time ({} workgroup tiles of {}x{}): {:.3} ms \
              against {against}",
+            matrix.rates.f16_matrix_tflops / matrix.rates.fp32_tflops,
             spec.in_channels_per_group(),
-            tile.block_m,
-            tile.block_n,
-            matrix * 1e3
+            matrix.tiles,
+            matrix.tile.block_m,
+            matrix.tile.block_n,
+            matrix.seconds * 1e3
         ),
     ))
+}
+
+/// What the f32 matrix path would run and its estimated time (rule 5's; see
+/// [`f32_matrix_rule`]).
+struct MatrixEstimate {
+    kernel: Kernel,
+    tiles: u64,
+    tile: TileConfig,
+    seconds: f64,
+    rates: DeclaredRates,
+}
+
+/// The f32 matrix path's estimate, where rule 5 lets it run the problem: cooperative
+/// matrices, declared rates whose ratio reaches [`F32_MATRIX_MIN_RATE_RATIO`], finite
+/// weights, channels that pad K little, not a depthwise layer.
+fn f32_matrix_estimate(
+    caps: &DeviceCaps,
+    spec: &Conv2dSpec,
+    problem: &ConvProblem,
+    layout: Layout,
+    finite_weights: bool,
+) -> Option<MatrixEstimate> {
+    let family = &nhwc::COOP_NHWC_F32;
+    if !finite_weights || family.unavailable(caps).is_some() || depthwise_rule_applies(caps, spec, Precision::F32) {
+        return None;
+    }
+    let rates = caps.declared_rates()?;
+    if rates.f16_matrix_tflops / rates.fp32_tflops < F32_MATRIX_MIN_RATE_RATIO
+        || !channels_last_pads_little(spec, layout)
+    {
+        return None;
+    }
+    let matrix_k = channels_last_k(spec);
+    let (kernel, tiles, tile, _) =
+        estimated_best(caps, problem, matrix_k, &CHANNELS_LAST_SPLIT_CONFIGS, |t| family.reference().with_tile(t))?;
+    let (input, output) = (problem.input.len() as f64, problem.output.len() as f64);
+    let bandwidth = rates.bandwidth_gbs * 1e9;
+    let matrix_work = wave_work(problem, matrix_k, &CHANNELS_LAST_SPLIT_CONFIGS, rates.multiprocessors as u64);
+    let output_stores = match layout {
+        Layout::Nchw => 4.0 * output / (bandwidth * MATRIX_OUTPUT_BANDWIDTH_SHARE),
+        Layout::Nhwc => 0.0,
+    };
+    let seconds = seconds_at(6.0 * matrix_work, rates.f16_matrix_tflops, F32_MATRIX_EFFICIENCY)
+        + MATRIX_STAGING_BYTES * input / (bandwidth * PASS_BANDWIDTH_SHARE)
+        + output_stores
+        + MATRIX_PASSES_SECONDS;
+    Some(MatrixEstimate { kernel, tiles, tile, seconds, rates })
+}
+
+/// The f32 FMA kernels' (`tiled`) estimated time on a GPU of these rates: the configs
+/// rule 5 was fitted against ([`matrix_rule_fma_configs`]), padded work in whole waves at
+/// [`F32_SIMT_EFFICIENCY`] of the fp32 rate, plus the layout passes where the tensors are
+/// channels last; `None` where none of those configs fits the device.
+fn f32_fma_estimate(caps: &DeviceCaps, problem: &ConvProblem, layout: Layout, rates: &DeclaredRates) -> Option<f64> {
+    let configs = matrix_rule_fma_configs(&problem.spec);
+    let k = problem.spec.k_total() as u64;
+    estimated_best(caps, problem, k, &configs, |t| tiled::TILED.reference().with_tile(t))?;
+    let work = wave_work(problem, k, &configs, rates.multiprocessors as u64);
+    let passes = match layout {
+        Layout::Nhwc => {
+            let elements = (problem.input.len() + problem.output.len()) as f64;
+            LAYOUT_PASS_BYTES * elements / (rates.bandwidth_gbs * 1e9 * PASS_BANDWIDTH_SHARE)
+        }
+        Layout::Nchw => 0.0,
+    };
+    Some(seconds_at(2.0 * work, rates.fp32_tflops, F32_SIMT_EFFICIENCY) + passes)
+}
+
+/// Seconds for `flops` at `share` of `tflops`.
+fn seconds_at(flops: f64, tflops: f64, share: f64) -> f64 {
+    flops / (tflops * 1e12 * share)
 }
 
 /// The tile config a dense f32 convolution starts from, by the kind of device, fitted to
@@ -840,43 +878,120 @@ pub const WINOGRAD_MIN_CHANNELS: u32 = 16;
 /// the arithmetic saves.
 pub const WINOGRAD_MAX_SCRATCH_PER_IMAGE: u64 = 64 << 20;
 
-/// The Winograd rule: f32 on CPU adapters, with the input shape known, 3×3 convolutions of
-/// stride 1, no dilation, no groups and zero padding over at least [`WINOGRAD_MIN_CHANNELS`]
-/// input channels, whose transformed input and products take at most
-/// [`WINOGRAD_MAX_SCRATCH_PER_IMAGE`] per image, run with finite weights (the caller checks)
-/// the Winograd family (F(2×2, 3×3):
-/// 2.25× fewer multiply-adds, plus the transforms' passes), its GEMM's tile the one of
-/// [`F32_CPU_SHAPE_CONFIGS`] with the least estimated time on the GEMM (16 groups of
-/// M = N·⌈OH/2⌉·⌈OW/2⌉, N = C_out, K = C_in). On lavapipe (Mesa 22.3, LLVM 15, 2 cores,
-/// batch 1) the tile it picks ran every such layer of ResNet-50 and AlexNet 1.2–1.8× faster
-/// than the best of four tiled configs, and VGG-16's 1.2–2.6× faster than the best of three
-/// but its last (0.91×: 512 channels at 14×14, within the noise of three runs). GPUs are left out until
-/// measured there: they are not FMA-bound the way a CPU is, and the transforms move 4× the
-/// input and output through memory.
-fn winograd_rule(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, String)> {
+/// The share of the declared bandwidth at which the Winograd family's transforms move their
+/// bytes (the input read and its transforms written, the products written and read, the
+/// output written: 4 B × (input + 2 × 16-component input + 2 × products + output)):
+/// fitted to the H100's f32 sweeps of the 3×3 stride-1 layers of ResNet-50, AlexNet and
+/// VGG-16, where the GEMM's reads and writes of the transforms partly hit the L2 cache.
+const WINOGRAD_TRANSFORM_BANDWIDTH_SHARE: f64 = 0.9;
+
+/// Rates assumed for a GPU not in [`crate::caps::DECLARED_RATES`]. Only their balance counts
+/// for the Winograd rule, and a higher one favours it less (the transforms trade arithmetic
+/// for bytes): 80 FLOP per byte of bandwidth, about the highest of current GPUs (an RTX
+/// 4090's 82, an H100's 20, integrated ones' 20–40), so the rule takes a layer there only
+/// where it would win even on such a device. The matrix rate is never used for them (rule 5
+/// needs listed rates).
+const UNLISTED_GPU_RATES: DeclaredRates = DeclaredRates {
+    fp32_tflops: 80.0,
+    f16_matrix_tflops: 0.0,
+    bandwidth_gbs: 1000.0,
+    multiprocessors: FILL_WORKGROUPS as u32,
+};
+
+/// The Winograd rule: f32 with the input shape known, 3×3 convolutions of stride 1, no
+/// dilation, no groups and zero padding over at least [`WINOGRAD_MIN_CHANNELS`] input
+/// channels, with finite weights (F(2×2, 3×3): 2.25× fewer multiply-adds, plus the
+/// transforms' passes; the GEMM is 16 groups of M = N·⌈OH/2⌉·⌈OW/2⌉, N = C_out, K = C_in).
+///
+/// - On CPU adapters, whose transforms take at most [`WINOGRAD_MAX_SCRATCH_PER_IMAGE`] per
+///   image: always, its GEMM's tile the one of [`F32_CPU_SHAPE_CONFIGS`] with the least
+///   estimated time. On lavapipe (Mesa 22.3, LLVM 15, 2 cores, batch 1) the tile it picks
+///   ran every such layer of ResNet-50 and AlexNet 1.2–1.8× faster than the best of four
+///   tiled configs, and VGG-16's 1.2–2.6× faster than the best of three but its last (0.91×:
+///   512 channels at 14×14, within the noise of three runs).
+/// - On GPUs, where its estimated time beats both the FMA kernels' and, where rule 5 may run
+///   the layer, the matrix path's: the GEMM's padded work in whole waves at
+///   [`F32_SIMT_EFFICIENCY`] of the fp32 rate over the GEMM tile with the least estimated
+///   time among [`F32_SHAPE_CONFIGS`] (their rates for layers that are not long 1×1 ones),
+///   plus the transforms' bytes at [`WINOGRAD_TRANSFORM_BANDWIDTH_SHARE`] of the declared
+///   bandwidth and their two dispatches ([`MATRIX_PASSES_SECONDS`]); GPUs not in the table
+///   of declared rates at [`UNLISTED_GPU_RATES`]. Fitted on the H100 (Vulkan 580.159.04)
+///   with and without its matrix units over the 15 such layers of ResNet-50 (N=32), AlexNet
+///   (N=128) and VGG-16 (N=16): without them (an FMA-only device, as an RTX 4090 is for
+///   f32) it picks Winograd for 13, 1.08–2.25× faster than the tiled default each, and the
+///   tiled kernel for the two 64-channel layers on large maps, where Winograd measured
+///   0.90× and 0.98×; with them, Winograd only for ResNet-50's 512-channel layer at 7×7
+///   (1.13× the matrix path) and VGG-16's at 14×14 (1.04×).
+///
+/// Returns the kernel and why, or `None` where the rule does not apply.
+fn winograd_rule(
+    caps: &DeviceCaps,
+    problem: &ConvProblem,
+    layout: Layout,
+    finite_weights: bool,
+) -> Option<(Kernel, String)> {
     let spec = &problem.spec;
-    if !caps.is_cpu() || spec.in_channels < WINOGRAD_MIN_CHANNELS {
+    if !finite_weights || spec.in_channels < WINOGRAD_MIN_CHANNELS {
         return None;
     }
     // The shapes F(2×2, 3×3) runs, as the family refuses the others (its padding mode is
     // `Kernel::check`'s, below).
     winograd::WINOGRAD.reference().config().check_spec(spec, &caps.kernel_limits()).ok()?;
     let gemm = winograd::gemm_problem(problem).ok()?;
-    let scratch = 4 * (gemm.input.per_image() + gemm.output.per_image());
-    if scratch > WINOGRAD_MAX_SCRATCH_PER_IMAGE {
-        return None;
-    }
     let k = spec.in_channels as u64;
-    let (_, tiles, tile, _) =
-        estimated_best(caps, &gemm, k, &F32_CPU_SHAPE_CONFIGS, |t| Some(tiled::TILED.with_tile_config(t)))?;
+    let make = |t| Some(tiled::TILED.with_tile_config(t));
+    if caps.is_cpu() {
+        let scratch = 4 * (gemm.input.per_image() + gemm.output.per_image());
+        if scratch > WINOGRAD_MAX_SCRATCH_PER_IMAGE {
+            return None;
+        }
+        let (_, tiles, tile, _) = estimated_best(caps, &gemm, k, &F32_CPU_SHAPE_CONFIGS, make)?;
+        let kernel = winograd::WINOGRAD.with_tile_config(tile);
+        kernel.check(spec, caps).ok()?;
+        return Some((
+            kernel,
+            format!(
+                "f32 3x3 stride 1 on a CPU adapter: Winograd F(2x2, 3x3), 2.25x fewer multiply-adds; its GEMM's tile \
+                 with the least estimated time ({tiles} workgroup tiles of {}x{} over 16 components)",
+                tile.block_m, tile.block_n
+            ),
+        ));
+    }
+    let rates = caps.declared_rates().unwrap_or(UNLISTED_GPU_RATES);
+    let configs = F32_SHAPE_CONFIGS.map(|(tile, rate, _)| (tile, rate));
+    let (_, tiles, tile, _) = estimated_best(caps, &gemm, k, &configs, make)?;
     let kernel = winograd::WINOGRAD.with_tile_config(tile);
     kernel.check(spec, caps).ok()?;
+    let work = wave_work(&gemm, k, &configs, rates.multiprocessors as u64);
+    let elements = problem.input.len() + 2 * gemm.input.len() + 2 * gemm.output.len() + problem.output.len();
+    let seconds = seconds_at(2.0 * work, rates.fp32_tflops, F32_SIMT_EFFICIENCY)
+        + 4.0 * elements as f64 / (rates.bandwidth_gbs * 1e9 * WINOGRAD_TRANSFORM_BANDWIDTH_SHARE)
+        + MATRIX_PASSES_SECONDS;
+    let fma = f32_fma_estimate(caps, problem, layout, &rates);
+    let matrix = f32_matrix_estimate(caps, spec, problem, layout, finite_weights).map(|m| m.seconds);
+    let mut against = Vec::new();
+    for (other, units) in [(fma, "the FMA kernels"), (matrix, "the matrix units")] {
+        if let Some(other) = other {
+            if other <= seconds {
+                return None;
+            }
+            against.push(format!("{:.3} ms on {units}", other * 1e3));
+        }
+    }
+    let rated = match caps.declared_rates() {
+        Some(_) => "its declared rates",
+        None => "the rates assumed for GPUs not listed",
+    };
     Some((
         kernel,
         format!(
-            "f32 3x3 stride 1 on a CPU adapter: Winograd F(2x2, 3x3), 2.25x fewer multiply-adds; its GEMM's tile \
-             with the least estimated time ({tiles} workgroup tiles of {}x{} over 16 components)",
-            tile.block_m, tile.block_n
+            "f32 3x3 stride 1 on a GPU, by {rated}: Winograd F(2x2, 3x3), 2.25x fewer multiply-adds for 4x the \
+             input and output in transforms; its GEMM's tile with the least estimated time ({tiles} workgroup tiles \
+             of {}x{} over 16 components): {:.3} ms against {}",
+            tile.block_m,
+            tile.block_n,
+            seconds * 1e3,
+            if against.is_empty() { "no other estimate".to_string() } else { against.join(" and ") }
         ),
     ))
 }
@@ -1094,7 +1209,7 @@ mod tests {
     }
 
     /// Winograd on CPU adapters for 3×3 stride-1 layers of at least 16 input channels with
-    /// the shape known; not on GPUs, not other shapes, not before the shape is known.
+    /// the shape known; not other shapes, not before the shape is known.
     #[test]
     fn winograd_on_cpu_adapters() {
         let nvidia = caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, false);
@@ -1116,13 +1231,51 @@ mod tests {
         assert_eq!(at(&cpu, same(128, 128), 112).kernel.family(), "winograd");
         assert_eq!(at(&cpu, same(64, 64).stride((2, 2)), 56).kernel.family(), "tiled");
         assert_eq!(at(&cpu, same(64, 64).groups(2), 56).kernel.family(), "tiled");
+        // A GPU not in the table of rates: by the estimate at the rates assumed for it.
         assert_eq!(at(&nvidia, same(64, 64), 56).kernel.family(), "tiled");
+        assert_eq!(at(&nvidia, same(64, 64), 12).kernel.family(), "winograd", "the browser test's layer");
         assert_eq!(pick(&cpu, same(64, 64), Precision::F32).kernel.family(), "tiled");
         assert!(shape_may_matter(&cpu, &same(64, 64), &Conv2dOptions::default()));
         // Non-finite weights: never Winograd (its transforms would spread them).
         let input = Some(crate::Shape4::new(1, 64, 56, 56));
         let options = Conv2dOptions { tuning_key_input: input, ..Default::default() };
         assert_eq!(select(&cpu, &same(64, 64), &options, false, |_| None).unwrap().kernel.family(), "tiled");
+    }
+
+    /// Winograd on GPUs where its estimate beats the FMA kernels' and, where rule 5 may run
+    /// the layer, the matrix path's: on the H100 with its matrix units ResNet-50's 512-channel
+    /// 3×3 layer at 7×7 and 64→64 at batch 1, not its 256-channel layer at 14×14; without
+    /// them (an FMA-only device) that one too, but not the 64-channel layer at 56×56, N=32;
+    /// on an RTX 4090 (a quarter of the H100's bandwidth per FLOP) not AlexNet's conv3 at
+    /// N=128.
+    #[test]
+    fn winograd_on_gpus_by_the_estimate() {
+        use crate::spec::Shape4;
+        let named = |name: &str, coop: bool| DeviceCaps {
+            name: name.into(),
+            ..caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, coop)
+        };
+        let h100 = named("NVIDIA H100 80GB HBM3", true);
+        let h100_fma = named("NVIDIA H100 80GB HBM3", false);
+        let rtx = named("NVIDIA GeForce RTX 4090", false);
+        let at = |caps: &DeviceCaps, c: u32, k: u32, hw: u32, n: u32, finite: bool| {
+            let spec = Conv2dSpec::new(c, k, 3).padding(Padding::uniform(1));
+            let opts = Conv2dOptions { tuning_key_input: Some(Shape4::new(n, c, hw, hw)), ..Default::default() };
+            select(caps, &spec, &opts, finite, |_| None).unwrap()
+        };
+        let s = at(&h100, 512, 512, 7, 32, true);
+        assert_eq!(s.kernel.family(), "winograd", "{s}");
+        assert!(s.reason.contains("on the matrix units") && s.reason.contains("on the FMA kernels"), "{s}");
+        assert_eq!(at(&h100, 64, 64, 56, 1, true).kernel.family(), "winograd");
+        assert_eq!(at(&h100, 256, 256, 14, 32, true).kernel.family(), "coop-nhwc-f32");
+        assert_eq!(at(&h100_fma, 256, 256, 14, 32, true).kernel.family(), "winograd");
+        assert_eq!(at(&h100_fma, 64, 64, 56, 32, true).kernel.family(), "tiled");
+        assert_eq!(at(&h100_fma, 256, 256, 14, 32, false).kernel.family(), "tiled", "non-finite weights");
+        assert_eq!(at(&rtx, 256, 384, 13, 128, true).kernel.family(), "tiled");
+        assert_eq!(at(&rtx, 512, 512, 14, 16, true).kernel.family(), "winograd");
+        // Without the shape, never.
+        let spec = Conv2dSpec::new(512, 512, 3).padding(Padding::uniform(1));
+        assert_eq!(pick(&h100_fma, spec, Precision::F32).kernel.family(), "tiled");
     }
 
     /// The benchmark sweeps every family of a precision that the device runs, never the
@@ -1164,8 +1317,11 @@ mod tests {
         assert_eq!(s.kernel.family(), "coop-nhwc-f32", "{s}");
         assert!(s.reason.contains("f32 on cooperative matrices") && s.reason.contains("ms against"), "{s}");
         assert_eq!(at(&h100, vgg, None, true).kernel.family(), "tiled", "the shape is not known");
-        for (caps, finite) in [(&rtx, true), (&unknown, true), (&h100, false)] {
-            assert_eq!(at(caps, vgg, big, finite).kernel.family(), "tiled", "{}", caps.name);
+        // Elsewhere the FMA units, on which the Winograd rule takes this layer; never with
+        // non-finite weights.
+        for (caps, finite, family) in [(&rtx, true, "winograd"), (&unknown, true, "winograd"), (&h100, false, "tiled")]
+        {
+            assert_eq!(at(caps, vgg, big, finite).kernel.family(), family, "{}", caps.name);
         }
         // Three input channels pad K 2.7x, depthwise layers have their own family.
         assert_eq!(
@@ -1175,9 +1331,9 @@ mod tests {
         let dw = Conv2dSpec::new(32, 32, 3).groups(32);
         assert_eq!(at(&h100, dw, Some(Shape4::new(32, 32, 112, 112)), true).kernel.family(), "depthwise");
         // The FMA side counts the configs the rule was fitted against: the shape rule's
-        // 64x32 block does not move this layer (ResNet-50's 64->64 3x3, batch 1) off the
-        // matrix units.
-        let l1 = Conv2dSpec::new(64, 64, 3).padding(Padding::uniform(1));
+        // 64x32 block does not move this layer (ResNet-50's 64->64 3x3, batch 1, dilated so
+        // that the Winograd rule leaves it) off the matrix units.
+        let l1 = Conv2dSpec::new(64, 64, 3).padding(Padding::uniform(2)).dilation((2, 2));
         let s = at(&h100, l1, Some(Shape4::new(1, 64, 56, 56)), true);
         assert_eq!(s.kernel.family(), "coop-nhwc-f32", "{s}");
     }
@@ -1244,8 +1400,10 @@ mod tests {
         assert!(vgg.reason.contains("shape rule") && vgg.source == ConfigSource::Default, "{vgg}");
         let narrow = at(Conv2dSpec::new(256, 64, 1), Shape4::new(32, 256, 56, 56), &gpu);
         assert_eq!(narrow.kernel.to_string(), "tiled:m128n64k8-t8x8-w4-s1", "{narrow}");
-        // Few tiles, deep K: the default's 64x96 block fills the device best.
-        let deep = at(Conv2dSpec::new(512, 512, 3).padding(Padding::uniform(1)), Shape4::new(16, 512, 14, 14), &gpu);
+        // Few tiles, deep K: the default's 64x96 block fills the device best (dilated, so
+        // that the Winograd rule leaves it to this one).
+        let dilated = Conv2dSpec::new(512, 512, 3).padding(Padding::uniform(2)).dilation((2, 2));
+        let deep = at(dilated, Shape4::new(16, 512, 14, 14), &gpu);
         assert_eq!(deep.kernel.to_string(), "tiled:m64n96k16-t4x12-w4-s1", "{deep}");
         // 32 groups of 32 channels on a 7x7 grid, or 24 output channels: the 64x32 block.
         let grouped = at(

@@ -55,7 +55,7 @@ struct AdapterReport {
     /// `Conv2dOptions::precision`), or why the precision cannot run here.
     default_kernels: DefaultKernels,
     /// The adapter's datasheet rates where `wgconv::DECLARED_RATES` lists it: what decides
-    /// whether f32 may run on the matrix units (README, "Which kernel runs", rule 4).
+    /// whether f32 may run on the matrix units (README, "Which kernel runs", rule 5).
     declared_rates: Option<RatesReport>,
     /// Configs of the default sweep this adapter refuses, with the reason.
     refused_configs: Vec<Refusal>,
