@@ -166,3 +166,90 @@ fn staged_by_default_on_small_maps() {
         assert_close(&case.label(&format!("f16, {}", s.kernel)), &got, &case.want, TOL_F16);
     }
 }
+
+/// Channels-last depthwise layers of multiplier 1 over a multiple of 4 channels run over
+/// vectors of 4 channels (`depthwise_nhwc4.wgsl`): random kernel sizes, strides, dilations,
+/// padding, bias and ReLU, odd maps, batch 1–2, on f32 tensors (through `encode` into
+/// NaN-poisoned output, f32 and, where the device has `SHADER_F16`, f16 operands) and on f16
+/// tensors; 6 channels run the one-channel shader beside them.
+#[test]
+fn channel_vectors_match_the_reference() {
+    use wgconv::reference::to_nhwc;
+    let gpu = gpu();
+    let seed = test_seed();
+    eprintln!("channel vectors: WGCONV_TEST_SEED={seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x4e48_5743);
+    let f16 = has_f16(&gpu);
+    for i in 0..24 {
+        let c = [4u32, 8, 12, 20, 6][i % 5];
+        let k = rng.random_range(1..=7u32);
+        let s = rng.random_range(1..=2u32);
+        let d = if rng.random_bool(0.25) { 2 } else { 1 };
+        let pad = |r: &mut rand::rngs::StdRng| r.random_range(0..=2u32);
+        let spec = Conv2dSpec::new(c, c, k)
+            .groups(c)
+            .stride((s, s))
+            .dilation((d, d))
+            .padding(Padding::new(pad(&mut rng), pad(&mut rng), pad(&mut rng), pad(&mut rng)))
+            .with_bias(rng.random_bool(0.5));
+        let shape =
+            Shape4::new(rng.random_range(1..=2u32), c, rng.random_range(3..=13u32), rng.random_range(3..=15u32));
+        if spec.problem(shape).is_err() {
+            continue;
+        }
+        let case = Case::with_seed(&format!("vectors_{i}"), spec, shape, seed.wrapping_add(i as u64));
+        let relu = i % 3 == 1;
+        let activation = if relu { Activation::Relu } else { Activation::None };
+        let mut want = to_nhwc(&case.want, case.problem.output);
+        if relu {
+            want.iter_mut().for_each(|v| *v = wgconv::reference::relu(*v));
+        }
+        let x = to_nhwc(&case.x, case.shape);
+        let precisions: &[Precision] = if f16 { &[Precision::F32, Precision::F16Accum32] } else { &[Precision::F32] };
+        // The default, then a config of the sweep in turn (its columns and rows).
+        let sweep = strip_sweep();
+        let named = kernel(&format!("depthwise:{}", sweep[i % sweep.len()].name()));
+        // (A config whose taps would not fit in registers is refused by name.)
+        let named = named.check(&spec, gpu.caps()).is_ok().then_some(named);
+        let runs = precisions.iter().map(|&p| (p, None)).chain(named.map(|k| (Precision::F32, Some(k))));
+        for (precision, named) in runs {
+            let opts =
+                Conv2dOptions::default().layout(Layout::Nhwc).precision(precision).activation(activation).kernel(named);
+            let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap();
+            let kind = conv.kernel().kernel.clone();
+            assert!(kind.family().starts_with("depthwise"), "{}: {kind}", case.label("default"));
+            let tol = if precision == Precision::F32 { TOL_F32 } else { TOL_F16 };
+            let what = case.label(&format!("NHWC {precision}, {kind}"));
+            let (got, tail) = run_poisoned_with(&gpu, &conv, &x, case.shape, f32::NAN, 7);
+            assert_close(&what, &got, &want, tol);
+            assert!(tail.iter().all(|v| v.is_nan()), "{what}: wrote past the output");
+        }
+        if f16 && !relu {
+            check_f16_storage(&gpu, &case, None, Layout::Nhwc);
+        }
+    }
+}
+
+/// Over channel vectors, a batch split into chunks (each chunk's offset a whole number of
+/// images, so of vectors), f32 and f16 tensors.
+#[test]
+fn channel_vectors_in_chunks() {
+    use wgconv::reference::to_nhwc;
+    let _serial = serial();
+    // 12 channels × 9 × 9 f32 = 3,888 B per image: 4 images per 16 KiB binding, 5 chunks.
+    let gpu = gpu_with_limits(|l| l.max_storage_buffer_binding_size = 16_384);
+    let spec = Conv2dSpec::new(12, 12, 3).groups(12).padding(Padding::uniform(1)).with_bias(true);
+    let case = Case::new("vectors_chunked", spec, Shape4::new(17, 12, 9, 9));
+    let opts = Conv2dOptions::default().layout(Layout::Nhwc);
+    let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap();
+    let x = to_nhwc(&case.x, case.shape);
+    let output = gpu.create_buffer("out", case.problem.output.len() * 4, wgpu::BufferUsages::STORAGE).unwrap();
+    let input = gpu.buffer_init("in", bytemuck::cast_slice(&x), wgpu::BufferUsages::STORAGE).unwrap();
+    assert!(conv.plan(case.shape, &input, &output).unwrap().chunks() >= 4);
+    let (got, tail) = run_poisoned_with(&gpu, &conv, &x, case.shape, f32::NAN, 5);
+    assert_close(&case.label("chunked NHWC"), &got, &to_nhwc(&case.want, case.problem.output), TOL_F32);
+    assert!(tail.iter().all(|v| v.is_nan()));
+    if has_f16(&gpu) {
+        check_f16_storage(&gpu, &case, None, Layout::Nhwc);
+    }
+}

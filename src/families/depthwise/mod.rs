@@ -33,6 +33,7 @@ use crate::spec::{Conv2dSpec, ConvProblem};
 
 const DEPTHWISE_WGSL: &str = include_str!("depthwise.wgsl");
 const DEPTHWISE_NHWC_WGSL: &str = include_str!("depthwise_nhwc.wgsl");
+const DEPTHWISE_NHWC4_WGSL: &str = include_str!("depthwise_nhwc4.wgsl");
 const TENSORS_WGSL: &str = include_str!("tensors.wgsl");
 
 /// The most input values one invocation holds for a row segment: the segment a block
@@ -277,7 +278,8 @@ impl KernelConfig for StripKernel {
     }
     fn representative_sources(&self) -> Result<Vec<String>> {
         let dw = |k, s, d| Conv2dSpec::new(32, 32, k).groups(32).stride((s, s)).dilation((d, d));
-        let specs = [dw(3, 1, 1), dw(5, 2, 1), dw(3, 1, 2)];
+        // 6 channels: the channels-last shader of one channel per invocation.
+        let specs = [dw(3, 1, 1), dw(5, 2, 1), dw(3, 1, 2), Conv2dSpec::new(6, 6, 3).groups(6)];
         let forms = [false, true].map(|f16| [false, true].map(|channels_last| TensorForm { channels_last, f16 }));
         specs.iter().flat_map(|spec| forms.iter().flatten().map(|&form| self.source(spec, form))).collect()
     }
@@ -297,7 +299,11 @@ impl StripKernel {
         match form.channels_last {
             false => Box::new(Strips { cfg: self.cfg, spec: *spec, source }),
             true => Box::new(ChannelsLast {
-                block: self.nhwc_strip(spec).x,
+                block: match channel_vectors(spec) {
+                    true => self.nhwc4_strip(),
+                    false => self.nhwc_strip(spec),
+                },
+                channels_per_invocation: if channel_vectors(spec) { 4 } else { 1 },
                 c_out_pad: c_out_pad(spec, &self.cfg),
                 workgroup: self.cfg.workgroup,
                 source,
@@ -307,13 +313,16 @@ impl StripKernel {
 
     /// The kernel's WGSL for a spec and tensor form: the strip and the spec's taps, strides
     /// and dilations are constants, so the tap loops unroll and the segment stays in
-    /// registers. Channels last (`depthwise_nhwc.wgsl`): the family's header for the strip
+    /// registers. Channels last: the family's header for the strip
     /// [`StripKernel::nhwc_strip`] picks (its VX outputs along a row, its segment, the
-    /// config's workgroup size).
+    /// config's workgroup size), over vectors of 4 channels where [`channel_vectors`]
+    /// allows (`depthwise_nhwc4.wgsl`), else one channel per invocation
+    /// (`depthwise_nhwc.wgsl`).
     fn source(&self, spec: &Conv2dSpec, form: TensorForm) -> Result<String> {
-        let (entry, wgsl, strip) = match form.channels_last {
-            false => ("depthwise", DEPTHWISE_WGSL, self.cfg),
-            true => ("depthwise_nhwc", DEPTHWISE_NHWC_WGSL, self.nhwc_strip(spec)),
+        let (entry, wgsl, strip) = match (form.channels_last, channel_vectors(spec)) {
+            (false, _) => ("depthwise", DEPTHWISE_WGSL, self.cfg),
+            (true, false) => ("depthwise_nhwc", DEPTHWISE_NHWC_WGSL, self.nhwc_strip(spec)),
+            (true, true) => ("depthwise_nhwc4", DEPTHWISE_NHWC4_WGSL, self.nhwc4_strip()),
         };
         let defines: &[&'static str] = if form.f16 { &[F16_TENSORS] } else { &[] };
         compose_defined(
@@ -323,6 +332,14 @@ impl StripKernel {
             self.family.precision(),
             defines,
         )
+    }
+
+    /// The channel-vector shader's strip: the config's columns and rows, at most
+    /// [`NHWC4_MAX_OUTPUTS`] outputs of 4 channels (rows dropped first).
+    fn nhwc4_strip(&self) -> StripConfig {
+        let x = self.cfg.x.min(NHWC4_MAX_OUTPUTS);
+        let y = self.cfg.y.min(NHWC4_MAX_OUTPUTS / x).max(1);
+        StripConfig { x, y, c: 1, ..self.cfg }
     }
 
     /// The channels-last shader's strip: 4 outputs along a row per invocation where their
@@ -336,7 +353,21 @@ impl StripKernel {
     }
 }
 
-/// The grid uniform of `depthwise_nhwc.wgsl`, in its field order.
+/// The most outputs (of 4 channels each) one invocation of `depthwise_nhwc4.wgsl` computes:
+/// on the H100 (MobileNetV2's depthwise layers, N = 32, 2026-11-27) blocks of 4 (4×1, 2×2,
+/// 1×4) ran within 3 % of each other, and blocks of 8 (2×4, 4×2, 8×1) 2.6–3× slower on f16
+/// tensors, up to 5 % faster on f32 ones.
+const NHWC4_MAX_OUTPUTS: u32 = 4;
+
+/// Whether the channels-last shaders run a spec over vectors of 4 channels
+/// (`depthwise_nhwc4.wgsl`): depthwise of multiplier 1 (the 4 channels of a vector are 4
+/// groups) over a multiple of 4 channels, so that each pixel's channels, and each chunk's
+/// offset (whole images), are whole vectors.
+pub(crate) fn channel_vectors(spec: &Conv2dSpec) -> bool {
+    spec.in_channels_per_group() == 1 && spec.out_channels_per_group() == 1 && spec.in_channels.is_multiple_of(4)
+}
+
+/// The grid uniform of `depthwise_nhwc.wgsl` and `depthwise_nhwc4.wgsl`, in its field order.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct ChannelsLastGrid {
@@ -347,8 +378,11 @@ struct ChannelsLastGrid {
 
 /// The family's channels-last shader composed for one spec.
 struct ChannelsLast {
-    /// Outputs along a row per invocation.
-    block: u32,
+    /// The outputs of one invocation (columns `x` along a row, rows `y`; one row on the
+    /// one-channel shader).
+    block: StripConfig,
+    /// Neighbouring channels per invocation: 4 over channel vectors, else 1.
+    channels_per_invocation: u32,
     c_out_pad: u32,
     workgroup: u32,
     source: Result<String>,
@@ -362,7 +396,20 @@ impl Shaped for ChannelsLast {
         Ok(Vec::new())
     }
     fn grid(&self, p: &ConvParams) -> Result<(Vec<u8>, u64)> {
-        let threads = p.batch as u64 * p.oh as u64 * p.ow.div_ceil(self.block) as u64 * p.c_out as u64;
+        let vector = self.channels_per_invocation;
+        if vector > 1 && (p.in_offset % vector != 0 || p.out_offset % vector != 0) {
+            // Chunks start at whole images, whose sizes are whole vectors: never met.
+            return Err(Error::unsupported(format!(
+                "the depthwise kernel's chunk offsets ({}, {}) are not whole vectors of {vector} channels",
+                p.in_offset, p.out_offset
+            )));
+        }
+        let channels = (p.c_out / vector) as u64;
+        let rows = match vector {
+            1 => p.oh,
+            _ => p.oh.div_ceil(self.block.y),
+        };
+        let threads = p.batch as u64 * rows as u64 * p.ow.div_ceil(self.block.x) as u64 * channels;
         let threads = u32::try_from(threads)
             .map_err(|_| Error::TooLarge(format!("{threads} outputs of the depthwise kernel in one chunk")))?;
         let g = ChannelsLastGrid { threads, c_out_pad: self.c_out_pad, _pad: [0; 2] };
@@ -378,7 +425,8 @@ fn header(cfg: &StripConfig, spec: &Conv2dSpec) -> String {
          const KH: u32 = {kh}u;\nconst KW: u32 = {kw}u;\n\
          const STRIDE_H: u32 = {sh}u;\nconst STRIDE_W: u32 = {sw}u;\n\
          const DIL_H: u32 = {dh}u;\nconst DIL_W: u32 = {dw}u;\n\
-         const SPAN_X: u32 = {span_x}u;\nconst SPAN_Y: u32 = {span_y}u;\n",
+         const SPAN_X: u32 = {span_x}u;\nconst SPAN_Y: u32 = {span_y}u;\n\
+         const HELD_TAPS: u32 = {held}u;\n",
         name = cfg.name(),
         x = cfg.x,
         y = cfg.y,
@@ -392,7 +440,20 @@ fn header(cfg: &StripConfig, spec: &Conv2dSpec) -> String {
         dw = spec.dilation[1],
         span_x = cfg.segment(spec),
         span_y = cfg.rows(spec),
+        held = held_tap_vectors(spec),
     )
+}
+
+/// The tap vectors `depthwise_nhwc4.wgsl` holds in registers: all of the kernel's where their
+/// 4 channels' taps fit in [`MAX_TAPS`] (kernels up to 5×5), else 1 (it reads them at each
+/// use).
+fn held_tap_vectors(spec: &Conv2dSpec) -> u32 {
+    let taps = spec.kernel[0] * spec.kernel[1];
+    if 4 * taps <= MAX_TAPS {
+        taps
+    } else {
+        1
+    }
 }
 
 /// A group's output channels padded to whole blocks of `cfg.c`.

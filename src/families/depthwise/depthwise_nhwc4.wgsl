@@ -1,0 +1,153 @@
+// The depthwise family on channels-last tensors for depthwise layers of multiplier 1 whose
+// channels are a multiple of 4: each invocation computes a block of VY rows × VX neighbouring
+// columns of outputs for 4 neighbouring channels, loading each input pixel's 4 channels as
+// one vector and each input row segment once for every output row of the block it feeds.
+// Against depthwise_nhwc.wgsl (one channel per invocation), a warp's loads are 4× as wide
+// and each bounds test and address serves 4 channels: the scalar shader pays a branch, a
+// bounds test and address arithmetic per loaded value, which bound it rather than the bytes.
+// The taps come from the family's packed weights ([C][c_out_pad][KH·KW]: one input and
+// c_out_pad ≥ 1 output channels per group, the first real). Padded taps are explicit zeros
+// that are multiplied, as in the other shaders.
+// CPU twin: src/reference.rs (`conv2d` on `to_nchw` of the input, `to_nhwc` of the result).
+
+#import params
+#import precision
+#import config
+
+#ifdef F16_TENSORS
+#import f16_bits
+@group(0) @binding(1) var<storage, read> input: array<vec4<f16>>;
+@group(0) @binding(5) var<storage, read_write> output: array<vec4<f16>>;
+
+fn input_values(i: u32) -> vec4<f32> {
+    return vec4<f32>(input[i]);
+}
+
+// f16 values already: only the range check remains (as tensors.wgsl's `input_operand`).
+fn operands(v: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(checked_operand(v.x), checked_operand(v.y), checked_operand(v.z), checked_operand(v.w));
+}
+
+fn store_outputs(i: u32, v: vec4<f32>) {
+    output[i] = to_f16x4(v);
+}
+#else
+@group(0) @binding(1) var<storage, read> input: array<vec4<f32>>;
+@group(0) @binding(5) var<storage, read_write> output: array<vec4<f32>>;
+
+fn input_values(i: u32) -> vec4<f32> {
+    return input[i];
+}
+
+fn operands(v: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(to_operand(v.x), to_operand(v.y), to_operand(v.z), to_operand(v.w));
+}
+
+fn store_outputs(i: u32, v: vec4<f32>) {
+    output[i] = v;
+}
+#endif
+
+struct Grid {
+    threads: u32,    // invocations with work in this dispatch
+    c_out_pad: u32,  // a group's output channels in the packed weights
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(2) var<storage, read> weight: array<f32>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(7) var<uniform> grid: Grid;
+
+const TAPS: u32 = KH * KW;
+
+// Tap `i` of the 4 channels whose taps are `step` apart.
+fn tap_vector(i: u32, step: u32) -> vec4<f32> {
+    return vec4<f32>(weight[i], weight[i + step], weight[i + 2u * step], weight[i + 3u * step]);
+}
+
+fn activate4(v: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(activate(v.x), activate(v.y), activate(v.z), activate(v.w));
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let t = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (t >= grid.threads) {
+        return;
+    }
+    // Channel vectors fastest, then blocks of VX columns, blocks of VY rows and images.
+    // Offsets and pixels count vectors of 4 channels (chunk offsets are whole images).
+    let vectors = p.c_out / 4u;
+    let x_blocks = (p.ow + VX - 1u) / VX;
+    let y_blocks = (p.oh + VY - 1u) / VY;
+    let cv = t % vectors;
+    let r = t / vectors;
+    let ox0 = (r % x_blocks) * VX;
+    let oy0 = ((r / x_blocks) % y_blocks) * VY;
+    let img = r / (x_blocks * y_blocks);
+    let x0 = i32(ox0 * STRIDE_W) - i32(p.pad_left);
+    let y0 = i32(oy0 * STRIDE_H) - i32(p.pad_top);
+    var col_in: array<bool, SPAN_X>;
+    for (var j = 0u; j < SPAN_X; j++) {
+        let ix = x0 + i32(j);
+        col_in[j] = ix >= 0 && ix < i32(p.w);
+    }
+    let image = p.in_offset / 4u + img * p.h * p.w * vectors + cv;
+    // Channel 4·cv + i's taps start at (4·cv + i) · c_out_pad · TAPS.
+    let w_step = grid.c_out_pad * TAPS;
+    let w0 = 4u * cv * w_step;
+    // The taps in registers where they fit (HELD_TAPS = TAPS), else read at each use.
+    var taps: array<vec4<f32>, HELD_TAPS>;
+    if (HELD_TAPS == TAPS) {
+        for (var k = 0u; k < TAPS; k++) {
+            taps[k] = tap_vector(w0 + k, w_step);
+        }
+    }
+    var acc: array<array<vec4<f32>, VX>, VY>;
+    for (var row = 0u; row < SPAN_Y; row++) {
+        let iy = y0 + i32(row);
+        let row_in = iy >= 0 && iy < i32(p.h);
+        // The row segment: explicit zeros outside the image.
+        var seg: array<vec4<f32>, SPAN_X>;
+        for (var j = 0u; j < SPAN_X; j++) {
+            var v = vec4<f32>(0.0);
+            if (row_in && col_in[j]) {
+                v = operands(input_values(image + (u32(iy) * p.w + u32(x0 + i32(j))) * vectors));
+            }
+            seg[j] = v;
+        }
+        // Every output row of the block that this input row feeds, through tap row ky.
+        for (var y = 0u; y < VY; y++) {
+            let d = i32(row) - i32(y * STRIDE_H);
+            if (d >= 0 && u32(d) % DIL_H == 0u && u32(d) / DIL_H < KH) {
+                let ky = u32(d) / DIL_H;
+                for (var kx = 0u; kx < KW; kx++) {
+                    var wv: vec4<f32>;
+                    if (HELD_TAPS == TAPS) {
+                        wv = taps[ky * KW + kx];
+                    } else {
+                        wv = tap_vector(w0 + ky * KW + kx, w_step);
+                    }
+                    for (var x = 0u; x < VX; x++) {
+                        acc[y][x] = fma(seg[x * STRIDE_W + kx * DIL_W], wv, acc[y][x]);
+                    }
+                }
+            }
+        }
+    }
+    report_range();
+    let b = vec4<f32>(bias[4u * cv], bias[4u * cv + 1u], bias[4u * cv + 2u], bias[4u * cv + 3u]);
+    for (var y = 0u; y < VY; y++) {
+        if (oy0 + y < p.oh) {
+            for (var x = 0u; x < VX; x++) {
+                if (ox0 + x < p.ow) {
+                    let pix = (img * p.oh + oy0 + y) * p.ow + ox0 + x;
+                    store_outputs(p.out_offset / 4u + pix * vectors + cv, activate4(acc[y][x] + b));
+                }
+            }
+        }
+    }
+}
