@@ -397,7 +397,7 @@ impl Shaped for ChannelsLast {
     }
     fn grid(&self, p: &ConvParams) -> Result<(Vec<u8>, u64)> {
         let vector = self.channels_per_invocation;
-        if vector > 1 && (p.in_offset % vector != 0 || p.out_offset % vector != 0) {
+        if !p.in_offset.is_multiple_of(vector) || !p.out_offset.is_multiple_of(vector) {
             // Chunks start at whole images, whose sizes are whole vectors: never met.
             return Err(Error::unsupported(format!(
                 "the depthwise kernel's chunk offsets ({}, {}) are not whole vectors of {vector} channels",
