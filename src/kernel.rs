@@ -400,7 +400,7 @@ impl Kernel {
         }
         // Only the direct kernels and those gathering through tiled/gather.wgsl read a
         // non-zero border from the input; the others' loaders know only zeros.
-        let gathers = ["tiled", "tiled-f16", "coop-f16", "coop-f16x3", "direct", "direct-f16"];
+        let gathers = ["tiled", "tiled-f16", "splitk", "coop-f16", "coop-f16x3", "direct", "direct-f16"];
         if spec.padding_mode != crate::spec::PaddingMode::Zeros && !gathers.contains(&self.family()) {
             return Err(Error::KernelRefused {
                 kernel: self.to_string(),

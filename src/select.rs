@@ -10,7 +10,7 @@
 
 use crate::caps::{DeclaredRates, DeviceCaps};
 use crate::error::{Error, Result};
-use crate::families::{coop, depthwise, direct, nhwc, stem, tiled, winograd};
+use crate::families::{coop, depthwise, direct, nhwc, splitk, stem, tiled, winograd};
 use crate::gpu::Gpu;
 use crate::kernel::{Family, Kernel, Precision};
 use crate::options::{ConfigSource, Conv2dOptions, Layout, Selection, Storage};
@@ -140,6 +140,9 @@ pub(crate) fn select(
             }
         }
         if let Some((kernel, reason)) = f32_matrix_rule(caps, spec, problem.as_ref(), options.layout, finite_weights) {
+            return Ok(Selection { kernel, source: ConfigSource::Default, reason });
+        }
+        if let Some((kernel, reason)) = problem.as_ref().and_then(|p| splitk_rule(caps, p, options.layout)) {
             return Ok(Selection { kernel, source: ConfigSource::Default, reason });
         }
     }
@@ -622,7 +625,8 @@ const MATRIX_PASSES_SECONDS: f64 = 5e-6;
 /// (`coop-nhwc-f32`, as accurate as the FMA kernels, special values alike), where the
 /// weights are finite and each group's channels pad K by at most
 /// [`CHANNELS_LAST_MAX_K_PADDING`] (on channels-last tensors: any), with the input shape
-/// known, where its estimated time is below the FMA kernels'. Each family's estimate is its
+/// known, where its estimated time is below the FMA kernels' (the better of the tiled
+/// kernels and split-K, [`splitk_estimate`]). Each family's estimate is its
 /// configs' least padded work in whole waves ([`wave_work`]) — at [`F32_MATRIX_EFFICIENCY`]
 /// of a third of the matrix rate, or [`F32_SIMT_EFFICIENCY`] of the fp32 rate — plus, for
 /// the matrix path, the staging passes' bytes and their dispatches and its NCHW output's
@@ -645,7 +649,11 @@ pub(crate) fn f32_matrix_rule(
     // pointwise ones on the H100) the matrix path ran up to 3x slower than the FMA kernels.
     let problem = problem?;
     let matrix = f32_matrix_estimate(caps, spec, problem, layout, finite_weights)?;
-    let fma = f32_fma_estimate(caps, problem, layout, &matrix.rates);
+    let split = splitk_estimate(caps, problem, layout, &matrix.rates).map(|e| e.seconds);
+    let fma = match (f32_fma_estimate(caps, problem, layout, &matrix.rates), split) {
+        (Some(tiled), Some(split)) => Some(tiled.min(split)),
+        (tiled, split) => tiled.or(split),
+    };
     if fma.is_some_and(|fma| fma <= matrix.seconds) {
         return None;
     }
@@ -736,6 +744,114 @@ fn f32_fma_estimate(caps: &DeviceCaps, problem: &ConvProblem, layout: Layout, ra
 /// Seconds for `flops` at `share` of `tflops`.
 fn seconds_at(flops: f64, tflops: f64, share: f64) -> f64 {
     flops / (tflops * 1e12 * share)
+}
+
+/// The multiple of the declared bandwidth at which the split-K kernel's partial sums move (the
+/// slices write them, the reduction reads them and writes the output): above 1, since on the
+/// small grids split-K takes the partial sums stay in the L2 cache (ResNet-50's last stage at
+/// batch 1: 6 MB in 16 slices); and the fixed cost of the reduction's dispatch. Fitted with
+/// [`SPLITK_TILE_RATES`] on the H100 (below).
+const SPLITK_PASS_BANDWIDTH_SHARE: f64 = 4.0;
+const SPLITK_PASS_SECONDS: f64 = 2.5e-6;
+/// The split-K tiles' relative rates per padded multiply-add: the shape rule's, but the
+/// 64×32 block's at 0.8 (on the sliced problems it ran as fast per multiply-add as 64×96 or
+/// faster where both filled the device). Fitted on the H100 (Vulkan 580.159.04, 2026-11-27)
+/// to ResNet-50, MobileNetV2 and VGG-16 at batch 1 and ResNet-50's deep layers at N = 32, every
+/// split-K config of the sweep timed on each: the rule's picks came within 5.4 % of each
+/// layer's best kernel measured (geometric mean over the 72 layers; 1.41× on the worst).
+const SPLITK_TILE_RATES: [(TileConfig, f64); 3] = [
+    (TileConfig::with_thread_tile(64, 96, 16, 4, 12, 1), 1.0),
+    (NARROW_BLOCK, 0.8),
+    (TileConfig::with_thread_tile(32, 32, 32, 4, 4, 2), 0.4),
+];
+/// Split-K is weighed only where the unsplit problem's grid of the smallest tile of
+/// [`F32_SHAPE_CONFIGS`] is under this many waves of one workgroup per multiprocessor: beyond,
+/// a grid fills the device without it.
+const SPLITK_MAX_WAVES: u64 = 2;
+
+/// What the split-K family would run and its estimated time.
+struct SplitEstimate {
+    kernel: Kernel,
+    cfg: splitk::SplitConfig,
+    tiles: u64,
+    seconds: f64,
+}
+
+/// The split-K family's best config by estimate on a GPU of these rates: for each config of
+/// its sweep that divides the input channels and fits the device, the sliced problem's padded
+/// work (`S` groups of `C/S` input channels, each writing every output) in whole waves at
+/// [`F32_SIMT_EFFICIENCY`] of the fp32 rate, each tile at its [`F32_SHAPE_CONFIGS`] rate, plus
+/// the partial sums' bytes (`4 B × (2·S + 1) × outputs`) at [`SPLITK_PASS_BANDWIDTH_SHARE`]
+/// of the bandwidth and the reduction's dispatch, plus the layout passes where the tensors
+/// are channels last. `None` on CPU adapters (not measured there) and where no config fits.
+fn splitk_estimate(
+    caps: &DeviceCaps,
+    problem: &ConvProblem,
+    layout: Layout,
+    rates: &DeclaredRates,
+) -> Option<SplitEstimate> {
+    if caps.is_cpu() {
+        return None;
+    }
+    let k = problem.spec.k_total() as u64;
+    let fill = rates.multiprocessors as u64;
+    let unsplit_tiles = F32_SHAPE_CONFIGS.iter().map(|c| tiles_and_work(problem, k, c.0).0).max()?;
+    if unsplit_tiles >= SPLITK_MAX_WAVES * fill {
+        return None;
+    }
+    let rate_of = |tile: TileConfig| SPLITK_TILE_RATES.iter().find(|c| c.0 == tile).map_or(0.4, |c| c.1);
+    let outputs = problem.output.len() as f64;
+    let bandwidth = rates.bandwidth_gbs * 1e9;
+    let passes = match layout {
+        Layout::Nhwc => LAYOUT_PASS_BYTES * (problem.input.len() as f64 + outputs) / (bandwidth * PASS_BANDWIDTH_SHARE),
+        Layout::Nchw => 0.0,
+    };
+    splitk::split_sweep()
+        .into_iter()
+        .filter_map(|cfg| {
+            let kernel = splitk::SPLITK.with(cfg);
+            kernel.check(&problem.spec, caps).ok()?;
+            let sliced = splitk::sliced_problem(problem, cfg.slices).ok()?;
+            let k = sliced.spec.k_total() as u64;
+            let configs = [(cfg.tile, rate_of(cfg.tile))];
+            let (tiles, _) = tiles_and_work(&sliced, k, cfg.tile);
+            let work = wave_work(&sliced, k, &configs, rates.multiprocessors as u64);
+            let seconds = seconds_at(2.0 * work, rates.fp32_tflops, F32_SIMT_EFFICIENCY)
+                + 4.0 * (2 * cfg.slices as u64 + 1) as f64 * outputs / (bandwidth * SPLITK_PASS_BANDWIDTH_SHARE)
+                + SPLITK_PASS_SECONDS
+                + passes;
+            Some(SplitEstimate { kernel, cfg, tiles, seconds })
+        })
+        .min_by(|a, b| a.seconds.total_cmp(&b.seconds))
+}
+
+/// The split-K rule: f32 on a GPU with the input shape known, where rules 4 and 5 did not take
+/// the layer, runs the split-K family where its estimate ([`splitk_estimate`]) beats the FMA
+/// kernels' ([`f32_fma_estimate`]): layers whose output grid leaves the device part empty
+/// and whose K is long (deep layers at small batch). GPUs not in the table of declared rates
+/// at [`UNLISTED_GPU_RATES`]. Returns the kernel and why, or `None`.
+fn splitk_rule(caps: &DeviceCaps, problem: &ConvProblem, layout: Layout) -> Option<(Kernel, String)> {
+    let rates = caps.declared_rates().unwrap_or(UNLISTED_GPU_RATES);
+    let split = splitk_estimate(caps, problem, layout, &rates)?;
+    let tiled = f32_fma_estimate(caps, problem, layout, &rates);
+    if tiled.is_some_and(|t| t <= split.seconds) {
+        return None;
+    }
+    let against = tiled.map_or("no tiled config fits".to_string(), |t| format!("{:.3} ms unsplit", t * 1e3));
+    Some((
+        split.kernel,
+        format!(
+            "f32 on a GPU with the input shape known, K = {} over an output grid too small to fill it: split-K, \
+             {} slices of {} input channels ({} workgroup tiles of {}x{}) and a reduction: {:.3} ms against {against}",
+            problem.spec.k_total(),
+            split.cfg.slices,
+            problem.spec.in_channels / split.cfg.slices,
+            split.tiles,
+            split.cfg.tile.block_m,
+            split.cfg.tile.block_n,
+            split.seconds * 1e3
+        ),
+    ))
 }
 
 /// The tile config a dense f32 convolution starts from, by the kind of device, fitted to
@@ -909,8 +1025,8 @@ const UNLISTED_GPU_RATES: DeclaredRates = DeclaredRates {
 ///   ran every such layer of ResNet-50 and AlexNet 1.2–1.8× faster than the best of four
 ///   tiled configs, and VGG-16's 1.2–2.6× faster than the best of three but its last (0.91×:
 ///   512 channels at 14×14, within the noise of three runs).
-/// - On GPUs, where its estimated time beats both the FMA kernels' and, where rule 5 may run
-///   the layer, the matrix path's: the GEMM's padded work in whole waves at
+/// - On GPUs, where its estimated time beats the FMA kernels', split-K's
+///   ([`splitk_estimate`]) and, where rule 5 may run the layer, the matrix path's: the GEMM's padded work in whole waves at
 ///   [`F32_SIMT_EFFICIENCY`] of the fp32 rate over the GEMM tile with the least estimated
 ///   time among [`F32_SHAPE_CONFIGS`] (their rates for layers that are not long 1×1 ones),
 ///   plus the transforms' bytes at [`WINOGRAD_TRANSFORM_BANDWIDTH_SHARE`] of the declared
@@ -969,8 +1085,9 @@ fn winograd_rule(
         + MATRIX_PASSES_SECONDS;
     let fma = f32_fma_estimate(caps, problem, layout, &rates);
     let matrix = f32_matrix_estimate(caps, spec, problem, layout, finite_weights).map(|m| m.seconds);
+    let split = splitk_estimate(caps, problem, layout, &rates).map(|e| e.seconds);
     let mut against = Vec::new();
-    for (other, units) in [(fma, "the FMA kernels"), (matrix, "the matrix units")] {
+    for (other, units) in [(fma, "the FMA kernels"), (matrix, "the matrix units"), (split, "split-K")] {
         if let Some(other) = other {
             if other <= seconds {
                 return None;
@@ -1231,9 +1348,10 @@ mod tests {
         assert_eq!(at(&cpu, same(128, 128), 112).kernel.family(), "winograd");
         assert_eq!(at(&cpu, same(64, 64).stride((2, 2)), 56).kernel.family(), "tiled");
         assert_eq!(at(&cpu, same(64, 64).groups(2), 56).kernel.family(), "tiled");
-        // A GPU not in the table of rates: by the estimate at the rates assumed for it.
-        assert_eq!(at(&nvidia, same(64, 64), 56).kernel.family(), "tiled");
-        assert_eq!(at(&nvidia, same(64, 64), 12).kernel.family(), "winograd", "the browser test's layer");
+        // A GPU not in the table of rates: by the estimate at the rates assumed for it (here
+        // split-K takes the layer).
+        assert_ne!(at(&nvidia, same(64, 64), 56).kernel.family(), "winograd");
+        assert_eq!(at(&nvidia, same(64, 64), 12).kernel.family(), "splitk", "the browser test's layer");
         assert_eq!(pick(&cpu, same(64, 64), Precision::F32).kernel.family(), "tiled");
         assert!(shape_may_matter(&cpu, &same(64, 64), &Conv2dOptions::default()));
         // Non-finite weights: never Winograd (its transforms would spread them).
@@ -1266,7 +1384,9 @@ mod tests {
         let s = at(&h100, 512, 512, 7, 32, true);
         assert_eq!(s.kernel.family(), "winograd", "{s}");
         assert!(s.reason.contains("on the matrix units") && s.reason.contains("on the FMA kernels"), "{s}");
-        assert_eq!(at(&h100, 64, 64, 56, 1, true).kernel.family(), "winograd");
+        // At batch 1 split-K fills the device better still (measured: 0.0205 ms against
+        // Winograd's 0.0233).
+        assert_eq!(at(&h100, 64, 64, 56, 1, true).kernel.family(), "splitk");
         assert_eq!(at(&h100, 256, 256, 14, 32, true).kernel.family(), "coop-nhwc-f32");
         assert_eq!(at(&h100_fma, 256, 256, 14, 32, true).kernel.family(), "winograd");
         assert_eq!(at(&h100_fma, 64, 64, 56, 32, true).kernel.family(), "tiled");
@@ -1278,6 +1398,36 @@ mod tests {
         assert_eq!(pick(&h100_fma, spec, Precision::F32).kernel.family(), "tiled");
     }
 
+    /// Split-K on GPUs where the output grid leaves the device part empty and K is long:
+    /// ResNet-50's 2048→512 1×1 layer at 7×7 and its 512-channel stride-2 3×3 layer at batch 1
+    /// on the H100, not at N = 32, not MobileNetV2's 32→16 layer at 112×112 (the grid fills the
+    /// device), never on CPU adapters.
+    #[test]
+    fn splitk_where_the_grid_is_small() {
+        use crate::spec::Shape4;
+        let h100 = DeviceCaps {
+            name: "NVIDIA H100 80GB HBM3".into(),
+            ..caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, true)
+        };
+        let cpu = caps(wgpu::DeviceType::Cpu, 0x10005, false);
+        let at = |caps: &DeviceCaps, spec: Conv2dSpec, n: u32, hw: u32| {
+            let opts = Conv2dOptions {
+                tuning_key_input: Some(Shape4::new(n, spec.in_channels, hw, hw)),
+                ..Default::default()
+            };
+            select(caps, &spec, &opts, true, |_| None).unwrap()
+        };
+        let deep = Conv2dSpec::new(2048, 512, 1);
+        let s = at(&h100, deep, 1, 7);
+        assert_eq!(s.kernel.family(), "splitk", "{s}");
+        assert!(s.reason.contains("split-K") && s.reason.contains("unsplit"), "{s}");
+        let strided = Conv2dSpec::new(512, 512, 3).stride(2).padding(Padding::uniform(1));
+        assert_eq!(at(&h100, strided, 1, 14).kernel.family(), "splitk");
+        assert_ne!(at(&h100, deep, 32, 7).kernel.family(), "splitk");
+        assert_ne!(at(&h100, Conv2dSpec::new(32, 16, 1), 1, 112).kernel.family(), "splitk");
+        assert_ne!(at(&cpu, deep, 1, 7).kernel.family(), "splitk");
+    }
+
     /// The benchmark sweeps every family of a precision that the device runs, never the
     /// direct kernels.
     #[test]
@@ -1285,7 +1435,7 @@ mod tests {
         use crate::advanced::benchmark_families;
         let nvidia = caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, true);
         let cpu = caps(wgpu::DeviceType::Cpu, 0x10005, false);
-        assert_eq!(benchmark_families(&cpu, Precision::F32), ["tiled", "winograd", "depthwise"]);
+        assert_eq!(benchmark_families(&cpu, Precision::F32), ["tiled", "winograd", "splitk", "depthwise"]);
         assert_eq!(benchmark_families(&cpu, Precision::F16Accum32), ["tiled-f16", "depthwise-f16"]);
         assert!(benchmark_families(&cpu, Precision::F16x3).is_empty());
         assert_eq!(
@@ -1293,7 +1443,10 @@ mod tests {
             ["coop-stem-f16", "coop-f16", "coop-nhwc-f16", "coop-band-f16", "tiled-f16", "depthwise-f16"]
         );
         assert_eq!(benchmark_families(&nvidia, Precision::F16x3), ["coop-f16x3", "coop-nhwc-f16x3"]);
-        assert_eq!(benchmark_families(&nvidia, Precision::F32), ["coop-nhwc-f32", "tiled", "winograd", "depthwise"]);
+        assert_eq!(
+            benchmark_families(&nvidia, Precision::F32),
+            ["coop-nhwc-f32", "tiled", "winograd", "splitk", "depthwise"]
+        );
     }
 
     /// F32 runs on the matrix units where the device's declared rates make them the faster
@@ -1335,7 +1488,7 @@ mod tests {
         // that the Winograd rule leaves it) off the matrix units.
         let l1 = Conv2dSpec::new(64, 64, 3).padding(Padding::uniform(2)).dilation((2, 2));
         let s = at(&h100, l1, Some(Shape4::new(1, 64, 56, 56)), true);
-        assert_eq!(s.kernel.family(), "coop-nhwc-f32", "{s}");
+        assert_ne!(s.kernel.family(), "tiled", "{s}");
     }
 
     /// Every config a rule can pick is in its family's declared sweep, which the property

@@ -6,6 +6,7 @@ pub(crate) mod coop;
 pub(crate) mod depthwise;
 pub(crate) mod direct;
 pub(crate) mod nhwc;
+pub(crate) mod splitk;
 pub(crate) mod stem;
 pub mod tiled;
 pub(crate) mod winograd;
@@ -26,6 +27,7 @@ pub(crate) static FAMILIES: &[&dyn Family] = &[
     &tiled::TILED,
     &tiled::TILED_F16,
     &winograd::WINOGRAD,
+    &splitk::SPLITK,
     &depthwise::DEPTHWISE,
     &depthwise::DEPTHWISE_F16,
     &direct::DIRECT,

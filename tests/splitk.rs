@@ -1,0 +1,110 @@
+//! The split-K family (the tiled kernel over slices of the input channels as groups, then a
+//! reduction pass) against the f64 CPU reference: a seeded random-shape property test over
+//! kernel sizes, strides, dilations, asymmetric padding, padding modes, odd sizes, batch 1,
+//! bias and ReLU, on every config of its sweep in turn, through `encode` into NaN-poisoned
+//! output; channels-last and f16 tensors (layout passes around it); batch chunks under a
+//! lowered binding limit with two dispatches per chunk; refusals.
+//!
+//! Shapes stay small: CI runs this on lavapipe (Vulkan on the CPU, about 1 GFLOP/s).
+
+mod common;
+use common::*;
+use rand::{Rng, SeedableRng};
+use wgconv::{Activation, Conv2d, Conv2dOptions, Conv2dSpec, Layout, Padding, PaddingMode, Shape4};
+
+/// A random ungrouped convolution whose input channels are a multiple of `slices`.
+fn random_case(rng: &mut rand::rngs::StdRng, i: usize, seed: u64, slices: u32) -> Case {
+    loop {
+        let k = rng.random_range(1..=5u32);
+        let pad = |r: &mut rand::rngs::StdRng| r.random_range(0..=2u32);
+        let mode = [PaddingMode::Zeros, PaddingMode::Zeros, PaddingMode::Reflect, PaddingMode::Replicate][i % 4];
+        let spec = Conv2dSpec::new(slices * rng.random_range(1..=4u32), rng.random_range(1..=20u32), k)
+            .stride((rng.random_range(1..=2u32), rng.random_range(1..=2u32)))
+            .dilation(if rng.random_bool(0.2) { 2 } else { 1 })
+            .padding(Padding::new(pad(rng), pad(rng), pad(rng), pad(rng)))
+            .padding_mode(mode)
+            .with_bias(rng.random_bool(0.5));
+        let n = if rng.random_bool(0.5) { 1 } else { 2 };
+        let shape = Shape4::new(n, spec.in_channels, rng.random_range(3..=14u32), rng.random_range(3..=14u32));
+        if spec.problem(shape).is_ok() {
+            return Case::with_seed(&format!("random_{i}"), spec, shape, seed.wrapping_add(i as u64));
+        }
+    }
+}
+
+/// 52 random shapes, four per config of the sweep, f32 within 1e-5; ReLU on every third.
+#[test]
+fn random_shapes_match_the_reference() {
+    let gpu = gpu();
+    let seed = test_seed();
+    eprintln!("split-K random shapes: WGCONV_TEST_SEED={seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let sweep = wgconv::advanced::split_sweep();
+    for i in 0..4 * sweep.len() {
+        let cfg = sweep[i % sweep.len()];
+        let case = random_case(&mut rng, i, seed, cfg.slices);
+        let k = kernel(&format!("splitk:{}", cfg.name()));
+        if i % 3 == 0 {
+            let opts = options_at(wgconv::Precision::F32, Some(k.clone()), true).activation(Activation::Relu);
+            let conv = Conv2d::new(&gpu, case.spec, &case.w, case.b.as_deref(), opts).unwrap();
+            let want: Vec<f32> = case.want.iter().map(|&v| wgconv::reference::relu(v)).collect();
+            let got = run_poisoned(&gpu, &conv, &case.x, case.shape);
+            assert_close(&case.label(&format!("{k} relu")), &got, &want, TOL_F32);
+        } else {
+            case.check_encode(&gpu, &case.conv(&gpu, Some(k)));
+        }
+    }
+}
+
+/// Channels-last and f16 tensors: layout passes around the two passes.
+#[test]
+fn channels_last_and_f16_tensors() {
+    let gpu = gpu();
+    let spec = Conv2dSpec::new(8, 10, 3).padding(Padding::uniform(1)).with_bias(true);
+    let case = Case::new("splitk_forms", spec, Shape4::new(2, 8, 9, 12));
+    let k = kernel("splitk:m32n32k32-t4x4-w2-s2-k4");
+    for layout in [Layout::Nchw, Layout::Nhwc] {
+        check_f16_storage(&gpu, &case, Some(k.clone()), layout);
+    }
+    let opts = Conv2dOptions::default().kernel(Some(k)).layout(Layout::Nhwc);
+    let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap();
+    let x = wgconv::reference::to_nhwc(&case.x, case.shape);
+    let want = wgconv::reference::to_nhwc(&case.want, case.problem.output);
+    assert_close(&case.label("NHWC"), &conv.forward(&x, case.shape).unwrap(), &want, TOL_F32);
+}
+
+/// A binding limit that holds a few images' partial sums: chunks, each through its own two
+/// passes; outputs past the last one untouched.
+#[test]
+fn batch_chunks() {
+    let spec = Conv2dSpec::new(8, 6, 3).padding(Padding::uniform(1)).with_bias(true);
+    let case = Case::new("splitk_chunked", spec, Shape4::new(7, 8, 20, 19));
+    let _serial = serial();
+    // Partial sums per image: 8 slices × 6 × 20 × 19 floats = 72,960 B.
+    let gpu = gpu_with_limits(|l| l.max_storage_buffer_binding_size = 160_000);
+    let opts = Conv2dOptions::default().kernel(Some(kernel("splitk:m32n32k32-t4x4-w2-s2-k8")));
+    let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap();
+    let output = gpu.create_buffer("out", case.problem.output.len() * 4, wgpu::BufferUsages::STORAGE).unwrap();
+    let input = gpu.buffer_init("in", bytemuck::cast_slice(&case.x), wgpu::BufferUsages::STORAGE).unwrap();
+    let plan = conv.plan(case.shape, &input, &output).unwrap();
+    assert!(plan.chunks() >= 3, "{} chunks", plan.chunks());
+    assert_eq!(plan.dispatches(), 2 * plan.chunks());
+    let (got, tail) = run_poisoned_with(&gpu, &conv, &case.x, case.shape, f32::NAN, 5);
+    assert_close(&case.label("chunked"), &got, &case.want, TOL_F32);
+    assert!(tail.iter().all(|v| v.is_nan()));
+}
+
+/// Grouped convolutions and channel counts the slices do not divide are refused by name,
+/// never run.
+#[test]
+fn refusals() {
+    let gpu = gpu();
+    let k = kernel("splitk:m32n32k32-t4x4-w2-s2-k4");
+    for spec in [Conv2dSpec::new(6, 4, 3), Conv2dSpec::new(8, 8, 3).groups(2)] {
+        let e = k.check(&spec, gpu.caps()).unwrap_err().to_string();
+        assert!(e.contains("splitk") && e.contains("4 equal slices"), "{e}");
+        let (w, _) = params(&spec, 1);
+        let opts = Conv2dOptions::default().kernel(Some(k.clone()));
+        assert!(Conv2d::new(&gpu, spec, &w, None, opts).is_err());
+    }
+}
