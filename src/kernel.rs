@@ -361,7 +361,7 @@ impl Kernel {
         let name = if c.is_empty() { family.to_string() } else { format!("{family}:{c}") };
         Kernel { config: Arc::new(config), name: name.into() }
     }
-    /// The family's name: `tiled`, `tiled-f16`, `winograd`, `coop-f16`, `coop-f16x3`,
+    /// The family's name: `tiled`, `tiled-f16`, `winograd`, `splitk`, `coop-f16`, `coop-f16x3`,
     /// `coop-nhwc-f16`, `coop-nhwc-f16x3`, `coop-nhwc-f32`, `coop-band-f16`, `coop-stem-f16`,
     /// `depthwise`, `depthwise-f16`, `direct` or `direct-f16`.
     pub fn family(&self) -> &'static str {
