@@ -13,7 +13,7 @@
 use crate::alloc;
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
-use crate::families::tiled::{self, TileConfig};
+use crate::families::tiled::{self, DerivedRun, TileConfig};
 use crate::kernel::{
     compose, ConvParams, Family, Finishing, Kernel, KernelConfig, Packed, Precision, Shaped, Target, ALL_TARGETS,
     FLAG_RELU,
@@ -243,16 +243,18 @@ impl KernelConfig for SplitKernel {
         let sliced = sliced_problem(problem, self.cfg.slices)?;
         let gemm = self.gemm().config().shape(&sliced, limits)?;
         let outputs = problem.output.per_image();
-        Ok(Box::new(SplitShaped {
+        let slices = self.cfg.slices;
+        Ok(Box::new(DerivedRun {
             gemm,
-            slices: self.cfg.slices,
-            finishing: Finishing {
+            params: Box::new(move |p| slice_params(p, slices)),
+            staging: None,
+            finishing: Some(Finishing {
                 source: self.reduce_source(problem)?,
-                bytes_per_image: 4 * self.cfg.slices as u64 * outputs,
+                bytes_per_image: 4 * slices as u64 * outputs,
                 invocations_per_image: outputs,
                 workgroup_size: REDUCE_WG,
                 direct_fallback: false,
-            },
+            }),
         }))
     }
     fn representative_sources(&self) -> Result<Vec<String>> {
@@ -279,41 +281,19 @@ impl KernelConfig for SplitKernel {
     }
 }
 
-/// A split-K kernel composed for one input size: the tiled kernel for the sliced problem,
-/// and the reduction.
-struct SplitShaped {
-    gemm: Box<dyn Shaped>,
-    slices: u32,
-    finishing: Finishing,
-}
-
-impl Shaped for SplitShaped {
-    fn source(&self) -> Result<String> {
-        self.gemm.source()
-    }
-    fn tables(&self) -> Result<Vec<(u32, &'static str, Vec<u8>)>> {
-        self.gemm.tables()
-    }
-    fn grid(&self, params: &ConvParams) -> Result<(Vec<u8>, u64)> {
-        self.gemm.grid(params)
-    }
-    fn finishing(&self) -> Option<&Finishing> {
-        Some(&self.finishing)
-    }
-    fn kernel_params(&self, p: &ConvParams) -> ConvParams {
-        let s = self.slices;
-        ConvParams {
-            c_out: p.c_out * s,
-            c_in_per_group: p.c_in / s,
-            c_out_per_group: p.c_out,
-            groups: s,
-            k_total: p.k_total / s,
-            // The partial sums go to the reduction's scratch, from its start.
-            out_offset: 0,
-            // No activation on partial sums; the reduction applies it.
-            flags: p.flags & !FLAG_RELU,
-            ..*p
-        }
+/// The tiled kernel's parameters for the slices: S groups of C/S input channels each writing
+/// every output (to the reduction's scratch, from its start), no activation (the reduction
+/// applies it).
+fn slice_params(p: &ConvParams, s: u32) -> ConvParams {
+    ConvParams {
+        c_out: p.c_out * s,
+        c_in_per_group: p.c_in / s,
+        c_out_per_group: p.c_out,
+        groups: s,
+        k_total: p.k_total / s,
+        out_offset: 0,
+        flags: p.flags & !FLAG_RELU,
+        ..*p
     }
 }
 

@@ -5,6 +5,9 @@
 
 pub use crate::tile::{default_sweep, TileConfig};
 
+mod derived;
+pub(crate) use derived::DerivedRun;
+
 use crate::alloc;
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};

@@ -16,7 +16,7 @@
 use crate::alloc;
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
-use crate::families::tiled::{self, default_sweep, TileConfig};
+use crate::families::tiled::{self, default_sweep, DerivedRun, TileConfig};
 use crate::kernel::{
     compose, ConvParams, Family, Finishing, Kernel, KernelConfig, Packed, Precision, Shaped, Staging, Target,
     ALL_TARGETS, FINISHING_WEIGHT_BINDING,
@@ -236,23 +236,23 @@ impl KernelConfig for WinogradKernel {
         let [th, tw] = tiles(problem);
         let (c, k) = (problem.input.c as u64, problem.output.c as u64);
         let tiles = th as u64 * tw as u64;
-        Ok(Box::new(WinogradShaped {
+        Ok(Box::new(DerivedRun {
             gemm,
-            gemm_problem,
-            staging: Staging {
+            params: Box::new(move |p| gemm_params(&gemm_problem, p)),
+            staging: Some(Staging {
                 source: self.transform_source(problem, false)?,
                 bytes_per_image: 4 * COMPONENTS as u64 * c * tiles,
                 invocations_per_image: c * tiles,
                 workgroup_size: TRANSFORM_WG,
                 scaled_input: false,
-            },
-            finishing: Finishing {
+            }),
+            finishing: Some(Finishing {
                 source: self.transform_source(problem, true)?,
                 bytes_per_image: 4 * COMPONENTS as u64 * k * tiles,
                 invocations_per_image: k * tiles,
                 workgroup_size: TRANSFORM_WG,
                 direct_fallback: true,
-            },
+            }),
         }))
     }
     fn representative_sources(&self) -> Result<Vec<String>> {
@@ -282,61 +282,36 @@ impl KernelConfig for WinogradKernel {
     }
 }
 
-/// A Winograd kernel composed for one input size: the GEMM's kernel for its problem, and
-/// the two transforms.
-struct WinogradShaped {
-    gemm: Box<dyn Shaped>,
-    gemm_problem: ConvProblem,
-    staging: Staging,
-    finishing: Finishing,
-}
-
-impl Shaped for WinogradShaped {
-    fn source(&self) -> Result<String> {
-        self.gemm.source()
-    }
-    fn tables(&self) -> Result<Vec<(u32, &'static str, Vec<u8>)>> {
-        self.gemm.tables()
-    }
-    fn grid(&self, params: &ConvParams) -> Result<(Vec<u8>, u64)> {
-        self.gemm.grid(params)
-    }
-    fn staging(&self) -> Option<&Staging> {
-        Some(&self.staging)
-    }
-    fn finishing(&self) -> Option<&Finishing> {
-        Some(&self.finishing)
-    }
-    fn kernel_params(&self, p: &ConvParams) -> ConvParams {
-        let g = &self.gemm_problem;
-        let (c, th, tw) = (g.input.c, g.input.h, g.input.w);
-        ConvParams {
-            c_in: c,
-            h: th,
-            w: tw,
-            c_out: g.output.c,
-            oh: th,
-            ow: tw,
-            batch: p.batch,
-            m_total: p.batch * th * tw,
-            kh: 1,
-            kw: 1,
-            stride_h: 1,
-            stride_w: 1,
-            pad_top: 0,
-            pad_left: 0,
-            dil_h: 1,
-            dil_w: 1,
-            c_in_per_group: c / COMPONENTS,
-            c_out_per_group: g.output.c / COMPONENTS,
-            groups: COMPONENTS,
-            k_total: c / COMPONENTS,
-            in_offset: 0,
-            out_offset: 0,
-            // No activation on the products; the output transform applies it.
-            flags: 0,
-            out_scale: p.out_scale,
-        }
+/// The tiled kernel's parameters for the GEMM: a 1×1 convolution of 16 groups over the
+/// transformed input (the staging scratch, from its start) into the products (the finishing
+/// pass's scratch), no activation (the output transform applies it).
+fn gemm_params(g: &ConvProblem, p: &ConvParams) -> ConvParams {
+    let (c, th, tw) = (g.input.c, g.input.h, g.input.w);
+    ConvParams {
+        c_in: c,
+        h: th,
+        w: tw,
+        c_out: g.output.c,
+        oh: th,
+        ow: tw,
+        batch: p.batch,
+        m_total: p.batch * th * tw,
+        kh: 1,
+        kw: 1,
+        stride_h: 1,
+        stride_w: 1,
+        pad_top: 0,
+        pad_left: 0,
+        dil_h: 1,
+        dil_w: 1,
+        c_in_per_group: c / COMPONENTS,
+        c_out_per_group: g.output.c / COMPONENTS,
+        groups: COMPONENTS,
+        k_total: c / COMPONENTS,
+        in_offset: 0,
+        out_offset: 0,
+        flags: 0,
+        out_scale: p.out_scale,
     }
 }
 
