@@ -134,15 +134,18 @@ pub(crate) fn select(
     // Winograd kernel or the matrix units win by the estimate, they win by more than tuning
     // a tile gains. The Winograd rule weighs the matrix path itself, so it goes first.
     if options.precision == Precision::F32 {
+        // Winograd and split-K read NCHW f32 tensors only: others reach them through passes.
+        let converted = options.layout == Layout::Nhwc || options.storage == Storage::F16;
         if let Some(problem) = problem.as_ref() {
-            if let Some((kernel, reason)) = winograd_rule(caps, problem, options.layout, finite_weights) {
+            if let Some((kernel, reason)) = winograd_rule(caps, problem, options.layout, converted, finite_weights) {
                 return Ok(Selection { kernel, source: ConfigSource::Default, reason });
             }
         }
-        if let Some((kernel, reason)) = f32_matrix_rule(caps, spec, problem.as_ref(), options.layout, finite_weights) {
+        let matrix = f32_matrix_rule(caps, spec, problem.as_ref(), options.layout, converted, finite_weights);
+        if let Some((kernel, reason)) = matrix {
             return Ok(Selection { kernel, source: ConfigSource::Default, reason });
         }
-        if let Some((kernel, reason)) = problem.as_ref().and_then(|p| splitk_rule(caps, p, options.layout)) {
+        if let Some((kernel, reason)) = problem.as_ref().and_then(|p| splitk_rule(caps, p, options.layout, converted)) {
             return Ok(Selection { kernel, source: ConfigSource::Default, reason });
         }
     }
@@ -643,13 +646,14 @@ pub(crate) fn f32_matrix_rule(
     spec: &Conv2dSpec,
     problem: Option<&ConvProblem>,
     layout: Layout,
+    converted: bool,
     finite_weights: bool,
 ) -> Option<(Kernel, String)> {
     // Without the input shape the rule stays out: on small layers (MobileNetV2's narrow
     // pointwise ones on the H100) the matrix path ran up to 3x slower than the FMA kernels.
     let problem = problem?;
     let matrix = f32_matrix_estimate(caps, spec, problem, layout, finite_weights)?;
-    let split = splitk_estimate(caps, problem, layout, &matrix.rates).map(|e| e.seconds);
+    let split = splitk_estimate(caps, problem, converted, &matrix.rates).map(|e| e.seconds);
     let fma = match (f32_fma_estimate(caps, problem, layout, &matrix.rates), split) {
         (Some(tiled), Some(split)) => Some(tiled.min(split)),
         (tiled, split) => tiled.or(split),
@@ -780,17 +784,20 @@ struct SplitEstimate {
 /// The split-K family's best config by estimate on a GPU of these rates: for each config of
 /// its sweep that divides the input channels and fits the device, the sliced problem's padded
 /// work (`S` groups of `C/S` input channels, each writing every output) in whole waves at
-/// [`F32_SIMT_EFFICIENCY`] of the fp32 rate, each tile at its [`F32_SHAPE_CONFIGS`] rate, plus
+/// [`F32_SIMT_EFFICIENCY`] of the fp32 rate, each tile at its [`SPLITK_TILE_RATES`] rate, plus
 /// the partial sums' bytes (`4 B × (2·S + 1) × outputs`) at [`SPLITK_PASS_BANDWIDTH_SHARE`]
-/// of the bandwidth and the reduction's dispatch, plus the layout passes where the tensors
-/// are channels last. `None` on CPU adapters (not measured there) and where no config fits.
+/// of the bandwidth and the reduction's dispatch, plus the conversion passes where the
+/// tensors are not NCHW f32 (`converted`). `None` on CPU adapters and GPUs without declared
+/// rates (whose multiprocessors, which decide when a grid is small, are not known), where
+/// the grid fills [`SPLITK_MAX_WAVES`] waves unsplit, and where no config fits (its partial
+/// sums included, [`scratch_fits`]).
 fn splitk_estimate(
     caps: &DeviceCaps,
     problem: &ConvProblem,
-    layout: Layout,
+    converted: bool,
     rates: &DeclaredRates,
 ) -> Option<SplitEstimate> {
-    if caps.is_cpu() {
+    if caps.is_cpu() || caps.declared_rates().is_none() {
         return None;
     }
     let k = problem.spec.k_total() as u64;
@@ -802,15 +809,18 @@ fn splitk_estimate(
     let rate_of = |tile: TileConfig| SPLITK_TILE_RATES.iter().find(|c| c.0 == tile).map_or(0.4, |c| c.1);
     let outputs = problem.output.len() as f64;
     let bandwidth = rates.bandwidth_gbs * 1e9;
-    let passes = match layout {
-        Layout::Nhwc => LAYOUT_PASS_BYTES * (problem.input.len() as f64 + outputs) / (bandwidth * PASS_BANDWIDTH_SHARE),
-        Layout::Nchw => 0.0,
+    let passes = match converted {
+        true => LAYOUT_PASS_BYTES * (problem.input.len() as f64 + outputs) / (bandwidth * PASS_BANDWIDTH_SHARE),
+        false => 0.0,
     };
     splitk::split_sweep()
         .into_iter()
         .filter_map(|cfg| {
             let kernel = splitk::SPLITK.with(cfg);
             kernel.check(&problem.spec, caps).ok()?;
+            if !scratch_fits(caps, 4 * cfg.slices as u64 * problem.output.per_image()) {
+                return None;
+            }
             let sliced = splitk::sliced_problem(problem, cfg.slices).ok()?;
             let k = sliced.spec.k_total() as u64;
             let configs = [(cfg.tile, rate_of(cfg.tile))];
@@ -828,11 +838,11 @@ fn splitk_estimate(
 /// The split-K rule: f32 on a GPU with the input shape known, where rules 4 and 5 did not take
 /// the layer, runs the split-K family where its estimate ([`splitk_estimate`]) beats the FMA
 /// kernels' ([`f32_fma_estimate`]): layers whose output grid leaves the device part empty
-/// and whose K is long (deep layers at small batch). GPUs not in the table of declared rates
-/// at [`UNLISTED_GPU_RATES`]. Returns the kernel and why, or `None`.
-fn splitk_rule(caps: &DeviceCaps, problem: &ConvProblem, layout: Layout) -> Option<(Kernel, String)> {
-    let rates = caps.declared_rates().unwrap_or(UNLISTED_GPU_RATES);
-    let split = splitk_estimate(caps, problem, layout, &rates)?;
+/// and whose K is long (deep layers at small batch). GPUs in the table of declared rates
+/// only. Returns the kernel and why, or `None`.
+fn splitk_rule(caps: &DeviceCaps, problem: &ConvProblem, layout: Layout, converted: bool) -> Option<(Kernel, String)> {
+    let rates = caps.declared_rates()?;
+    let split = splitk_estimate(caps, problem, converted, &rates)?;
     let tiled = f32_fma_estimate(caps, problem, layout, &rates);
     if tiled.is_some_and(|t| t <= split.seconds) {
         return None;
@@ -1001,6 +1011,13 @@ pub const WINOGRAD_MAX_SCRATCH_PER_IMAGE: u64 = 64 << 20;
 /// VGG-16, where the GEMM's reads and writes of the transforms partly hit the L2 cache.
 const WINOGRAD_TRANSFORM_BANDWIDTH_SHARE: f64 = 0.9;
 
+/// Whether a family's scratch of `bytes_per_image` per image fits one binding of the device
+/// with room for the windows' alignment (and the kernels' i32 element arithmetic): where it
+/// does not, planning would refuse the input (`Error::TooLarge`) where the tiled kernel runs it.
+fn scratch_fits(caps: &DeviceCaps, bytes_per_image: u64) -> bool {
+    bytes_per_image <= caps.limits.max_storage_buffer_binding_size.min(4 * (i32::MAX as u64)) / 2
+}
+
 /// Rates assumed for a GPU not in [`crate::caps::DECLARED_RATES`]. Only their balance counts
 /// for the Winograd rule, and a higher one favours it less (the transforms trade arithmetic
 /// for bytes): 80 FLOP per byte of bandwidth, about the highest of current GPUs (an RTX
@@ -1025,13 +1042,15 @@ const UNLISTED_GPU_RATES: DeclaredRates = DeclaredRates {
 ///   ran every such layer of ResNet-50 and AlexNet 1.2–1.8× faster than the best of four
 ///   tiled configs, and VGG-16's 1.2–2.6× faster than the best of three but its last (0.91×:
 ///   512 channels at 14×14, within the noise of three runs).
-/// - On GPUs, where its estimated time beats the FMA kernels', split-K's
-///   ([`splitk_estimate`]) and, where rule 5 may run the layer, the matrix path's: the GEMM's padded work in whole waves at
+/// - On GPUs, where its transforms fit a binding ([`scratch_fits`]) and its estimated time
+///   beats the FMA kernels', split-K's ([`splitk_estimate`]) and, where rule 5 may run the
+///   layer, the matrix path's: the GEMM's padded work in whole waves at
 ///   [`F32_SIMT_EFFICIENCY`] of the fp32 rate over the GEMM tile with the least estimated
 ///   time among [`F32_SHAPE_CONFIGS`] (their rates for layers that are not long 1×1 ones),
 ///   plus the transforms' bytes at [`WINOGRAD_TRANSFORM_BANDWIDTH_SHARE`] of the declared
-///   bandwidth and their two dispatches ([`MATRIX_PASSES_SECONDS`]); GPUs not in the table
-///   of declared rates at [`UNLISTED_GPU_RATES`]. Fitted on the H100 (Vulkan 580.159.04)
+///   bandwidth, their two dispatches ([`MATRIX_PASSES_SECONDS`]) and the conversion passes
+///   where the tensors are not NCHW f32 (`converted`: the family reads those only); GPUs
+///   not in the table of declared rates at [`UNLISTED_GPU_RATES`]. Fitted on the H100 (Vulkan 580.159.04)
 ///   with and without its matrix units over the 15 such layers of ResNet-50 (N=32), AlexNet
 ///   (N=128) and VGG-16 (N=16): without them (an FMA-only device, as an RTX 4090 is for
 ///   f32) it picks Winograd for 13, 1.08–2.25× faster than the tiled default each, and the
@@ -1044,6 +1063,7 @@ fn winograd_rule(
     caps: &DeviceCaps,
     problem: &ConvProblem,
     layout: Layout,
+    converted: bool,
     finite_weights: bool,
 ) -> Option<(Kernel, String)> {
     let spec = &problem.spec;
@@ -1078,14 +1098,25 @@ fn winograd_rule(
     let (_, tiles, tile, _) = estimated_best(caps, &gemm, k, &configs, make)?;
     let kernel = winograd::WINOGRAD.with_tile_config(tile);
     kernel.check(spec, caps).ok()?;
+    if !scratch_fits(caps, 4 * gemm.input.per_image().max(gemm.output.per_image())) {
+        return None;
+    }
     let work = wave_work(&gemm, k, &configs, rates.multiprocessors as u64);
     let elements = problem.input.len() + 2 * gemm.input.len() + 2 * gemm.output.len() + problem.output.len();
+    let bandwidth = rates.bandwidth_gbs * 1e9;
+    let passes = match converted {
+        true => {
+            LAYOUT_PASS_BYTES * (problem.input.len() + problem.output.len()) as f64 / (bandwidth * PASS_BANDWIDTH_SHARE)
+        }
+        false => 0.0,
+    };
     let seconds = seconds_at(2.0 * work, rates.fp32_tflops, F32_SIMT_EFFICIENCY)
-        + 4.0 * elements as f64 / (rates.bandwidth_gbs * 1e9 * WINOGRAD_TRANSFORM_BANDWIDTH_SHARE)
-        + MATRIX_PASSES_SECONDS;
+        + 4.0 * elements as f64 / (bandwidth * WINOGRAD_TRANSFORM_BANDWIDTH_SHARE)
+        + MATRIX_PASSES_SECONDS
+        + passes;
     let fma = f32_fma_estimate(caps, problem, layout, &rates);
     let matrix = f32_matrix_estimate(caps, spec, problem, layout, finite_weights).map(|m| m.seconds);
-    let split = splitk_estimate(caps, problem, layout, &rates).map(|e| e.seconds);
+    let split = splitk_estimate(caps, problem, converted, &rates).map(|e| e.seconds);
     let mut against = Vec::new();
     for (other, units) in [(fma, "the FMA kernels"), (matrix, "the matrix units"), (split, "split-K")] {
         if let Some(other) = other {
@@ -1348,10 +1379,9 @@ mod tests {
         assert_eq!(at(&cpu, same(128, 128), 112).kernel.family(), "winograd");
         assert_eq!(at(&cpu, same(64, 64).stride((2, 2)), 56).kernel.family(), "tiled");
         assert_eq!(at(&cpu, same(64, 64).groups(2), 56).kernel.family(), "tiled");
-        // A GPU not in the table of rates: by the estimate at the rates assumed for it (here
-        // split-K takes the layer).
-        assert_ne!(at(&nvidia, same(64, 64), 56).kernel.family(), "winograd");
-        assert_eq!(at(&nvidia, same(64, 64), 12).kernel.family(), "splitk", "the browser test's layer");
+        // A GPU not in the table of rates: by the estimate at the rates assumed for it.
+        assert_eq!(at(&nvidia, same(64, 64), 56).kernel.family(), "tiled");
+        assert_eq!(at(&nvidia, same(64, 64), 12).kernel.family(), "winograd", "the browser test's layer");
         assert_eq!(pick(&cpu, same(64, 64), Precision::F32).kernel.family(), "tiled");
         assert!(shape_may_matter(&cpu, &same(64, 64), &Conv2dOptions::default()));
         // Non-finite weights: never Winograd (its transforms would spread them).

@@ -180,6 +180,7 @@ fn channel_vectors_match_the_reference() {
     eprintln!("channel vectors: WGCONV_TEST_SEED={seed}");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x4e48_5743);
     let f16 = has_f16(&gpu);
+    let mut vector_cases = 0;
     for i in 0..24 {
         let c = [4u32, 8, 12, 20, 6][i % 5];
         let k = rng.random_range(1..=7u32);
@@ -206,9 +207,11 @@ fn channel_vectors_match_the_reference() {
         }
         let x = to_nhwc(&case.x, case.shape);
         let precisions: &[Precision] = if f16 { &[Precision::F32, Precision::F16Accum32] } else { &[Precision::F32] };
-        // The default, then a config of the sweep in turn (its columns and rows).
+        // The default, then a config of the sweep in turn (its columns and rows), counted
+        // over the shapes that run over vectors, so that each config meets them.
         let sweep = strip_sweep();
-        let named = kernel(&format!("depthwise:{}", sweep[i % sweep.len()].name()));
+        let named = kernel(&format!("depthwise:{}", sweep[vector_cases % sweep.len()].name()));
+        vector_cases += (c % 4 == 0) as usize;
         // (A config whose taps would not fit in registers is refused by name.)
         let named = named.check(&spec, gpu.caps()).is_ok().then_some(named);
         let runs = precisions.iter().map(|&p| (p, None)).chain(named.map(|k| (Precision::F32, Some(k))));
@@ -251,5 +254,54 @@ fn channel_vectors_in_chunks() {
     assert!(tail.iter().all(|v| v.is_nan()));
     if has_f16(&gpu) {
         check_f16_storage(&gpu, &case, None, Layout::Nhwc);
+    }
+}
+
+/// Under f16 operands on f16 tensors the kernels check their sums instead of each loaded
+/// value: an infinite input is still a range error wherever it sits (in a block's first or
+/// last column or row, in a channel of a vector, multiplied by a zero weight), NaN is not,
+/// and finite data sets no flag; both layouts.
+#[test]
+fn f16_tensors_flag_infinite_inputs() {
+    use wgconv::half::f16;
+    use wgconv::{Error, Storage};
+    let gpu = gpu();
+    if !has_f16(&gpu) {
+        eprintln!("skipped: no SHADER_F16 on this adapter");
+        return;
+    }
+    let spec = Conv2dSpec::new(8, 8, 3).groups(8).padding(Padding::uniform(1)).with_bias(true);
+    let shape = Shape4::new(2, 8, 9, 10);
+    let (mut w, b) = params(&spec, 3);
+    // A zero weight: an infinite input on its tap makes NaN, not ±inf.
+    w[9 * 5 + 4] = 0.0;
+    for layout in [Layout::Nchw, Layout::Nhwc] {
+        let opts = Conv2dOptions::default().layout(layout).storage(Storage::F16).precision(Precision::F16Accum32);
+        let conv = Conv2d::new(&gpu, spec, &w, b.as_deref(), opts).unwrap();
+        let x: Vec<f16> = randn(shape.len() as usize, 4).iter().map(|&v| f16::from_f32(v)).collect();
+        conv.forward_f16(&x, shape).unwrap_or_else(|e| panic!("{layout:?}, finite data: {e}"));
+        // Positions as (image, channel, row, column), written in the layout's order.
+        let at = |n: u32, c: u32, y: u32, xx: u32| match layout {
+            Layout::Nhwc => (((n * 9 + y) * 10 + xx) * 8 + c) as usize,
+            _ => (((n * 8 + c) * 9 + y) * 10 + xx) as usize,
+        };
+        for (n, c, y, xx) in [(0, 0, 0, 0), (1, 7, 8, 9), (0, 5, 4, 4), (1, 3, 0, 9)] {
+            for special in [f16::INFINITY, f16::NEG_INFINITY] {
+                let mut bad = x.clone();
+                bad[at(n, c, y, xx)] = special;
+                match conv.forward_f16(&bad, shape) {
+                    Err(Error::F16Range { .. }) => {}
+                    other => panic!(
+                        "{layout:?}: {special} at {:?}: expected F16Range, got {:?}",
+                        (n, c, y, xx),
+                        other.map(|v| v.len())
+                    ),
+                }
+            }
+            let mut nan = x.clone();
+            nan[at(n, c, y, xx)] = f16::NAN;
+            let got = conv.forward_f16(&nan, shape).unwrap_or_else(|e| panic!("{layout:?}: NaN: {e}"));
+            assert!(got.iter().any(|v| v.is_nan()), "{layout:?}: NaN did not propagate");
+        }
     }
 }

@@ -52,6 +52,12 @@ fn is_nan(v: f32) -> bool {
     return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
 }
 
+// Not ±inf or NaN: the exponent's bits not all ones (a test on the bits, which no compiler's
+// fast-math assumptions fold away).
+fn is_finite(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u;
+}
+
 // ReLU as PyTorch's: NaN stays NaN.
 fn activate(v: f32) -> f32 {
     if ((p.flags & FLAG_RELU) != 0u) {

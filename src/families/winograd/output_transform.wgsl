@@ -95,8 +95,3 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     }
 }
 
-// Not ±inf or NaN: the exponent's bits not all ones (a test on the bits, which no compiler's
-// fast-math assumptions fold away).
-fn is_finite(v: f32) -> bool {
-    return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u;
-}
