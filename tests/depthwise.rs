@@ -211,7 +211,7 @@ fn channel_vectors_match_the_reference() {
         // over the shapes that run over vectors, so that each config meets them.
         let sweep = strip_sweep();
         let named = kernel(&format!("depthwise:{}", sweep[vector_cases % sweep.len()].name()));
-        vector_cases += (c % 4 == 0) as usize;
+        vector_cases += c.is_multiple_of(4) as usize;
         // (A config whose taps would not fit in registers is refused by name.)
         let named = named.check(&spec, gpu.caps()).is_ok().then_some(named);
         let runs = precisions.iter().map(|&p| (p, None)).chain(named.map(|k| (Precision::F32, Some(k))));
