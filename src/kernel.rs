@@ -177,6 +177,12 @@ pub(crate) trait Family: Send + Sync + 'static {
     fn benchmarked(&self) -> bool {
         true
     }
+    /// Whether its kernels read a non-zero padding mode's border (`PaddingMode::Reflect` and
+    /// the others) from the input: the direct kernels and those gathering through
+    /// `tiled/gather.wgsl` do; the others' loaders know only zeros.
+    fn padding_modes(&self) -> bool {
+        false
+    }
 }
 
 /// Weights (and any other per-op data) as a kernel reads them.
@@ -398,16 +404,13 @@ impl Kernel {
         if let Some(why) = self.config.family().unavailable(caps) {
             return Err(Error::unsupported(format!("{self}: {why}")));
         }
-        // Only the direct kernels and those gathering through tiled/gather.wgsl read a
-        // non-zero border from the input; the others' loaders know only zeros.
-        let gathers = ["tiled", "tiled-f16", "splitk", "coop-f16", "coop-f16x3", "direct", "direct-f16"];
-        if spec.padding_mode != crate::spec::PaddingMode::Zeros && !gathers.contains(&self.family()) {
+        if spec.padding_mode != crate::spec::PaddingMode::Zeros && !self.config.family().padding_modes() {
             return Err(Error::KernelRefused {
                 kernel: self.to_string(),
                 reason: format!(
-                    "padding_mode {} is implemented by the direct and tiled kernels ({}), not by {}",
+                    "padding_mode {} is implemented by the direct kernels and those that gather their input \
+                     through the tiled kernel's gather, not by {}",
                     spec.padding_mode,
-                    gathers.join(", "),
                     self.family()
                 ),
             });

@@ -86,6 +86,15 @@ pub(crate) fn parse(name: &str) -> Result<Kernel> {
 mod tests {
     use super::*;
 
+    /// The families that read non-zero padding modes: the direct kernels and those gathering
+    /// through the tiled kernel's gather (tests/padding_mode.rs runs each against the
+    /// reference).
+    #[test]
+    fn padding_modes_by_family() {
+        let modes: Vec<&str> = FAMILIES.iter().filter(|f| f.padding_modes()).map(|f| f.name()).collect();
+        assert_eq!(modes, ["coop-f16", "coop-f16x3", "tiled", "tiled-f16", "splitk", "direct", "direct-f16"]);
+    }
+
     /// Every family's sweep is well formed and every kernel's name parses back to it.
     #[test]
     fn names_round_trip() {

@@ -90,6 +90,10 @@ impl Family for Coop {
         // naga's other backends do not express cooperative matrices.
         &[Target::SpirV]
     }
+    fn padding_modes(&self) -> bool {
+        // It gathers A through the tiled kernel's gather.
+        true
+    }
 }
 
 /// The reference config: 4 warps of 2×3 fragments over 64 positions × 96 channels, the

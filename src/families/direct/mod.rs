@@ -53,6 +53,10 @@ impl Family for Direct {
     fn targets(&self) -> &'static [Target] {
         self.operands.targets()
     }
+    fn padding_modes(&self) -> bool {
+        // Each output reads its taps through the mode's index map.
+        true
+    }
     fn benchmarked(&self) -> bool {
         false
     }

@@ -122,6 +122,10 @@ impl Family for SplitK {
     fn targets(&self) -> &'static [Target] {
         ALL_TARGETS
     }
+    fn padding_modes(&self) -> bool {
+        // Its slices run on the tiled kernel, whose gather reads the border.
+        true
+    }
 }
 
 impl SplitK {

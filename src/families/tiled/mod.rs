@@ -68,6 +68,10 @@ impl Family for Tiled {
     fn targets(&self) -> &'static [Target] {
         self.operands.targets()
     }
+    fn padding_modes(&self) -> bool {
+        // Its gather (gather.wgsl, border_taps.wgsl) reads the border as the mode says.
+        true
+    }
 }
 
 impl Tiled {
