@@ -735,14 +735,20 @@ fn f32_fma_estimate(caps: &DeviceCaps, problem: &ConvProblem, layout: Layout, ra
     let k = problem.spec.k_total() as u64;
     estimated_best(caps, problem, k, &configs, |t| tiled::TILED.reference().with_tile(t))?;
     let work = wave_work(problem, k, &configs, rates.multiprocessors as u64);
-    let passes = match layout {
-        Layout::Nhwc => {
+    let passes = conversion_passes(problem, rates, layout == Layout::Nhwc);
+    Some(seconds_at(2.0 * work, rates.fp32_tflops, F32_SIMT_EFFICIENCY) + passes)
+}
+
+/// The seconds of the passes that convert the tensors for a kernel that does not read them
+/// as they are (`around`), at [`LAYOUT_PASS_BYTES`] per input and output element; else 0.
+fn conversion_passes(problem: &ConvProblem, rates: &DeclaredRates, around: bool) -> f64 {
+    match around {
+        true => {
             let elements = (problem.input.len() + problem.output.len()) as f64;
             LAYOUT_PASS_BYTES * elements / (rates.bandwidth_gbs * 1e9 * PASS_BANDWIDTH_SHARE)
         }
-        Layout::Nchw => 0.0,
-    };
-    Some(seconds_at(2.0 * work, rates.fp32_tflops, F32_SIMT_EFFICIENCY) + passes)
+        false => 0.0,
+    }
 }
 
 /// Seconds for `flops` at `share` of `tflops`.
@@ -775,7 +781,6 @@ const SPLITK_MAX_WAVES: u64 = 2;
 
 /// What the split-K family would run and its estimated time.
 struct SplitEstimate {
-    kernel: Kernel,
     cfg: splitk::SplitConfig,
     tiles: u64,
     seconds: f64,
@@ -809,15 +814,11 @@ fn splitk_estimate(
     let rate_of = |tile: TileConfig| SPLITK_TILE_RATES.iter().find(|c| c.0 == tile).map_or(0.4, |c| c.1);
     let outputs = problem.output.len() as f64;
     let bandwidth = rates.bandwidth_gbs * 1e9;
-    let passes = match converted {
-        true => LAYOUT_PASS_BYTES * (problem.input.len() as f64 + outputs) / (bandwidth * PASS_BANDWIDTH_SHARE),
-        false => 0.0,
-    };
+    let passes = conversion_passes(problem, rates, converted);
     splitk::split_sweep()
         .into_iter()
         .filter_map(|cfg| {
-            let kernel = splitk::SPLITK.with(cfg);
-            kernel.check(&problem.spec, caps).ok()?;
+            splitk::SPLITK.with(cfg).check(&problem.spec, caps).ok()?;
             if !scratch_fits(caps, 4 * cfg.slices as u64 * problem.output.per_image()) {
                 return None;
             }
@@ -830,7 +831,7 @@ fn splitk_estimate(
                 + 4.0 * (2 * cfg.slices as u64 + 1) as f64 * outputs / (bandwidth * SPLITK_PASS_BANDWIDTH_SHARE)
                 + SPLITK_PASS_SECONDS
                 + passes;
-            Some(SplitEstimate { kernel, cfg, tiles, seconds })
+            Some(SplitEstimate { cfg, tiles, seconds })
         })
         .min_by(|a, b| a.seconds.total_cmp(&b.seconds))
 }
@@ -849,7 +850,7 @@ fn splitk_rule(caps: &DeviceCaps, problem: &ConvProblem, layout: Layout, convert
     }
     let against = tiled.map_or("no tiled config fits".to_string(), |t| format!("{:.3} ms unsplit", t * 1e3));
     Some((
-        split.kernel,
+        splitk::SPLITK.with(split.cfg),
         format!(
             "f32 on a GPU with the input shape known, K = {} over an output grid too small to fill it: split-K, \
              {} slices of {} input channels ({} workgroup tiles of {}x{}) and a reduction: {:.3} ms against {against}",
@@ -1104,16 +1105,10 @@ fn winograd_rule(
     let work = wave_work(&gemm, k, &configs, rates.multiprocessors as u64);
     let elements = problem.input.len() + 2 * gemm.input.len() + 2 * gemm.output.len() + problem.output.len();
     let bandwidth = rates.bandwidth_gbs * 1e9;
-    let passes = match converted {
-        true => {
-            LAYOUT_PASS_BYTES * (problem.input.len() + problem.output.len()) as f64 / (bandwidth * PASS_BANDWIDTH_SHARE)
-        }
-        false => 0.0,
-    };
     let seconds = seconds_at(2.0 * work, rates.fp32_tflops, F32_SIMT_EFFICIENCY)
         + 4.0 * elements as f64 / (bandwidth * WINOGRAD_TRANSFORM_BANDWIDTH_SHARE)
         + MATRIX_PASSES_SECONDS
-        + passes;
+        + conversion_passes(problem, &rates, converted);
     let fma = f32_fma_estimate(caps, problem, layout, &rates);
     let matrix = f32_matrix_estimate(caps, spec, problem, layout, finite_weights).map(|m| m.seconds);
     let split = splitk_estimate(caps, problem, converted, &rates).map(|e| e.seconds);

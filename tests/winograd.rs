@@ -10,7 +10,7 @@
 mod common;
 use common::*;
 use rand::{Rng, SeedableRng};
-use wgconv::{Activation, Conv2d, Conv2dOptions, Conv2dSpec, Layout, Padding, Shape4};
+use wgconv::{Conv2d, Conv2dOptions, Conv2dSpec, Layout, Padding, Shape4};
 
 /// A random 3×3 stride-1 convolution and input from `rng`.
 fn random_case(rng: &mut rand::rngs::StdRng, i: usize, seed: u64) -> Case {
@@ -41,11 +41,7 @@ fn random_shapes_match_the_reference() {
         let case = random_case(&mut rng, i, seed);
         let k = sweep[i % sweep.len()].clone();
         if i % 3 == 0 {
-            let opts = options_at(wgconv::Precision::F32, Some(k.clone()), true).activation(Activation::Relu);
-            let conv = Conv2d::new(&gpu, case.spec, &case.w, case.b.as_deref(), opts).unwrap();
-            let want: Vec<f32> = case.want.iter().map(|&v| wgconv::reference::relu(v)).collect();
-            let got = run_poisoned(&gpu, &conv, &case.x, case.shape);
-            assert_close(&case.label(&format!("{k} relu")), &got, &want, TOL_F32);
+            case.check_relu(&gpu, k);
         } else {
             case.check_encode(&gpu, &case.conv(&gpu, Some(k)));
         }

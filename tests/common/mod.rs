@@ -200,6 +200,17 @@ impl Case {
         assert_close(&self.label(&format!("encode, {kernel}")), &got, &self.want, tolerance(kernel));
     }
 
+    /// Builds the op with `kernel` in f32 and ReLU, runs it through `encode` on NaN-poisoned
+    /// output and checks it against the reference with ReLU applied.
+    pub fn check_relu(&self, gpu: &Gpu, kernel: Kernel) {
+        let opts = options_at(Precision::F32, Some(kernel.clone()), true);
+        let conv = Conv2d::new(gpu, self.spec, &self.w, self.b.as_deref(), opts)
+            .unwrap_or_else(|e| panic!("{}: {e}", self.label(&format!("{kernel} relu"))));
+        let want: Vec<f32> = self.want.iter().map(|&v| reference::relu(v)).collect();
+        let got = run_poisoned(gpu, &conv, &self.x, self.shape);
+        assert_close(&self.label(&format!("{kernel} relu")), &got, &want, TOL_F32);
+    }
+
     /// Runs through `forward` (host slices) and checks against the reference.
     pub fn check_forward(&self, conv: &Conv2d) {
         let kernel = &conv.kernel().kernel;
