@@ -5,9 +5,9 @@
 // Against depthwise_nhwc.wgsl (one channel per invocation), a warp's loads are 4× as wide
 // and each bounds test and address serves 4 channels: the scalar shader pays a branch, a
 // bounds test and address arithmetic per loaded value, which bound it rather than the bytes.
-// The taps come from the family's packed weights ([C][c_out_pad][KH·KW]: one input and
-// c_out_pad ≥ 1 output channels per group, the first real). Padded taps are explicit zeros
-// that are multiplied, as in the other shaders.
+// The taps come from the tap vectors after the family's packed weights ([KH·KW][C/4]
+// vectors, `pack_weights`). Padded taps are explicit zeros that are multiplied, as in the
+// other shaders.
 // CPU twin: src/reference.rs (`conv2d` on `to_nchw` of the input, `to_nhwc` of the result).
 
 #import params
@@ -55,19 +55,21 @@ fn store_outputs(i: u32, v: vec4<f32>) {
 struct Grid {
     threads: u32,    // invocations with work in this dispatch
     c_out_pad: u32,  // a group's output channels in the packed weights
+    taps_at: u32,    // where the tap vectors start, in vectors
     _pad0: u32,
-    _pad1: u32,
 }
 
-@group(0) @binding(2) var<storage, read> weight: array<f32>;
+// The family's packed weights, then the same taps as vectors of 4 neighbouring channels,
+// [KH·KW][C/4] (`pack_weights`): one 16-byte load per tap vector instead of four.
+@group(0) @binding(2) var<storage, read> weight: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(7) var<uniform> grid: Grid;
 
 const TAPS: u32 = KH * KW;
 
-// Tap `i` of the 4 channels whose taps are `step` apart.
-fn tap_vector(i: u32, step: u32) -> vec4<f32> {
-    return vec4<f32>(weight[i], weight[i + step], weight[i + 2u * step], weight[i + 3u * step]);
+// Tap `k` of channel vector `cv`.
+fn tap_vector(k: u32, cv: u32) -> vec4<f32> {
+    return weight[grid.taps_at + k * (p.c_out / 4u) + cv];
 }
 
 fn activate4(v: vec4<f32>) -> vec4<f32> {
@@ -81,14 +83,15 @@ fn activate4(v: vec4<f32>) -> vec4<f32> {
 // read a special value.
 fn check_sums(acc: ptr<function, array<array<vec4<f32>, VX>, VY>>, image: u32, x0: i32, y0: i32,
               col_in: ptr<function, array<bool, SPAN_X>>, vectors: u32) {
-    var finite = true;
+    // One sum of the block's sums: finite exactly when they all are (an infinite or NaN
+    // term makes it ±inf or NaN, and finite ones stay far from f32's largest value).
+    var total = vec4<f32>(0.0);
     for (var y = 0u; y < VY; y++) {
         for (var x = 0u; x < VX; x++) {
-            let a = (*acc)[y][x];
-            finite = finite && is_finite(a.x) && is_finite(a.y) && is_finite(a.z) && is_finite(a.w);
+            total += (*acc)[y][x];
         }
     }
-    if (finite) {
+    if (is_finite(total.x) && is_finite(total.y) && is_finite(total.z) && is_finite(total.w)) {
         return;
     }
     for (var row = 0u; row < SPAN_Y; row++) {
@@ -126,34 +129,34 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     let img = r / (x_blocks * y_blocks);
     let x0 = i32(ox0 * STRIDE_W) - i32(p.pad_left);
     let y0 = i32(oy0 * STRIDE_H) - i32(p.pad_top);
+    // Per column of the segment: whether it is inside the image, and the column it loads
+    // (clamped into the image; a value loaded outside is replaced by zero). Every load is
+    // unconditional, so a row's loads issue together with no branch between them.
     var col_in: array<bool, SPAN_X>;
+    var col_at: array<u32, SPAN_X>;
     for (var j = 0u; j < SPAN_X; j++) {
         let ix = x0 + i32(j);
         col_in[j] = ix >= 0 && ix < i32(p.w);
+        col_at[j] = u32(clamp(ix, 0, i32(p.w) - 1)) * vectors;
     }
     let image = p.in_offset / 4u + img * p.h * p.w * vectors + cv;
-    // Channel 4·cv + i's taps start at (4·cv + i) · c_out_pad · TAPS.
-    let w_step = grid.c_out_pad * TAPS;
-    let w0 = 4u * cv * w_step;
     // The taps in registers where they fit (HELD_TAPS = TAPS), else read at each use.
     var taps: array<vec4<f32>, HELD_TAPS>;
     if (HELD_TAPS == TAPS) {
         for (var k = 0u; k < TAPS; k++) {
-            taps[k] = tap_vector(w0 + k, w_step);
+            taps[k] = tap_vector(k, cv);
         }
     }
     var acc: array<array<vec4<f32>, VX>, VY>;
     for (var row = 0u; row < SPAN_Y; row++) {
         let iy = y0 + i32(row);
         let row_in = iy >= 0 && iy < i32(p.h);
+        let row_at = image + u32(clamp(iy, 0, i32(p.h) - 1)) * p.w * vectors;
         // The row segment: explicit zeros outside the image.
         var seg: array<vec4<f32>, SPAN_X>;
         for (var j = 0u; j < SPAN_X; j++) {
-            var v = vec4<f32>(0.0);
-            if (row_in && col_in[j]) {
-                v = operands(input_values(image + (u32(iy) * p.w + u32(x0 + i32(j))) * vectors));
-            }
-            seg[j] = v;
+            let v = input_values(row_at + col_at[j]);
+            seg[j] = operands(select(vec4<f32>(0.0), v, row_in && col_in[j]));
         }
         // Every output row of the block that this input row feeds, through tap row ky.
         for (var y = 0u; y < VY; y++) {
@@ -165,7 +168,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
                     if (HELD_TAPS == TAPS) {
                         wv = taps[ky * KW + kx];
                     } else {
-                        wv = tap_vector(w0 + ky * KW + kx, w_step);
+                        wv = tap_vector(ky * KW + kx, cv);
                     }
                     for (var x = 0u; x < VX; x++) {
                         acc[y][x] = fma(seg[x * STRIDE_W + kx * DIL_W], wv, acc[y][x]);

@@ -246,7 +246,7 @@ impl KernelConfig for StripKernel {
         Ok(())
     }
     fn packed_bytes(&self, spec: &Conv2dSpec) -> u64 {
-        packed_len(spec, &self.cfg).saturating_mul(4)
+        packed_len_with_vectors(spec, &self.cfg).saturating_mul(4)
     }
     fn pack(&self, spec: &Conv2dSpec, weight: &[f32], _bias: &[f32]) -> Result<Packed> {
         let mut packed = pack_weights(spec, weight, &self.cfg)?;
@@ -305,6 +305,7 @@ impl StripKernel {
                 },
                 channels_per_invocation: if channel_vectors(spec) { 4 } else { 1 },
                 c_out_pad: c_out_pad(spec, &self.cfg),
+                taps_at: tap_vectors_at(spec, &self.cfg).unwrap_or(0),
                 workgroup: self.cfg.workgroup,
                 source,
             }),
@@ -373,7 +374,10 @@ pub(crate) fn channel_vectors(spec: &Conv2dSpec) -> bool {
 struct ChannelsLastGrid {
     threads: u32,
     c_out_pad: u32,
-    _pad: [u32; 2],
+    /// `depthwise_nhwc4.wgsl`: where its tap vectors start in the packed weights, in
+    /// vectors ([`tap_vectors_at`]; unread by `depthwise_nhwc.wgsl`).
+    taps_at: u32,
+    _pad: u32,
 }
 
 /// The family's channels-last shader composed for one spec.
@@ -384,6 +388,7 @@ struct ChannelsLast {
     /// Neighbouring channels per invocation: 4 over channel vectors, else 1.
     channels_per_invocation: u32,
     c_out_pad: u32,
+    taps_at: u64,
     workgroup: u32,
     source: Result<String>,
 }
@@ -412,7 +417,9 @@ impl Shaped for ChannelsLast {
         let threads = p.batch as u64 * rows as u64 * p.ow.div_ceil(self.block.x) as u64 * channels;
         let threads = u32::try_from(threads)
             .map_err(|_| Error::TooLarge(format!("{threads} outputs of the depthwise kernel in one chunk")))?;
-        let g = ChannelsLastGrid { threads, c_out_pad: self.c_out_pad, _pad: [0; 2] };
+        let taps_at = u32::try_from(self.taps_at)
+            .map_err(|_| Error::TooLarge(format!("{} vectors of depthwise weights", self.taps_at)))?;
+        let g = ChannelsLastGrid { threads, c_out_pad: self.c_out_pad, taps_at, _pad: 0 };
         Ok((bytemuck::bytes_of(&g).to_vec(), threads.div_ceil(self.workgroup) as u64))
     }
 }
@@ -466,18 +473,45 @@ fn packed_len(spec: &Conv2dSpec, cfg: &StripConfig) -> u64 {
     spec.groups as u64 * c_out_pad(spec, cfg) as u64 * spec.k_total() as u64
 }
 
-/// Weights as the kernel reads them: `[groups][c_out_pad][C_in/groups][KH·KW]` (the given
+/// Where the tap vectors of `depthwise_nhwc4.wgsl` start in [`pack_weights`]' output, in
+/// vectors of 4 (after the family's layout, at a 16-byte boundary), for specs that run
+/// over channel vectors ([`channel_vectors`]).
+fn tap_vectors_at(spec: &Conv2dSpec, cfg: &StripConfig) -> Option<u64> {
+    channel_vectors(spec).then(|| packed_len(spec, cfg).div_ceil(4))
+}
+
+/// Elements of [`pack_weights`]' output, the tap vectors included.
+fn packed_len_with_vectors(spec: &Conv2dSpec, cfg: &StripConfig) -> u64 {
+    match tap_vectors_at(spec, cfg) {
+        Some(at) => 4 * at + spec.out_channels as u64 * spec.kernel[0] as u64 * spec.kernel[1] as u64,
+        None => packed_len(spec, cfg),
+    }
+}
+
+/// Weights as the kernels read them: `[groups][c_out_pad][C_in/groups][KH·KW]` (the given
 /// order, with each group's output channels padded by zeros to whole blocks of `cfg.c`, so
-/// a block never reads past its group).
+/// a block never reads past its group); for specs over channel vectors, then (from
+/// [`tap_vectors_at`]) the same taps as `[KH·KW][C]`, so that `depthwise_nhwc4.wgsl` loads
+/// a tap of 4 neighbouring channels as one vector.
 pub(crate) fn pack_weights(spec: &Conv2dSpec, weight: &[f32], cfg: &StripConfig) -> Result<Vec<f32>> {
     let k = spec.k_total() as usize;
     let cout_g = spec.out_channels_per_group() as usize;
     let pad = c_out_pad(spec, cfg) as usize;
-    let len = packed_len(spec, cfg) as usize;
+    let len = packed_len_with_vectors(spec, cfg) as usize;
     let mut packed = alloc::zeroed_vec::<f32>(len, "the packed depthwise weights")?;
     for g in 0..spec.groups as usize {
         let src = &weight[g * cout_g * k..][..cout_g * k];
         packed[g * pad * k..][..cout_g * k].copy_from_slice(src);
+    }
+    if let Some(at) = tap_vectors_at(spec, cfg) {
+        // Multiplier 1: channel c's taps are weight[c·k ..].
+        let c = spec.out_channels as usize;
+        let vectors = &mut packed[4 * at as usize..];
+        for (ch, taps) in weight.chunks_exact(k).enumerate() {
+            for (tap, &w) in taps.iter().enumerate() {
+                vectors[tap * c + ch] = w;
+            }
+        }
     }
     Ok(packed)
 }
@@ -653,7 +687,7 @@ mod tests {
             let problem = spec.problem(Shape4::new(n, spec.in_channels, h, w)).unwrap();
             for cfg in strip_sweep() {
                 let packed = pack_weights(&spec, &vec![0.0; spec.weight_len()], &cfg).unwrap();
-                assert_eq!(packed.len() as u64, packed_len(&spec, &cfg));
+                assert_eq!(packed.len() as u64, packed_len_with_vectors(&spec, &cfg));
                 crate::reference::check_twin(&format!("{name} {}", cfg.name()), &problem, |x, w, bias| {
                     let packed = pack_weights(&spec, w, &cfg).unwrap();
                     strip_twin(&problem, &cfg, x, &packed, bias)
