@@ -35,6 +35,10 @@ struct Prepared {
     /// of NCHW, f16 storage): the passes that rewrite the input into it before the kernel
     /// and its output back after it (`src/wgsl/layout.wgsl`).
     layout_passes: Option<(Arc<Pipeline>, Arc<Pipeline>)>,
+    /// Whether the layout passes transpose (channels-last tensors for a kernel of NCHW): a
+    /// pass that goes by tiles ([`crate::kernel::layout_pass_tiled`]) has one workgroup per
+    /// tile ([`crate::kernel::layout_transpose_workgroups`]).
+    layout_transpose: bool,
     tables: Vec<(u32, wgpu::Buffer)>,
 }
 
@@ -588,7 +592,16 @@ impl Conv2d {
             .iter()
             .map(|(b, label, bytes)| Ok((*b, storage_buffer(&self.gpu, label, bytes)?)))
             .collect::<Result<Vec<_>>>()?;
-        let prepared = Arc::new(Prepared { shaped, pipeline, staging, input_max, finishing, layout_passes, tables });
+        let prepared = Arc::new(Prepared {
+            shaped,
+            pipeline,
+            staging,
+            input_max,
+            finishing,
+            layout_passes,
+            layout_transpose: transpose,
+            tables,
+        });
         map.insert(key, prepared.clone());
         Ok(prepared)
     }
@@ -764,17 +777,25 @@ impl Conv2d {
                             });
                             Ok((bind_group, grid_of(invocations.div_ceil(crate::kernel::LAYOUT_PASS_WG as u64))?))
                         };
+                    let tiled = |s: crate::spec::Shape4| {
+                        crate::kernel::layout_pass_tiled(prepared.layout_transpose, s.c).then(|| {
+                            crate::kernel::layout_transpose_workgroups(batch, [s.c, s.h, s.w])
+                                * crate::kernel::LAYOUT_PASS_WG as u64
+                        })
+                    };
+                    let in_invocations = tiled(problem.input).unwrap_or(batch as u64 * problem.input.per_image());
                     let before = pass(
                         to_kernel,
                         bind_range(input, in_at, in_size),
                         kernel_in.as_entire_binding(),
-                        batch as u64 * problem.input.per_image(),
+                        in_invocations,
                     )?;
                     let out_elems = batch as u64 * problem.output.per_image();
-                    let out_invocations = match self.storage {
+                    let out_invocations = match (tiled(problem.output), self.storage) {
+                        (Some(tiled), _) => tiled,
                         // One per word of the window holding an element of the chunk.
-                        Storage::F16 => (out_offset as u64 + out_elems).div_ceil(2) - out_offset as u64 / 2,
-                        Storage::F32 => out_elems,
+                        (None, Storage::F16) => (out_offset as u64 + out_elems).div_ceil(2) - out_offset as u64 / 2,
+                        (None, Storage::F32) => out_elems,
                     };
                     let after = pass(
                         from_kernel,

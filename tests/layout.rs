@@ -49,6 +49,9 @@ fn channels_last_matches_nchw() {
             true,
         ),
         ("1x1", S::new(24, 8, 1), [3, 5, 6], false),
+        // More than one tile of the transposing layout passes (32 pixels × 32 channels),
+        // partial tiles in both directions.
+        ("wide_channels", S::new(37, 41, 3).padding(P::uniform(1)).with_bias(true), [2, 7, 9], false),
         ("grouped", S::new(8, 12, 3).groups(4).padding(P::uniform(1)), [2, 7, 7], false),
         ("depthwise", S::new(6, 6, 3).groups(6).padding(P::uniform(1)).with_bias(true), [2, 8, 9], true),
         (

@@ -141,6 +141,10 @@ fn f16_storage_matches_reference() {
         ("depthwise_bias_relu", S::new(6, 6, 3).groups(6).padding(P::uniform(1)).with_bias(true), [1, 9, 11], true),
         // 3·5·3 = 45 per image, three images: the second starts mid-word.
         ("1x1_odd_n3", S::new(5, 3, 1), [3, 5, 3], false),
+        // More than one tile of the transposing layout passes (32 pixels × 32 channels) in
+        // both directions, partial tiles, and 41·63 outputs per image: images start mid-word.
+        // (Stride 2: the CPU rule's Winograd, which converts f16 tensors, stays out.)
+        ("wide_odd_channels", S::new(37, 41, 3).stride(2).padding(P::uniform(1)).with_bias(true), [3, 13, 17], false),
     ];
     let mut precisions = vec![Precision::F32];
     if has_f16(&gpu) {

@@ -35,35 +35,35 @@ const TAPS: u32 = KH * KW;
 
 #ifdef RANGE_FLAG
 #ifdef F16_TENSORS
-// Where a sum is not finite, whether an input it read is ±inf (beyond f16's range: flagged);
-// NaN inputs are in range. Sums of finite f16 inputs are finite (products of f16 values over
-// at most 16 channels' taps stay far inside f32's range), so this runs only on blocks that
-// read a special value.
-fn check_sums(acc: ptr<function, array<array<array<f32, VX>, VY>, VC>>, img: u32, g: u32, x0: i32, y0: i32,
-              col_in: ptr<function, array<bool, SPAN_X>>) {
-    // One sum of the block's sums: finite exactly when they all are (an infinite or NaN
-    // term makes it ±inf or NaN, and finite ones stay far from f32's largest value).
+// Whether a block's sums are all finite: their one sum is exactly when they all are (an
+// infinite or NaN term makes it ±inf or NaN; products of f16 values over at most 16
+// channels' taps stay far inside f32's range). Taken by value: a pointer to the
+// accumulators may keep them out of registers.
+fn sums_finite(acc: array<array<array<f32, VX>, VY>, VC>) -> bool {
     var total = 0.0;
     for (var c = 0u; c < VC; c++) {
         for (var y = 0u; y < VY; y++) {
             for (var x = 0u; x < VX; x++) {
-                total += (*acc)[c][y][x];
+                total += acc[c][y][x];
             }
         }
     }
-    if (is_finite(total)) {
-        return;
-    }
+    return is_finite(total);
+}
+
+// Where a block's sums are not all finite, whether an input it read is ±inf (beyond f16's
+// range: flagged); NaN inputs are in range. Sums of finite f16 inputs are finite, so this
+// runs only on blocks that read a special value.
+fn rescan_block(img: u32, g: u32, x0: i32, y0: i32) {
     for (var ic = 0u; ic < p.c_in_per_group; ic++) {
         let plane = p.in_offset + ((img * p.c_in + g * p.c_in_per_group + ic) * p.h) * p.w;
         for (var r = 0u; r < SPAN_Y; r++) {
             let iy = y0 + i32(r);
-            if (iy >= 0 && iy < i32(p.h)) {
-                for (var j = 0u; j < SPAN_X; j++) {
-                    if ((*col_in)[j]) {
-                        let v = input_value(plane + u32(iy) * p.w + u32(x0 + i32(j)));
-                        out_of_range = out_of_range || abs(v) > F16_MAX;
-                    }
+            for (var j = 0u; j < SPAN_X; j++) {
+                let ix = x0 + i32(j);
+                if (iy >= 0 && iy < i32(p.h) && ix >= 0 && ix < i32(p.w)) {
+                    let v = input_value(plane + u32(iy) * p.w + u32(ix));
+                    out_of_range = out_of_range || abs(v) > F16_MAX;
                 }
             }
         }
@@ -147,7 +147,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     }
 #ifdef RANGE_FLAG
 #ifdef F16_TENSORS
-    check_sums(&acc, img, g, x0, y0, &col_in);
+    if (!sums_finite(acc)) {
+        rescan_block(img, g, x0, y0);
+    }
 #endif
 #endif
     report_range();

@@ -27,7 +27,7 @@ fn input_values(i: u32) -> vec4<f32> {
 // make every sum they reach ±inf or NaN (sums of products of f16 values over a depthwise
 // kernel's taps stay far inside f32's range), so instead of a range check per loaded value
 // the kernel checks its sums and rescans its inputs only where one is not finite
-// (`check_sums`), under the f16 precisions.
+// (`sums_finite`, `rescan_block`), under the f16 precisions.
 fn operands(v: vec4<f32>) -> vec4<f32> {
     return v;
 }
@@ -78,30 +78,30 @@ fn activate4(v: vec4<f32>) -> vec4<f32> {
 
 #ifdef RANGE_FLAG
 #ifdef F16_TENSORS
-// Where a sum is not finite, whether an input it read is ±inf (beyond f16's range: flagged);
-// NaN inputs are in range. Sums of finite inputs are finite, so this runs only on blocks that
-// read a special value.
-fn check_sums(acc: ptr<function, array<array<vec4<f32>, VX>, VY>>, image: u32, x0: i32, y0: i32,
-              col_in: ptr<function, array<bool, SPAN_X>>, vectors: u32) {
-    // One sum of the block's sums: finite exactly when they all are (an infinite or NaN
-    // term makes it ±inf or NaN, and finite ones stay far from f32's largest value).
+// Whether a block's sums are all finite: their one sum is exactly when they all are (an
+// infinite or NaN term makes it ±inf or NaN, and finite ones stay far from f32's largest
+// value). Taken by value: a pointer to the accumulators may keep them out of registers.
+fn sums_finite(acc: array<array<vec4<f32>, VX>, VY>) -> bool {
     var total = vec4<f32>(0.0);
     for (var y = 0u; y < VY; y++) {
         for (var x = 0u; x < VX; x++) {
-            total += (*acc)[y][x];
+            total += acc[y][x];
         }
     }
-    if (is_finite(total.x) && is_finite(total.y) && is_finite(total.z) && is_finite(total.w)) {
-        return;
-    }
+    return is_finite(total.x) && is_finite(total.y) && is_finite(total.z) && is_finite(total.w);
+}
+
+// Where a block's sums are not all finite, whether an input it read is ±inf (beyond f16's
+// range: flagged); NaN inputs are in range. Sums of finite inputs are finite, so this runs
+// only on blocks that read a special value.
+fn rescan_block(image: u32, x0: i32, y0: i32, vectors: u32) {
     for (var row = 0u; row < SPAN_Y; row++) {
         let iy = y0 + i32(row);
-        if (iy >= 0 && iy < i32(p.h)) {
-            for (var j = 0u; j < SPAN_X; j++) {
-                if ((*col_in)[j]) {
-                    let v = input_values(image + (u32(iy) * p.w + u32(x0 + i32(j))) * vectors);
-                    out_of_range = out_of_range || any(abs(v) > vec4<f32>(F16_MAX));
-                }
+        for (var j = 0u; j < SPAN_X; j++) {
+            let ix = x0 + i32(j);
+            if (iy >= 0 && iy < i32(p.h) && ix >= 0 && ix < i32(p.w)) {
+                let v = input_values(image + (u32(iy) * p.w + u32(ix)) * vectors);
+                out_of_range = out_of_range || any(abs(v) > vec4<f32>(F16_MAX));
             }
         }
     }
@@ -179,7 +179,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     }
 #ifdef RANGE_FLAG
 #ifdef F16_TENSORS
-    check_sums(&acc, image, x0, y0, &col_in, vectors);
+    if (!sums_finite(acc)) {
+        rescan_block(image, x0, y0, vectors);
+    }
 #endif
 #endif
     report_range();

@@ -29,9 +29,9 @@ fn store_output(i: u32, v: f32) {
     output[i] = to_f16(v);
 }
 
-// An input value for a kernel that checks its sums instead of each value (`check_sums` in
-// depthwise.wgsl): f16 values are f16 operands already, and the only ones beyond f16's range
-// are ±inf, which make every sum they reach ±inf or NaN.
+// An input value for a kernel that checks its sums instead of each value (`sums_finite` and
+// `rescan_block` in depthwise.wgsl): f16 values are f16 operands already, and the only ones
+// beyond f16's range are ±inf, which make every sum they reach ±inf or NaN.
 fn load_summed(i: u32) -> f32 {
     return input_value(i);
 }
