@@ -33,6 +33,10 @@ source scripts/setup.sh
 # browser below.
 say "cargo test --workspace --exclude wgconv-web --all-targets --all-features"
 cargo test --workspace --exclude wgconv-web --all-targets --all-features --no-fail-fast "$@"
+# The transposing layout passes go by tiles on GPUs only: the layout and storage tests again,
+# through them.
+say "WGCONV_TILED_LAYOUT_PASSES=1 cargo test -p wgconv --all-features --test layout --test storage"
+WGCONV_TILED_LAYOUT_PASSES=1 cargo test -p wgconv --all-features --test layout --test storage
 # The doc examples (the no_run ones compiled, the others run).
 say "cargo test --workspace --exclude wgconv-web --doc --all-features"
 cargo test --workspace --exclude wgconv-web --doc --all-features

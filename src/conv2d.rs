@@ -581,7 +581,8 @@ impl Conv2d {
             false => None,
             true => {
                 let build = |into_kernel: bool, [c, h, w]: [u32; 3]| {
-                    let src = crate::kernel::layout_pass_source(into_kernel, transpose, f16, [c, h, w])?;
+                    let tiled = crate::kernel::layout_pass_tiled(transpose, c, self.gpu.tiled_layout_passes());
+                    let src = crate::kernel::layout_pass_source(into_kernel, transpose, tiled, f16, [c, h, w])?;
                     self.gpu.pipelines().get_or_build(&self.gpu.device, src, vec![0, 1, 5], self.gpu.runtime_checks())
                 };
                 let (i, o) = (problem.input, problem.output);
@@ -778,7 +779,8 @@ impl Conv2d {
                             Ok((bind_group, grid_of(invocations.div_ceil(crate::kernel::LAYOUT_PASS_WG as u64))?))
                         };
                     let tiled = |s: crate::spec::Shape4| {
-                        crate::kernel::layout_pass_tiled(prepared.layout_transpose, s.c).then(|| {
+                        let allowed = self.gpu.tiled_layout_passes();
+                        crate::kernel::layout_pass_tiled(prepared.layout_transpose, s.c, allowed).then(|| {
                             crate::kernel::layout_transpose_workgroups(batch, [s.c, s.h, s.w])
                                 * crate::kernel::LAYOUT_PASS_WG as u64
                         })

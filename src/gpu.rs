@@ -139,6 +139,8 @@ pub struct Gpu {
 struct Shared {
     pipelines: PipelineCache,
     runtime_checks: bool,
+    /// Whether transposing layout passes may go by tiles (`kernel::layout_pass_tiled`).
+    tiled_layout_passes: bool,
     caps: DeviceCaps,
 }
 
@@ -269,6 +271,13 @@ pub fn runtime_checks_from_env() -> bool {
     env_flag("WGCONV_RUNTIME_CHECKS")
 }
 
+/// Whether a device's transposing layout passes may go by tiles of workgroup memory: on GPUs,
+/// and on CPU adapters where `WGCONV_TILED_LAYOUT_PASSES=1` asks for them (there they are
+/// slower; the switch lets the tests run them on lavapipe).
+fn tiled_layout_passes(caps: &DeviceCaps) -> bool {
+    !caps.is_cpu() || env_flag("WGCONV_TILED_LAYOUT_PASSES")
+}
+
 /// An environment switch set to anything but `0` (never set on wasm32).
 fn env_flag(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| v != "0")
@@ -356,7 +365,8 @@ impl Gpu {
         caps: DeviceCaps,
         runtime_checks: bool,
     ) -> Self {
-        let shared = Shared { pipelines: PipelineCache::default(), runtime_checks, caps };
+        let tiled_layout_passes = tiled_layout_passes(&caps);
+        let shared = Shared { pipelines: PipelineCache::default(), runtime_checks, tiled_layout_passes, caps };
         Gpu { device, queue, info, shared: std::sync::Arc::new(shared) }
     }
 
@@ -378,6 +388,11 @@ impl Gpu {
     /// Whether the kernels keep wgpu's runtime bounds checks (part of the tuning cache key).
     pub fn runtime_checks(&self) -> bool {
         self.shared.runtime_checks
+    }
+
+    /// Whether transposing layout passes may go by tiles of workgroup memory.
+    pub(crate) fn tiled_layout_passes(&self) -> bool {
+        self.shared.tiled_layout_passes
     }
 
     /// Whether the f16 paths can use cooperative matrices on this device (see

@@ -537,9 +537,13 @@ const LAYOUT_TILE: u64 = 32;
 const LAYOUT_TILED_MIN_CHANNELS: u32 = 8;
 
 /// Whether a layout pass over a tensor of `c` channels per pixel goes by tiles: transposing,
-/// with at least [`LAYOUT_TILED_MIN_CHANNELS`] channels.
-pub(crate) fn layout_pass_tiled(transpose: bool, c: u32) -> bool {
-    transpose && c >= LAYOUT_TILED_MIN_CHANNELS
+/// with at least [`LAYOUT_TILED_MIN_CHANNELS`] channels, where the device allows it
+/// (`allowed`: `Gpu::tiled_layout_passes`, GPUs). On a CPU adapter workgroup memory is the
+/// CPU's memory and the barrier a rendezvous of threads: on lavapipe the tiled passes made
+/// MobileNetV2's pointwise layers at batch 1 with NHWC tensors 7–25 % slower than the
+/// element-wise ones.
+pub(crate) fn layout_pass_tiled(transpose: bool, c: u32, allowed: bool) -> bool {
+    transpose && allowed && c >= LAYOUT_TILED_MIN_CHANNELS
 }
 
 /// Workgroups of a transposing layout pass over `batch` images of `c × h × w`: one per tile
@@ -551,13 +555,19 @@ pub(crate) fn layout_transpose_workgroups(batch: u32, [c, h, w]: [u32; 3]) -> u6
 /// A layout pass (`src/wgsl/layout.wgsl`) for a tensor of `c × h × w` per image: the
 /// caller's input into the kernel's f32 scratch (`into_kernel`), or the kernel's f32 output
 /// scratch into the caller's output; `transpose`: the caller's tensor is NHWC and the
-/// kernel's NCHW; `f16`: the caller's tensor is packed f16.
-pub(crate) fn layout_pass_source(into_kernel: bool, transpose: bool, f16: bool, [c, h, w]: [u32; 3]) -> Result<String> {
+/// kernel's NCHW, by tiles where `tiled` ([`layout_pass_tiled`]); `f16`: the caller's tensor
+/// is packed f16.
+pub(crate) fn layout_pass_source(
+    into_kernel: bool,
+    transpose: bool,
+    tiled: bool,
+    f16: bool,
+    [c, h, w]: [u32; 3],
+) -> Result<String> {
     let mut modules = Modules::new(&[("layout", LAYOUT_WGSL)]);
     modules.insert("params", PARAMS_WGSL);
     modules.insert("f16_bits", F16_BITS_WGSL);
     modules.insert("layout_config", format!("const C: u32 = {c}u;\nconst H: u32 = {h}u;\nconst W: u32 = {w}u;\n"));
-    let tiled = layout_pass_tiled(transpose, c);
     let defines: BTreeSet<&str> =
         [(into_kernel, "INTO_KERNEL"), (transpose, "TRANSPOSE"), (tiled, "TILED"), (f16, "F16")]
             .into_iter()
