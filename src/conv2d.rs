@@ -35,10 +35,10 @@ struct Prepared {
     /// of NCHW, f16 storage): the passes that rewrite the input into it before the kernel
     /// and its output back after it (`src/wgsl/layout.wgsl`).
     layout_passes: Option<(Arc<Pipeline>, Arc<Pipeline>)>,
-    /// Whether the layout passes transpose (channels-last tensors for a kernel of NCHW): a
-    /// pass that goes by tiles ([`crate::kernel::layout_pass_tiled`]) has one workgroup per
-    /// tile ([`crate::kernel::layout_transpose_workgroups`]).
-    layout_transpose: bool,
+    /// Whether the input and the output layout pass go by tiles
+    /// ([`crate::kernel::layout_pass_tiled`]): such a pass has one workgroup per tile
+    /// ([`crate::kernel::layout_transpose_workgroups`]).
+    layout_tiled: [bool; 2],
     tables: Vec<(u32, wgpu::Buffer)>,
 }
 
@@ -577,32 +577,25 @@ impl Conv2d {
                 self.gpu.runtime_checks(),
             )?),
         };
+        let (i, o) = (problem.input, problem.output);
+        let tiled = |c| crate::kernel::layout_pass_tiled(transpose, c, self.gpu.tiled_layout_passes());
+        let layout_tiled = [tiled(i.c), tiled(o.c)];
         let layout_passes = match needs_layout_passes {
             false => None,
             true => {
-                let build = |into_kernel: bool, [c, h, w]: [u32; 3]| {
-                    let tiled = crate::kernel::layout_pass_tiled(transpose, c, self.gpu.tiled_layout_passes());
+                let build = |into_kernel: bool, tiled: bool, [c, h, w]: [u32; 3]| {
                     let src = crate::kernel::layout_pass_source(into_kernel, transpose, tiled, f16, [c, h, w])?;
                     self.gpu.pipelines().get_or_build(&self.gpu.device, src, vec![0, 1, 5], self.gpu.runtime_checks())
                 };
-                let (i, o) = (problem.input, problem.output);
-                Some((build(true, [i.c, i.h, i.w])?, build(false, [o.c, o.h, o.w])?))
+                Some((build(true, layout_tiled[0], [i.c, i.h, i.w])?, build(false, layout_tiled[1], [o.c, o.h, o.w])?))
             }
         };
         let tables = tables
             .iter()
             .map(|(b, label, bytes)| Ok((*b, storage_buffer(&self.gpu, label, bytes)?)))
             .collect::<Result<Vec<_>>>()?;
-        let prepared = Arc::new(Prepared {
-            shaped,
-            pipeline,
-            staging,
-            input_max,
-            finishing,
-            layout_passes,
-            layout_transpose: transpose,
-            tables,
-        });
+        let prepared =
+            Arc::new(Prepared { shaped, pipeline, staging, input_max, finishing, layout_passes, layout_tiled, tables });
         map.insert(key, prepared.clone());
         Ok(prepared)
     }
@@ -778,14 +771,14 @@ impl Conv2d {
                             });
                             Ok((bind_group, grid_of(invocations.div_ceil(crate::kernel::LAYOUT_PASS_WG as u64))?))
                         };
-                    let tiled = |s: crate::spec::Shape4| {
-                        let allowed = self.gpu.tiled_layout_passes();
-                        crate::kernel::layout_pass_tiled(prepared.layout_transpose, s.c, allowed).then(|| {
+                    let tiled = |on: bool, s: crate::spec::Shape4| {
+                        on.then(|| {
                             crate::kernel::layout_transpose_workgroups(batch, [s.c, s.h, s.w])
                                 * crate::kernel::LAYOUT_PASS_WG as u64
                         })
                     };
-                    let in_invocations = tiled(problem.input).unwrap_or(batch as u64 * problem.input.per_image());
+                    let in_invocations = tiled(prepared.layout_tiled[0], problem.input)
+                        .unwrap_or(batch as u64 * problem.input.per_image());
                     let before = pass(
                         to_kernel,
                         bind_range(input, in_at, in_size),
@@ -793,7 +786,7 @@ impl Conv2d {
                         in_invocations,
                     )?;
                     let out_elems = batch as u64 * problem.output.per_image();
-                    let out_invocations = match (tiled(problem.output), self.storage) {
+                    let out_invocations = match (tiled(prepared.layout_tiled[1], problem.output), self.storage) {
                         (Some(tiled), _) => tiled,
                         // One per word of the window holding an element of the chunk.
                         (None, Storage::F16) => (out_offset as u64 + out_elems).div_ceil(2) - out_offset as u64 / 2,
