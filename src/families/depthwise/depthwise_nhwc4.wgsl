@@ -54,7 +54,7 @@ fn store_outputs(i: u32, v: vec4<f32>) {
 
 struct Grid {
     threads: u32,    // invocations with work in this dispatch
-    c_out_pad: u32,  // a group's output channels in the packed weights
+    c_out_pad: u32,  // (depthwise_nhwc.wgsl's; this shader reads the tap vectors instead)
     taps_at: u32,    // where the tap vectors start, in vectors
     _pad0: u32,
 }
