@@ -572,7 +572,7 @@ impl Conv2d {
             false => None,
             true => Some(self.gpu.pipelines().get_or_build(
                 &self.gpu.device,
-                crate::kernel::input_max_pass_source()?,
+                crate::kernel::input_max_pass_source(form.f16)?,
                 vec![0, 1, INPUT_MAX_WRITE_BINDING],
                 self.gpu.runtime_checks(),
             )?),

@@ -589,13 +589,19 @@ pub(crate) const INPUT_MAX_BINDING: u32 = 8;
 /// own, since a pipeline's binding types follow from the numbers ([`bindings`]).
 pub(crate) const INPUT_MAX_WRITE_BINDING: u32 = 9;
 
-/// The input-maximum pass's WGSL (`src/wgsl/input_max.wgsl`).
-pub(crate) fn input_max_pass_source() -> Result<String> {
+/// The input-maximum pass's WGSL (`src/wgsl/input_max.wgsl`), over an f32 input or
+/// (`f16_tensors`) the caller's f16 one.
+pub(crate) fn input_max_pass_source(f16_tensors: bool) -> Result<String> {
     let mut modules = Modules::new(&[("input_max", INPUT_MAX_WGSL)]);
     modules.insert("params", PARAMS_WGSL);
     modules.insert("input_max_config", format!("const MAX_WG: u32 = {INPUT_MAX_WG}u;\n"));
-    crate::shader::preprocess("input_max", &modules, &BTreeSet::new())
-        .map_err(|e| Error::Wgpu { stage: "shader composition", message: e })
+    let defines: BTreeSet<&str> = f16_tensors.then_some(F16_TENSORS).into_iter().collect();
+    let body = crate::shader::preprocess("input_max", &modules, &defines)
+        .map_err(|e| Error::Wgpu { stage: "shader composition", message: e })?;
+    Ok(match f16_tensors {
+        true => format!("enable f16;\n{body}"),
+        false => body,
+    })
 }
 
 /// Workgroups of the input-maximum pass over a chunk of `elements` input values.
@@ -613,7 +619,7 @@ pub(crate) fn compose(
     precision: Precision,
     cooperative: bool,
 ) -> Result<String> {
-    compose_operands(entry, own, generated, Operands::of(precision), cooperative)
+    compose_operands(entry, own, generated, Operands::of(precision), cooperative, &[])
 }
 
 /// [`compose`] with `#define`s of the kernel's own besides the precision's (variants a
@@ -665,15 +671,16 @@ impl Operands {
     }
 }
 
-/// [`compose`] with the operands given.
+/// [`compose`] with the operands given, and `#define`s of the kernel's own.
 pub(crate) fn compose_operands(
     entry: &str,
     own: &[(&'static str, &'static str)],
     generated: Vec<(&'static str, String)>,
     operands: Operands,
     cooperative: bool,
+    defines: &[&'static str],
 ) -> Result<String> {
-    compose_all(entry, own, generated, operands, cooperative, &[])
+    compose_all(entry, own, generated, operands, cooperative, defines)
 }
 
 fn compose_all(

@@ -135,13 +135,15 @@ pub(crate) fn select(
     // a tile gains. The Winograd rule weighs the matrix path itself, so it goes first.
     if options.precision == Precision::F32 {
         // Winograd and split-K read NCHW f32 tensors only: others reach them through passes.
-        let converted = options.layout == Layout::Nhwc || options.storage == Storage::F16;
+        let converted = converted(options.layout, options.storage);
         if let Some(problem) = problem.as_ref() {
-            if let Some((kernel, reason)) = winograd_rule(caps, problem, options.layout, converted, finite_weights) {
+            if let Some((kernel, reason)) =
+                winograd_rule(caps, problem, options.layout, options.storage, finite_weights)
+            {
                 return Ok(Selection { kernel, source: ConfigSource::Default, reason });
             }
         }
-        let matrix = f32_matrix_rule(caps, spec, problem.as_ref(), options.layout, converted, finite_weights);
+        let matrix = f32_matrix_rule(caps, spec, problem.as_ref(), options.layout, options.storage, finite_weights);
         if let Some((kernel, reason)) = matrix {
             return Ok(Selection { kernel, source: ConfigSource::Default, reason });
         }
@@ -606,11 +608,11 @@ pub const F32_SIMT_EFFICIENCY: f64 = 0.53;
 /// See [`F32_SIMT_EFFICIENCY`].
 pub const F32_MATRIX_EFFICIENCY: f64 = 0.23;
 
-/// Bytes per input element that the matrix path moves besides its kernel: the
-/// input-maximum pass reads it (4), the staging pass reads it (4) and writes its two f16
-/// halves (4). The channels-last layout passes that the FMA kernels need around them move
-/// 8 per input and output element.
-const MATRIX_STAGING_BYTES: f64 = 12.0;
+/// Bytes per input element that the matrix path's staging pass writes (two f16 halves);
+/// besides, the input-maximum pass and the staging pass each read the element (4 bytes of
+/// an f32 tensor, 2 of an f16 one). The channels-last layout passes that the FMA kernels
+/// need around them move 8 per input and output element.
+const MATRIX_STAGED_BYTES: f64 = 4.0;
 const LAYOUT_PASS_BYTES: f64 = 8.0;
 /// The share of the declared bandwidth those passes reach.
 const PASS_BANDWIDTH_SHARE: f64 = 0.6;
@@ -618,6 +620,11 @@ const PASS_BANDWIDTH_SHARE: f64 = 0.6;
 /// its fragments hold 16 positions of a channel, runs of 64 bytes where the FMA kernels
 /// store whole vec4s of neighbouring positions.
 const MATRIX_OUTPUT_BANDWIDTH_SHARE: f64 = 0.3;
+/// The same for a channels-last output, which the kernel writes itself (rows of C_out
+/// floats, 64-byte runs of a fragment's 16 channels): fitted on the H100 to MobileNetV2's
+/// expansion layers at N = 32 with channels-last f32 tensors (2026-11-27), whose time beyond
+/// the rest of the estimate was their output at 0.5–0.65 TB/s.
+const MATRIX_NHWC_OUTPUT_BANDWIDTH_SHARE: f64 = 0.17;
 /// The fixed cost of the matrix path's two extra dispatches (input maximum and staging),
 /// which decides small layers (MobileNetV2's narrow expansions at 14×14).
 const MATRIX_PASSES_SECONDS: f64 = 5e-6;
@@ -632,8 +639,9 @@ const MATRIX_PASSES_SECONDS: f64 = 5e-6;
 /// kernels and split-K, [`splitk_estimate`]). Each family's estimate is its
 /// configs' least padded work in whole waves ([`wave_work`]) — at [`F32_MATRIX_EFFICIENCY`]
 /// of a third of the matrix rate, or [`F32_SIMT_EFFICIENCY`] of the fp32 rate — plus, for
-/// the matrix path, the staging passes' bytes and their dispatches and its NCHW output's
-/// bytes ([`PASS_BANDWIDTH_SHARE`], [`MATRIX_OUTPUT_BANDWIDTH_SHARE`]), and for the FMA
+/// the matrix path, the staging passes' bytes and their dispatches and its output's bytes
+/// ([`PASS_BANDWIDTH_SHARE`], [`MATRIX_OUTPUT_BANDWIDTH_SHARE`],
+/// [`MATRIX_NHWC_OUTPUT_BANDWIDTH_SHARE`]; the caller's element size), and for the FMA
 /// kernels the layout passes where the tensors are channels last. Fitted on the 71 dense
 /// layers of ResNet-50, ResNeXt-50, MobileNetV2, VGG-16 and AlexNet that the rule decides,
 /// swept with four tiled configs (the shape rule's three of then and a 128×128 block; see
@@ -646,14 +654,14 @@ pub(crate) fn f32_matrix_rule(
     spec: &Conv2dSpec,
     problem: Option<&ConvProblem>,
     layout: Layout,
-    converted: bool,
+    storage: Storage,
     finite_weights: bool,
 ) -> Option<(Kernel, String)> {
     // Without the input shape the rule stays out: on small layers (MobileNetV2's narrow
     // pointwise ones on the H100) the matrix path ran up to 3x slower than the FMA kernels.
     let problem = problem?;
-    let matrix = f32_matrix_estimate(caps, spec, problem, layout, finite_weights)?;
-    let split = splitk_estimate(caps, problem, converted, &matrix.rates).map(|e| e.seconds);
+    let matrix = f32_matrix_estimate(caps, spec, problem, layout, storage, finite_weights)?;
+    let split = splitk_estimate(caps, problem, converted(layout, storage), &matrix.rates).map(|e| e.seconds);
     let fma = match (f32_fma_estimate(caps, problem, layout, &matrix.rates), split) {
         (Some(tiled), Some(split)) => Some(tiled.min(split)),
         (tiled, split) => tiled.or(split),
@@ -697,6 +705,7 @@ fn f32_matrix_estimate(
     spec: &Conv2dSpec,
     problem: &ConvProblem,
     layout: Layout,
+    storage: Storage,
     finite_weights: bool,
 ) -> Option<MatrixEstimate> {
     let family = &nhwc::COOP_NHWC_F32;
@@ -715,13 +724,18 @@ fn f32_matrix_estimate(
     let (input, output) = (problem.input.len() as f64, problem.output.len() as f64);
     let bandwidth = rates.bandwidth_gbs * 1e9;
     let matrix_work = wave_work(problem, matrix_k, &CHANNELS_LAST_SPLIT_CONFIGS, rates.multiprocessors as u64);
-    let output_stores = match layout {
-        Layout::Nchw => 4.0 * output / (bandwidth * MATRIX_OUTPUT_BANDWIDTH_SHARE),
-        Layout::Nhwc => 0.0,
+    let output_share = match layout {
+        Layout::Nchw => MATRIX_OUTPUT_BANDWIDTH_SHARE,
+        Layout::Nhwc => MATRIX_NHWC_OUTPUT_BANDWIDTH_SHARE,
+    };
+    // The passes and the kernel read and write the caller's tensors, f16 ones included.
+    let element = match storage {
+        Storage::F16 => 2.0,
+        Storage::F32 => 4.0,
     };
     let seconds = seconds_at(6.0 * matrix_work, rates.f16_matrix_tflops, F32_MATRIX_EFFICIENCY)
-        + MATRIX_STAGING_BYTES * input / (bandwidth * PASS_BANDWIDTH_SHARE)
-        + output_stores
+        + (2.0 * element + MATRIX_STAGED_BYTES) * input / (bandwidth * PASS_BANDWIDTH_SHARE)
+        + element * output / (bandwidth * output_share)
         + MATRIX_PASSES_SECONDS;
     Some(MatrixEstimate { kernel, tiles, tile, seconds, rates })
 }
@@ -737,6 +751,12 @@ fn f32_fma_estimate(caps: &DeviceCaps, problem: &ConvProblem, layout: Layout, ra
     let work = wave_work(problem, k, &configs, rates.multiprocessors as u64);
     let passes = conversion_passes(problem, rates, layout == Layout::Nhwc);
     Some(seconds_at(2.0 * work, rates.fp32_tflops, F32_SIMT_EFFICIENCY) + passes)
+}
+
+/// Whether tensors of this layout and storage reach a kernel that reads NCHW f32 tensors only
+/// (Winograd, split-K) through conversion passes.
+fn converted(layout: Layout, storage: Storage) -> bool {
+    layout == Layout::Nhwc || storage == Storage::F16
 }
 
 /// The seconds of the passes that convert the tensors for a kernel that does not read them
@@ -1064,10 +1084,11 @@ fn winograd_rule(
     caps: &DeviceCaps,
     problem: &ConvProblem,
     layout: Layout,
-    converted: bool,
+    storage: Storage,
     finite_weights: bool,
 ) -> Option<(Kernel, String)> {
     let spec = &problem.spec;
+    let converted = converted(layout, storage);
     if !finite_weights || spec.in_channels < WINOGRAD_MIN_CHANNELS {
         return None;
     }
@@ -1110,7 +1131,7 @@ fn winograd_rule(
         + MATRIX_PASSES_SECONDS
         + conversion_passes(problem, &rates, converted);
     let fma = f32_fma_estimate(caps, problem, layout, &rates);
-    let matrix = f32_matrix_estimate(caps, spec, problem, layout, finite_weights).map(|m| m.seconds);
+    let matrix = f32_matrix_estimate(caps, spec, problem, layout, storage, finite_weights).map(|m| m.seconds);
     let split = splitk_estimate(caps, problem, converted, &rates).map(|e| e.seconds);
     let mut against = Vec::new();
     for (other, units) in [(fma, "the FMA kernels"), (matrix, "the matrix units"), (split, "split-K")] {

@@ -91,8 +91,10 @@ fn run_f16_poisoned(gpu: &Gpu, conv: &Conv2d, input: &[f16], shape: Shape4, extr
     (bits.into_iter().map(|b| f16::from_bits(b).to_f32()).collect(), tail)
 }
 
-/// The depthwise family (both layouts) and the tiled one (NCHW) read and write f16 tensors
-/// themselves where the device has SHADER_F16: one dispatch per chunk, no conversion passes.
+/// The depthwise family (both layouts), the tiled one (NCHW) and the channels-last
+/// cooperative ones (both layouts) read and write f16 tensors themselves where the device
+/// has SHADER_F16: no conversion passes (the cooperative kernels' staging and input-maximum
+/// passes are one and two more dispatches per chunk).
 fn assert_native_f16(gpu: &Gpu, conv: &Conv2d, shape: Shape4, what: &str) {
     let out_len = conv.spec().problem(shape).unwrap().output.len() as usize;
     let x = f16_buffer(gpu, "x", &[], shape.len() as usize, wgpu::BufferUsages::empty());
@@ -101,10 +103,26 @@ fn assert_native_f16(gpu: &Gpu, conv: &Conv2d, shape: Shape4, what: &str) {
     // names the kernel the plan runs only from then on).
     let plan = conv.plan(shape, &x, &y).unwrap();
     let family = conv.kernel().kernel.family();
-    let native = gpu.device.features().contains(wgpu::Features::SHADER_F16)
-        && (family.starts_with("depthwise") || (family.starts_with("tiled") && conv.layout() == Layout::Nchw));
-    if native {
-        assert_eq!(plan.dispatches(), plan.chunks(), "{what}: conversion passes around a kernel of f16 tensors");
+    let f16 = gpu.device.features().contains(wgpu::Features::SHADER_F16);
+    let s = conv.spec();
+    let p = s.padding;
+    // coop-nhwc-f16 reads an unpadded channels-last input of whole 8-channel vectors in place.
+    let in_place = conv.layout() == Layout::Nhwc
+        && [p.top, p.bottom, p.left, p.right] == [0; 4]
+        && s.in_channels_per_group().is_multiple_of(8);
+    let passes = match family {
+        "coop-nhwc-f16" if in_place => Some(0),
+        "coop-nhwc-f16" | "coop-nhwc-f16x3" => Some(1),
+        "coop-nhwc-f32" => Some(2),
+        f if f.starts_with("depthwise") || (f.starts_with("tiled") && conv.layout() == Layout::Nchw) => Some(0),
+        _ => None,
+    };
+    if let (true, Some(passes)) = (f16, passes) {
+        assert_eq!(
+            plan.dispatches(),
+            plan.chunks() * (1 + passes),
+            "{what}: conversion passes around a kernel of f16 tensors"
+        );
     }
 }
 
@@ -148,6 +166,10 @@ fn f16_storage_matches_reference() {
         ("wide_odd_channels", S::new(37, 41, 3).stride(2).padding(P::uniform(1)).with_bias(true), [3, 13, 17], false),
         // The same at stride 1, where a CPU adapter's default is Winograd between passes.
         ("wide_odd_channels_s1", S::new(37, 41, 3).padding(P::uniform(1)).with_bias(true), [3, 7, 9], false),
+        // Unpadded, whole vectors of 8 channels per group: coop-nhwc-f16 reads channels-last
+        // input in place (three images, so chunk offsets past the first image matter too).
+        ("1x1_c16_in_place", S::new(16, 12, 1).with_bias(true), [3, 5, 7], true),
+        ("3x3_s2_groups_in_place", S::new(16, 10, 3).stride(2).groups(2).dilation(2), [2, 13, 11], false),
     ];
     let mut precisions = vec![Precision::F32];
     if has_f16(&gpu) {
@@ -161,9 +183,21 @@ fn f16_storage_matches_reference() {
             }
             check(&gpu, &c, Some(direct_kernel()), Precision::F32, layout, relu_on);
             check(&gpu, &c, Some(kernel("tiled")), Precision::F32, layout, relu_on);
+            // The channels-last cooperative kernels, where the device has them (skipped
+            // elsewhere): they read and write f16 tensors of either layout themselves.
+            for (name, precision) in COOPERATIVE {
+                check(&gpu, &c, Some(kernel(name)), precision, layout, relu_on);
+            }
         }
     }
 }
+
+/// The channels-last cooperative kernels and their precisions.
+const COOPERATIVE: [(&str, Precision); 3] = [
+    ("coop-nhwc-f16", Precision::F16Accum32),
+    ("coop-nhwc-f16x3", Precision::F16x3),
+    ("coop-nhwc-f32", Precision::F32),
+];
 
 /// `new_f16` is `new` on the widened weights: the same output, bit for bit.
 #[test]
@@ -228,6 +262,79 @@ fn f16_storage_in_chunks() {
     }
 }
 
+/// The channels-last cooperative kernels on f16 tensors split into chunks (where the device
+/// has them): the input-maximum, staging and GEMM passes of each chunk address the caller's
+/// windows, which start and end mid-word (11907 and 19845 elements per image).
+#[test]
+fn cooperative_f16_storage_in_chunks() {
+    if !gpu().has_coop_f16() {
+        return eprintln!("skipped: the device has no f16 cooperative matrices");
+    }
+    let c = f16_case("f16_chunked_coop", S::new(3, 5, 3).padding(P::uniform(1)).with_bias(true), [7, 63, 63]);
+    assert_eq!((c.case.problem.input.per_image(), c.case.problem.output.per_image()), (11907, 19845));
+    // The split kernels' staged input, two f16 halves of 65·65 pixels of one 8-channel
+    // vector, is the largest per image: three images fit, four do not (coop-nhwc-f16's one
+    // half: five or six, as its output counts).
+    let staged = 65 * 65 * 16 * 2;
+    let _serial = serial();
+    let gpu = gpu_with_limits(|l| l.max_storage_buffer_binding_size = 3 * staged + 256);
+    for (name, precision) in COOPERATIVE {
+        for layout in [Layout::Nchw, Layout::Nhwc] {
+            let opts = options_at(precision, Some(kernel(name)), false).layout(layout).storage(Storage::F16);
+            let conv = Conv2d::new_f16(&gpu, c.case.spec, &c.w, c.b.as_deref(), opts).unwrap();
+            let what = format!("{layout:?} f16 storage in chunks, {name}");
+            let (x, want) = c.tensors(layout, false);
+            let xb = f16_buffer(&gpu, "x", &x, 0, wgpu::BufferUsages::empty());
+            let yb = f16_buffer(&gpu, "y", &[], want.len(), wgpu::BufferUsages::empty());
+            let chunks = conv.plan(c.case.shape, &xb, &yb).unwrap().chunks();
+            assert_eq!(chunks, if name == "coop-nhwc-f16" { 2 } else { 3 }, "{what}");
+            assert_native_f16(&gpu, &conv, c.case.shape, &what);
+            let tol = TOL_STORAGE.max(precision_tolerance(precision));
+            let (got, tail) = run_f16_poisoned(&gpu, &conv, &x, c.case.shape, 3);
+            assert_close(&c.case.label(&format!("encode, {what}")), &got, &want, tol);
+            assert!(tail.iter().all(|&b| b == POISON), "{}: wrote past the output", c.case.label(&what));
+            let got = conv.forward_f16(&x, c.case.shape).unwrap();
+            assert_close(&c.case.label(&format!("forward_f16, {what}")), &to_f32(&got), &want, tol);
+        }
+    }
+}
+
+/// `coop-nhwc-f16` reading an f16 channels-last input in place (no staging pass to clamp
+/// and flag it) refuses ±inf inputs (`forward_f16` returns `Error::F16Range`, the encoded run
+/// raises the range flag) and lets NaN through to the outputs it reaches, as the staged
+/// path does. Where the device has the kernel.
+#[test]
+fn cooperative_in_place_input_flags_infinities() {
+    let gpu = gpu();
+    if !gpu.has_coop_f16() {
+        return eprintln!("skipped: the device has no f16 cooperative matrices");
+    }
+    let c = f16_case("in_place_specials", S::new(16, 8, 1), [2, 6, 5]);
+    let opts = options_at(Precision::F16Accum32, Some(kernel("coop-nhwc-f16")), false)
+        .layout(Layout::Nhwc)
+        .storage(Storage::F16);
+    let conv = Conv2d::new_f16(&gpu, c.case.spec, &c.w, None, opts).unwrap();
+    let (x, want) = c.tensors(Layout::Nhwc, false);
+    assert_native_f16(&gpu, &conv, c.case.shape, "in place");
+    // Pixel 37 of 60 (the second image), channel 3; then channel 5 of pixel 4.
+    for (at, value) in [(37 * 16 + 3, f16::INFINITY), (4 * 16 + 5, f16::NEG_INFINITY)] {
+        let mut bad = x.clone();
+        bad[at] = value;
+        let got = conv.forward_f16(&bad, c.case.shape);
+        assert!(matches!(got, Err(Error::F16Range { .. })), "input {value} at {at}: {got:?}");
+        assert!(!conv.take_range_flag().unwrap(), "forward_f16 leaves the flag cleared");
+    }
+    let mut nan = x.clone();
+    nan[37 * 16 + 3] = f16::NAN;
+    let got = to_f32(&conv.forward_f16(&nan, c.case.shape).unwrap());
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        match i / 8 == 37 {
+            true => assert!(g.is_nan(), "output {i}: {g}"),
+            false => assert!((g - w).abs() <= 1e-2 * w.abs().max(1.0), "output {i}: {g} against {w}"),
+        }
+    }
+}
+
 /// Outputs beyond f16's range become ±inf (WGSL leaves pack2x16float of them
 /// indeterminate), NaN stays NaN, and the largest finite values round as in f16: through the
 /// output pass (`direct`) and where the kernel writes f16 itself (`depthwise`, and `tiled`
@@ -237,6 +344,10 @@ fn f16_storage_out_of_range_outputs() {
     let gpu = gpu();
     for kernel in [direct_kernel(), kernel("depthwise"), kernel("tiled")] {
         out_of_range_outputs(&gpu, kernel);
+    }
+    // The F32 kernel on the matrix units writes f16 tensors itself too.
+    if gpu.has_coop_f16() {
+        out_of_range_outputs(&gpu, kernel("coop-nhwc-f32"));
     }
 }
 

@@ -9,7 +9,12 @@
 #import params
 #import input_max_config
 
+// f32, or the caller's f16 tensor (`F16_TENSORS`: widened, which keeps every value).
+#ifdef F16_TENSORS
+@group(0) @binding(1) var<storage, read> input: array<f16>;
+#else
 @group(0) @binding(1) var<storage, read> input: array<f32>;
+#endif
 @group(0) @binding(9) var<storage, read_write> input_max: atomic<u32>;
 
 const FINITE_END: u32 = 0x7f800000u;   // the bits of +inf: magnitudes below it are finite
@@ -24,7 +29,7 @@ fn main(@builtin(local_invocation_index) lid: u32,
     let stride = nwg.x * nwg.y * MAX_WG;
     var m = 0u;
     for (var e = (wid.x + wid.y * nwg.x) * MAX_WG + lid; e < total; e += stride) {
-        let bits = bitcast<u32>(input[p.in_offset + e]) & 0x7fffffffu;
+        let bits = bitcast<u32>(f32(input[p.in_offset + e])) & 0x7fffffffu;
         if (bits < FINITE_END) {
             m = max(m, bits);
         }

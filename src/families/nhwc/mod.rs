@@ -17,7 +17,7 @@ use crate::families::coop::{coop_missing, f16_bytes, split_weights, MAX_FRAGMENT
 use crate::families::tiled::TileConfig;
 use crate::kernel::{
     compose_operands, workgroups_u32, ConvParams, Family, Kernel, KernelConfig, Operands, Packed, Precision, Shaped,
-    Staging, Target, TensorForm, GRID_BINDING, INPUT_MAX_BINDING,
+    Staging, Target, TensorForm, F16_TENSORS, GRID_BINDING, INPUT_MAX_BINDING,
 };
 use crate::spec::{Conv2dSpec, ConvProblem};
 
@@ -242,8 +242,11 @@ pub(crate) struct NhwcKernel {
 }
 
 impl NhwcKernel {
-    /// The kernel's WGSL; `channels_last`: it writes the caller's NHWC output itself.
-    fn source(&self, channels_last: bool) -> Result<String> {
+    /// The kernel's WGSL, writing the output in `form` (NCHW f32 where the op's passes
+    /// convert, else the caller's tensor itself), reading the input as staged or, where
+    /// `in_place` ([`NhwcKernel::input_in_place`]), the caller's.
+    fn source(&self, form: TensorForm, in_place: bool) -> Result<String> {
+        let channels_last = form.channels_last;
         let (wm, wn, fm, fn_) = self.tile.nhwc_layout()?;
         let mut header = crate::families::tiled::tile_header(&self.tile);
         header.push_str(&format!(
@@ -261,6 +264,15 @@ impl NhwcKernel {
                 init_row: &|_| String::new(),
                 store: &|i, j| {
                     let (m, n) = (i * 16, j * 16);
+                    let through_scratch = format!(
+                        "coopStore(acc_{i}_{j}, &c_scratch[scratch], FRAG);\n\
+                         store_fragment(blk, warp, lane, wm0 + {m}u, wn0 + {n}u);\n"
+                    );
+                    // A cooperative store writes the fragment's f32: f16 tensors take the
+                    // scratch path (each element converted) every time.
+                    if form.f16 {
+                        return through_scratch;
+                    }
                     // NCHW: column-major, positions apart by 1 and channels by OH·OW;
                     // channels last: row-major, channels apart by 1 and positions by C_out.
                     let (store, stride) = match channels_last {
@@ -272,33 +284,51 @@ impl NhwcKernel {
                          \x20   let n_at = blk.n0 + wn0 + {n}u;\n\
                          \x20   let out = u32(row_info[wm0 + {m}u].y) + n_at * out_channel_stride();\n\
                          \x20   {store}(unscale_second() * (unscale_first() * acc_{i}_{j}) + bias_fragment(blk.g * p.c_out_per_group + n_at), &output[out], {stride});\n\
-                         }} else {{\n\
-                         \x20   coopStore(acc_{i}_{j}, &c_scratch[scratch], FRAG);\n\
-                         \x20   store_fragment(blk, warp, lane, wm0 + {m}u, wn0 + {n}u);\n\
-                         }}\n"
+                         }} else {{\n{through_scratch}}}\n"
                     )
                 },
             },
         );
         generated.push(("config", header));
         generated.push(layout_config(channels_last));
-        compose_operands("nhwc", &[("nhwc", NHWC_WGSL)], generated, self.family.variant.operands(), true)
+        let operands = self.family.variant.operands();
+        let mut defines = tensor_defines(form).to_vec();
+        if in_place {
+            defines.push("IN_PLACE_INPUT");
+        }
+        compose_operands("nhwc", &[("nhwc", NHWC_WGSL)], generated, operands, true, &defines)
+    }
+
+    /// Whether the kernel reads the caller's input in place of a staged copy: an f16
+    /// channels-last tensor is the staged layout itself where there is nothing to pad (no
+    /// spatial padding, each group's channels whole vectors of 8), and `coop-nhwc-f16` takes
+    /// its f16 values as they are (the split kernels stage low halves, the F32 one a scaled
+    /// input). The kernel then flags ±inf inputs itself. Saves a pass that reads the input
+    /// and writes as many bytes: ResNet-50's 1×1 layers, and every unpadded layer.
+    fn input_in_place(&self, problem: &ConvProblem, form: TensorForm) -> bool {
+        let s = &problem.spec;
+        let p = &s.padding;
+        self.family.variant == Variant::F16
+            && form == (TensorForm { channels_last: true, f16: true })
+            && [p.top, p.bottom, p.left, p.right] == [0; 4]
+            && s.in_channels_per_group().is_multiple_of(VEC)
     }
 
     /// The kernel composed for a problem: the staging pass and the GEMM, reading and
-    /// writing NCHW or (`channels_last`) the caller's NHWC tensors.
-    fn shaped(&self, problem: &ConvProblem, channels_last: bool) -> Result<Box<dyn Shaped>> {
+    /// writing tensors in `form` (NCHW f32 between the op's passes, else the caller's).
+    fn shaped(&self, problem: &ConvProblem, form: TensorForm) -> Result<Box<dyn Shaped>> {
         let geometry = StagedGeometry::new(&problem.spec, problem.input.h, problem.input.w, self.tile.block_k);
+        let in_place = self.input_in_place(problem, form);
         let staging = Staging {
-            source: stage_source(problem, &geometry, self.family.variant.operands(), channels_last)?,
+            source: stage_source(problem, &geometry, self.family.variant.operands(), form)?,
             bytes_per_image: geometry.bytes_per_image() * self.family.halves(),
             invocations_per_image: geometry.hp as u64 * geometry.wp as u64 * geometry.c8 as u64,
             workgroup_size: STAGE_WG,
             scaled_input: self.family.scaled(),
         };
         Ok(Box::new(StagedShaped {
-            source: self.source(channels_last),
-            staging,
+            source: self.source(form, in_place),
+            staging: (!in_place).then_some(staging),
             spec: problem.spec,
             geometry,
             tile: self.tile,
@@ -317,8 +347,16 @@ fn layout_config(channels_last: bool) -> (&'static str, String) {
     ("layout_config", format!("const CHANNELS_LAST: bool = {channels_last};\n"))
 }
 
-/// The staging pass's source for one problem (`channels_last`: reading an NHWC input).
-fn stage_source(problem: &ConvProblem, g: &StagedGeometry, operands: Operands, channels_last: bool) -> Result<String> {
+/// The `#define`s of a kernel or pass that reads the tensors in `form`.
+fn tensor_defines(form: TensorForm) -> &'static [&'static str] {
+    match form.f16 {
+        true => &[F16_TENSORS],
+        false => &[],
+    }
+}
+
+/// The staging pass's source for one problem, reading the input in `form`.
+fn stage_source(problem: &ConvProblem, g: &StagedGeometry, operands: Operands, form: TensorForm) -> Result<String> {
     let s = &problem.spec;
     let config = format!(
         "const H: u32 = {h}u;\nconst W: u32 = {w}u;\nconst C: u32 = {c}u;\nconst HP: u32 = {hp}u;\n\
@@ -335,8 +373,8 @@ fn stage_source(problem: &ConvProblem, g: &StagedGeometry, operands: Operands, c
         pt = s.padding.top,
         pl = s.padding.left,
     );
-    let generated = vec![("stage_config", config), layout_config(channels_last)];
-    compose_operands("stage", &[("stage", STAGE_WGSL)], generated, operands, false)
+    let generated = vec![("stage_config", config), layout_config(form.channels_last)];
+    compose_operands("stage", &[("stage", STAGE_WGSL)], generated, operands, false, tensor_defines(form))
 }
 
 impl KernelConfig for NhwcKernel {
@@ -393,7 +431,7 @@ impl KernelConfig for NhwcKernel {
         }
     }
     fn shape(&self, problem: &ConvProblem, _limits: &KernelLimits) -> Result<Box<dyn Shaped>> {
-        self.shaped(problem, false)
+        self.shaped(problem, TensorForm::NCHW_F32)
     }
     fn shape_native(
         &self,
@@ -401,19 +439,28 @@ impl KernelConfig for NhwcKernel {
         _limits: &KernelLimits,
         form: TensorForm,
     ) -> Option<Result<Box<dyn Shaped>>> {
-        // Channels-last f32 tensors; f16 ones are converted by the op's passes.
-        (form == TensorForm { channels_last: true, f16: false }).then(|| self.shaped(problem, true))
+        // Every form: the staging pass reads either layout and element type, and the
+        // epilogue writes either.
+        Some(self.shaped(problem, form))
     }
     fn representative_sources(&self) -> Result<Vec<String>> {
         let problem = Conv2dSpec::new(16, 32, 3).padding(1).problem(crate::spec::Shape4::new(1, 16, 9, 9))?;
         let g = StagedGeometry::new(&problem.spec, 9, 9, self.tile.block_k);
         let mut sources = Vec::new();
         for channels_last in [false, true] {
-            sources.push(self.source(channels_last)?);
-            sources.push(stage_source(&problem, &g, self.family.variant.operands(), channels_last)?);
+            for f16 in [false, true] {
+                let form = TensorForm { channels_last, f16 };
+                sources.push(self.source(form, false)?);
+                sources.push(stage_source(&problem, &g, self.family.variant.operands(), form)?);
+            }
+        }
+        if self.family.variant == Variant::F16 {
+            sources.push(self.source(TensorForm { channels_last: true, f16: true }, true)?);
         }
         if self.family.scaled() {
-            sources.push(crate::kernel::input_max_pass_source()?);
+            for f16 in [false, true] {
+                sources.push(crate::kernel::input_max_pass_source(f16)?);
+            }
         }
         Ok(sources)
     }
@@ -479,7 +526,8 @@ struct StagedGrid {
 /// The channels-last kernel composed for one input size.
 struct StagedShaped {
     source: Result<String>,
-    staging: Staging,
+    /// `None` where the kernel reads the caller's input in place.
+    staging: Option<Staging>,
     spec: Conv2dSpec,
     geometry: StagedGeometry,
     tile: TileConfig,
@@ -519,7 +567,7 @@ impl Shaped for StagedShaped {
         Ok((bytemuck::bytes_of(&grid).to_vec(), total))
     }
     fn staging(&self) -> Option<&Staging> {
-        Some(&self.staging)
+        self.staging.as_ref()
     }
 }
 

@@ -5,7 +5,9 @@
 // row-major ([m][k] and [k][n], rows padded by 8 f16), the next K step's vectors are loaded
 // into registers before this step's multiply-adds, and each warp owns FM×FN 16×16 f32
 // accumulator fragments (the generated `fragment_*` modules, as in coop/coop.wgsl).
-// Output: NCHW f32 through a per-warp scratch fragment, with bias and activation.
+// Output: NCHW or channels last, f32 or f16 (`F16_TENSORS`), with bias and activation,
+// stored straight from the fragments where it can be and else through a per-warp scratch
+// fragment.
 // CPU twin: `stage_input` + `conv_staged` in nhwc/mod.rs.
 
 #import config
@@ -40,7 +42,10 @@ fn unscale_second() -> f32 {
 }
 #endif
 
-// The staged input: [n][HP][WP][C8] vectors of 8 f16 (the chunk's images).
+// The staged input: [n][HP][WP][C8] vectors of 8 f16 (the chunk's images). Where
+// `IN_PLACE_INPUT`, the caller's f16 channels-last tensor itself (nothing to pad: no
+// spatial padding, whole vectors of channels per group), from element `p.in_offset` of the
+// bound window on.
 @group(0) @binding(1) var<storage, read> staged: array<vec4<u32>>;
 // Weights [groups][K_PAD][N_PAD] f16, 8 per vector, K ordered (ky, kx, channel) with each
 // group's channels padded to whole vectors; zeros past K and past the group's channels.
@@ -49,7 +54,20 @@ fn unscale_second() -> f32 {
 // Per K vector (8 channels of one tap): its offset in vectors from an output position's
 // window origin; NO_TAP past K.
 @group(0) @binding(4) var<storage, read> ktab: array<u32>;
+// The output: f32, or the caller's f16 tensor (`F16_TENSORS`), which only the scratch path
+// of the epilogue writes (a cooperative store writes the f32 fragment's own element type).
+#ifdef F16_TENSORS
+#import f16_bits
+@group(0) @binding(5) var<storage, read_write> output: array<f16>;
+fn output_value(v: f32) -> f16 {
+    return to_f16(v);
+}
+#else
 @group(0) @binding(5) var<storage, read_write> output: array<f32>;
+fn output_value(v: f32) -> f32 {
+    return v;
+}
+#endif
 
 // Written by the host (`StagedGrid`, same field order).
 struct Grid {
@@ -117,7 +135,12 @@ fn init_rows(t: u32, b: Block) {
             let pos = m % ohw;
             let y = (pos / p.ow) * p.stride_h;
             let x = (pos % p.ow) * p.stride_w;
-            let origin = ((img * grid.hp + y) * grid.wp + x) * grid.c8 + b.g * grid.cg8;
+            var origin = ((img * grid.hp + y) * grid.wp + x) * grid.c8 + b.g * grid.cg8;
+#ifdef IN_PLACE_INPUT
+            // Whole vectors: each image holds a multiple of 8 elements, so the chunk's start
+            // in its window does too.
+            origin += p.in_offset / 8u;
+#endif
             // The output element of channel 0 of the group: NCHW, or channels last
             // (`CHANNELS_LAST`, where the kernel writes the caller's NHWC tensor itself).
             var out = p.out_offset + (img * p.c_out + b.g * p.c_out_per_group) * ohw + pos;
@@ -207,9 +230,24 @@ fn staged_lo() -> u32 {
 }
 #endif
 
+#ifdef IN_PLACE_INPUT
+// The input read in place has had no staging pass to clamp and flag its values: ±inf, the
+// only f16 values beyond the range, are flagged here (the flagged run's output is not
+// specified). A half's magnitude is inf's (0x7c00) where the masked word XOR inf's bits has a
+// zero half, which the borrow of subtracting one from each half exposes in its top bit.
+fn note_infinities(v: vec4<u32>) {
+    let y = (v & vec4<u32>(0x7fff7fffu)) ^ vec4<u32>(0x7c007c00u);
+    let zero_half = (y - vec4<u32>(0x00010001u)) & ~y & vec4<u32>(0x80008000u);
+    out_of_range = out_of_range || any(zero_half != vec4<u32>(0u));
+}
+#endif
+
 // Registers → workgroup buffer `buf`.
 fn stash(buf: u32, t: u32) {
     for (var j = 0u; j < A_VECS; j++) {
+#ifdef IN_PLACE_INPUT
+        note_infinities(a_next[j]);
+#endif
         let row = t / BK8 + j * (WG / BK8);
         store_pairs_a((buf * BM + row) * A_PSTRIDE + (t % BK8) * 4u, j);
     }
@@ -251,7 +289,7 @@ fn store_fragment(blk: Block, warp: u32, lane: u32, m_base: u32, n_base: u32) {
         if (out >= 0 && nn < p.c_out_per_group) {
             let acc = c_scratch[warp * 256u + n * FRAG + m];
             output[u32(out) + nn * out_channel_stride()] =
-                activate(sums_scale(acc) + bias[blk.g * p.c_out_per_group + nn]);
+                output_value(activate(sums_scale(acc) + bias[blk.g * p.c_out_per_group + nn]));
         }
     }
     workgroupBarrier();
@@ -320,4 +358,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         && blk.m0 + BM <= p.m_total && blk.n0 + BN <= p.c_out_per_group;
     let scratch = warp * 256u;
     #import fragment_store
+#ifdef IN_PLACE_INPUT
+    report_range();
+#endif
 }

@@ -1,5 +1,6 @@
-// The staging pass of the channels-last kernels (nhwc.wgsl): the chunk's f32 input (NCHW,
-// or the caller's NHWC tensor where `CHANNELS_LAST`) rewritten as f16 [n][HP][WP][C8]
+// The staging pass of the channels-last kernels (nhwc.wgsl): the chunk's input (NCHW, or the
+// caller's NHWC tensor where `CHANNELS_LAST`; f32, or the caller's f16 tensor where
+// `F16_TENSORS`) rewritten as f16 [n][HP][WP][C8]
 // vectors of 8 channels (f16x3: then the low halves, same layout), the padding written out
 // (zeros, or the padding mode's mirrored, clamped or wrapped pixels) and each group's
 // channels padded with zeros to whole vectors. The matrix kernel then gathers 16-byte runs
@@ -21,7 +22,11 @@
 #import input_scale
 #endif
 
+#ifdef F16_TENSORS
+@group(0) @binding(1) var<storage, read> input: array<f16>;
+#else
 @group(0) @binding(1) var<storage, read> input: array<f32>;
+#endif
 @group(0) @binding(5) var<storage, read_write> staged: array<vec4<u32>>;
 
 // The input element a padded coordinate reads, or -1 for a zero.
@@ -52,7 +57,7 @@ fn channel(n: u32, c: u32, real: bool, y: u32, x: u32) -> f32 {
     if (i < 0) {
         return 0.0;
     }
-    return checked_operand(input[u32(i)]);
+    return checked_operand(f32(input[u32(i)]));
 }
 
 #ifdef F16X3
