@@ -608,11 +608,11 @@ pub const F32_SIMT_EFFICIENCY: f64 = 0.53;
 /// See [`F32_SIMT_EFFICIENCY`].
 pub const F32_MATRIX_EFFICIENCY: f64 = 0.23;
 
-/// Bytes per input element that the matrix path's staging pass writes (two f16 halves);
-/// besides, the input-maximum pass and the staging pass each read the element (4 bytes of
-/// an f32 tensor, 2 of an f16 one). The channels-last layout passes that the FMA kernels
-/// need around them move 8 per input and output element.
-const MATRIX_STAGED_BYTES: f64 = 4.0;
+/// Bytes per input element that the matrix path moves besides its kernel: the
+/// input-maximum pass reads it (4), the staging pass reads it (4) and writes its two f16
+/// halves (4). The channels-last layout passes that the FMA kernels need around them move
+/// 8 per input and output element.
+const MATRIX_STAGING_BYTES: f64 = 12.0;
 const LAYOUT_PASS_BYTES: f64 = 8.0;
 /// The share of the declared bandwidth those passes reach.
 const PASS_BANDWIDTH_SHARE: f64 = 0.6;
@@ -641,7 +641,7 @@ const MATRIX_PASSES_SECONDS: f64 = 5e-6;
 /// of a third of the matrix rate, or [`F32_SIMT_EFFICIENCY`] of the fp32 rate — plus, for
 /// the matrix path, the staging passes' bytes and their dispatches and its output's bytes
 /// ([`PASS_BANDWIDTH_SHARE`], [`MATRIX_OUTPUT_BANDWIDTH_SHARE`],
-/// [`MATRIX_NHWC_OUTPUT_BANDWIDTH_SHARE`]; the caller's element size), and for the FMA
+/// [`MATRIX_NHWC_OUTPUT_BANDWIDTH_SHARE`]; counted as for f32 tensors on f16 ones), and for the FMA
 /// kernels the layout passes where the tensors are channels last. Fitted on the 71 dense
 /// layers of ResNet-50, ResNeXt-50, MobileNetV2, VGG-16 and AlexNet that the rule decides,
 /// swept with four tiled configs (the shape rule's three of then and a 128×128 block; see
@@ -660,7 +660,7 @@ pub(crate) fn f32_matrix_rule(
     // Without the input shape the rule stays out: on small layers (MobileNetV2's narrow
     // pointwise ones on the H100) the matrix path ran up to 3x slower than the FMA kernels.
     let problem = problem?;
-    let matrix = f32_matrix_estimate(caps, spec, problem, layout, storage, finite_weights)?;
+    let matrix = f32_matrix_estimate(caps, spec, problem, layout, finite_weights)?;
     let split = splitk_estimate(caps, problem, converted(layout, storage), &matrix.rates).map(|e| e.seconds);
     let fma = match (f32_fma_estimate(caps, problem, layout, &matrix.rates), split) {
         (Some(tiled), Some(split)) => Some(tiled.min(split)),
@@ -705,7 +705,6 @@ fn f32_matrix_estimate(
     spec: &Conv2dSpec,
     problem: &ConvProblem,
     layout: Layout,
-    storage: Storage,
     finite_weights: bool,
 ) -> Option<MatrixEstimate> {
     let family = &nhwc::COOP_NHWC_F32;
@@ -728,14 +727,14 @@ fn f32_matrix_estimate(
         Layout::Nchw => MATRIX_OUTPUT_BANDWIDTH_SHARE,
         Layout::Nhwc => MATRIX_NHWC_OUTPUT_BANDWIDTH_SHARE,
     };
-    // The passes and the kernel read and write the caller's tensors, f16 ones included.
-    let element = match storage {
-        Storage::F16 => 2.0,
-        Storage::F32 => 4.0,
-    };
+    // Counted as for f32 tensors, where it was fitted, on f16 ones too (which the passes and
+    // the kernel read and write themselves): with the halved bytes counted instead, the H100
+    // ran MobileNetV2's and ResNet-50's 1×1 layers of at most 64 output channels 1.1–1.8×
+    // slower on the matrix units than on the FMA kernels between layout passes, which this
+    // estimate sent them to (it gained 1.1–1.3× on wider ones, e.g. ResNet-50's 512→128).
     let seconds = seconds_at(6.0 * matrix_work, rates.f16_matrix_tflops, F32_MATRIX_EFFICIENCY)
-        + (2.0 * element + MATRIX_STAGED_BYTES) * input / (bandwidth * PASS_BANDWIDTH_SHARE)
-        + element * output / (bandwidth * output_share)
+        + MATRIX_STAGING_BYTES * input / (bandwidth * PASS_BANDWIDTH_SHARE)
+        + 4.0 * output / (bandwidth * output_share)
         + MATRIX_PASSES_SECONDS;
     Some(MatrixEstimate { kernel, tiles, tile, seconds, rates })
 }
@@ -1131,7 +1130,7 @@ fn winograd_rule(
         + MATRIX_PASSES_SECONDS
         + conversion_passes(problem, &rates, converted);
     let fma = f32_fma_estimate(caps, problem, layout, &rates);
-    let matrix = f32_matrix_estimate(caps, spec, problem, layout, storage, finite_weights).map(|m| m.seconds);
+    let matrix = f32_matrix_estimate(caps, spec, problem, layout, finite_weights).map(|m| m.seconds);
     let split = splitk_estimate(caps, problem, converted, &rates).map(|e| e.seconds);
     let mut against = Vec::new();
     for (other, units) in [(fma, "the FMA kernels"), (matrix, "the matrix units"), (split, "split-K")] {
