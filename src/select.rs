@@ -481,17 +481,22 @@ const CHANNELS_LAST_F16_CONFIGS: [(TileConfig, f64); 3] = [
     (TileConfig::with_thread_tile(64, 128, 32, 8, 8, 2), 0.58),
     (TileConfig::with_thread_tile(64, 64, 32, 4, 8, 2), 0.6),
 ];
-/// The f16 configs for short K (at most [`CHANNELS_LAST_SHORT_K`] as the kernels walk it):
-/// K steps of 16 in one buffer, whose small workgroup memory lets more workgroups share a
-/// multiprocessor and hide the loads, the fixed prologue and the epilogue that such layers
-/// are mostly made of. On the H100 (f16 tensors, channels last) they ran the 1×1 and stem
-/// layers of ResNet-50 and MobileNetV2 with K ≤ 576 1.15–1.9× faster than the table above
-/// (MobileNetV2's 16→96 1×1 at 112×112: 0.313 → 0.163 ms), within 18 % of the best of ten
-/// configs on each; 128×64 blocks ran at about 0.9 of the 128×128 block's rate where both
-/// padded N alike.
-const CHANNELS_LAST_F16_SHORT_K_CONFIGS: [(TileConfig, f64); 2] = [
+/// The f16 configs for short K (at most [`CHANNELS_LAST_SHORT_K`] as the kernels walk it)
+/// on channels-last tensors: K steps of 16 in one buffer, whose small workgroup memory lets
+/// more workgroups share a multiprocessor and hide the loads, the fixed prologue and the
+/// epilogue that such layers are mostly made of, and 64×64 blocks for grids too small for
+/// them. On the H100 (f16 tensors) they ran the 1×1 and stem layers of ResNet-50,
+/// MobileNetV2 and VGG-16 with K ≤ 576 and grids of several waves 1.1–1.9× faster than the
+/// table above (MobileNetV2's 16→96 1×1 at 112×112: 0.310 → 0.165 ms), within 18 % of the
+/// best of ten configs on each; 128×64 blocks ran at about 0.9 of the 128×128 block's rate
+/// where both padded N alike; on MobileNetV2's 14×14 and 7×7 projections (under one wave of
+/// 128-row blocks) they were 1.4–1.6× slower than 64×64 blocks with K steps of 32. With NCHW
+/// tensors (the kernel storing f32 fragments straight into the output) the short steps
+/// gained nothing on ResNet-50 (0.79–1.24× per layer).
+const CHANNELS_LAST_F16_SHORT_K_CONFIGS: [(TileConfig, f64); 3] = [
     (TileConfig::with_thread_tile(128, 128, 16, 8, 8, 1), 1.0),
     (TileConfig::with_thread_tile(128, 64, 16, 8, 8, 1), 0.9),
+    (TileConfig::with_thread_tile(64, 64, 32, 4, 8, 2), 0.85),
 ];
 /// The longest K (taps × each group's channels padded to vectors of 8) that the f16
 /// channels-last rule gives its short-K configs: the longest measured (ResNet-50's 3×3
@@ -530,7 +535,9 @@ pub(crate) fn channels_last_rule(
     let k = channels_last_k(spec);
     let (family, configs): (_, &[(TileConfig, f64)]) = match precision {
         Precision::F16x3 => (&nhwc::COOP_NHWC_F16X3, &CHANNELS_LAST_SPLIT_CONFIGS),
-        _ if k <= CHANNELS_LAST_SHORT_K => (&nhwc::COOP_NHWC_F16, &CHANNELS_LAST_F16_SHORT_K_CONFIGS),
+        _ if k <= CHANNELS_LAST_SHORT_K && layout == Layout::Nhwc => {
+            (&nhwc::COOP_NHWC_F16, &CHANNELS_LAST_F16_SHORT_K_CONFIGS)
+        }
         _ => (&nhwc::COOP_NHWC_F16, &CHANNELS_LAST_F16_CONFIGS),
     };
     let what = format!(
