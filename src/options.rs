@@ -53,8 +53,9 @@ pub enum Storage {
     /// IEEE binary16, for inference where memory traffic dominates:
     /// [`crate::Conv2d::forward_f16`] on [`half::f16`] slices, and buffers of packed f16
     /// (2 bytes per element, two per 32-bit word, the lower half first; a buffer's size
-    /// rounded up to 4 bytes). The depthwise family and the SIMT tiled one (NCHW) read and
-    /// write them themselves where the device has `SHADER_F16`; for the other kernels (and
+    /// rounded up to 4 bytes). The depthwise family, the SIMT tiled one (NCHW) and the
+    /// channels-last cooperative one read and write them themselves where the device has
+    /// `SHADER_F16`; for the other kernels (and
     /// without the feature) a pass
     /// converts the input into the f32 they read, and one their f32 output into f16, in the
     /// same compute pass, reading and writing 32-bit words, so that f16 storage needs no

@@ -1,13 +1,15 @@
 //! Implicit GEMM on the matrix units over a channels-last input (`coop-nhwc-f16`): a staging
-//! pass (`stage.wgsl`) rewrites the chunk's NCHW f32 input as f16 `[n][HP][WP][C8]` vectors
-//! of 8 channels with the padding written out, so that the GEMM kernel (`nhwc.wgsl`) loads
-//! A as 16-byte runs of channels with no bounds test and no border logic; K is ordered
-//! (ky, kx, channel), each group's channels padded to whole vectors. The tile vocabulary
-//! is `TileConfig`'s; each warp owns 16×16 accumulator fragments (`coop::fragments`).
+//! pass (`stage.wgsl`) rewrites the chunk's input (NCHW or NHWC, f32 or f16) as f16
+//! `[n][HP][WP][C8]` vectors of 8 channels with the padding written out, so that the GEMM
+//! kernel (`nhwc.wgsl`) loads A as 16-byte runs of channels with no bounds test and no
+//! border logic; K is ordered (ky, kx, channel), each group's channels padded to whole
+//! vectors. The tile vocabulary is `TileConfig`'s; each warp owns 16×16 accumulator
+//! fragments (`coop::fragments`). An f16 channels-last input with nothing to pad is that
+//! layout already: `coop-nhwc-f16` reads it in place, with no staging pass.
 //!
 //! Why a separate pass: the gathering kernels (`coop-f16`) round and gather A one element
 //! at a time, and that staging work, not the matrix units, bounds them. Rewriting the input
-//! once costs a read of it and a write of half its bytes (its padded f16 copy).
+//! once costs a read of it and a write of its padded f16 copy.
 
 use crate::alloc;
 use crate::caps::{DeviceCaps, KernelLimits};
