@@ -631,7 +631,7 @@ pub(crate) fn compose_defined(
     precision: Precision,
     defines: &[&'static str],
 ) -> Result<String> {
-    compose_all(entry, own, generated, Operands::of(precision), false, defines)
+    compose_operands(entry, own, generated, Operands::of(precision), false, defines)
 }
 
 /// The `#define` of a kernel that reads and writes f16 tensors itself (`array<f16>` at
@@ -673,17 +673,6 @@ impl Operands {
 
 /// [`compose`] with the operands given, and `#define`s of the kernel's own.
 pub(crate) fn compose_operands(
-    entry: &str,
-    own: &[(&'static str, &'static str)],
-    generated: Vec<(&'static str, String)>,
-    operands: Operands,
-    cooperative: bool,
-    defines: &[&'static str],
-) -> Result<String> {
-    compose_all(entry, own, generated, operands, cooperative, defines)
-}
-
-fn compose_all(
     entry: &str,
     own: &[(&'static str, &'static str)],
     generated: Vec<(&'static str, String)>,
