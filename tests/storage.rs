@@ -248,18 +248,24 @@ fn f16_storage_in_chunks() {
             let opts = Conv2dOptions::default().kernel(kernel.clone()).layout(layout).storage(Storage::F16);
             let conv = Conv2d::new_f16(&gpu, c.case.spec, &c.w, c.b.as_deref(), opts).unwrap();
             let what = format!("{layout:?} f16 storage in chunks, {kernel}");
-            let (x, want) = c.tensors(layout, false);
-            let xb = f16_buffer(&gpu, "x", &x, 0, wgpu::BufferUsages::empty());
-            let yb = f16_buffer(&gpu, "y", &[], want.len(), wgpu::BufferUsages::empty());
-            assert_eq!(conv.plan(c.case.shape, &xb, &yb).unwrap().chunks(), 3, "{what}");
-            assert_native_f16(&gpu, &conv, c.case.shape, &what);
-            let (got, tail) = run_f16_poisoned(&gpu, &conv, &x, c.case.shape, 3);
-            assert_close(&c.case.label(&format!("encode, {what}")), &got, &want, TOL_STORAGE);
-            assert!(tail.iter().all(|&b| b == POISON), "{}: wrote past the output", c.case.label(&what));
-            let got = conv.forward_f16(&x, c.case.shape).unwrap();
-            assert_close(&c.case.label(&format!("forward_f16, {what}")), &to_f32(&got), &want, TOL_STORAGE);
+            check_chunked(&gpu, c, &conv, 3, TOL_STORAGE, &what);
         }
     }
+}
+
+/// An op of f16 storage whose plan runs `chunks` chunks, through `encode` (into a poisoned
+/// output with a poisoned tail) and `forward_f16`, against the reference within `tol`.
+fn check_chunked(gpu: &Gpu, c: &F16Case, conv: &Conv2d, chunks: usize, tol: f64, what: &str) {
+    let (x, want) = c.tensors(conv.layout(), false);
+    let xb = f16_buffer(gpu, "x", &x, 0, wgpu::BufferUsages::empty());
+    let yb = f16_buffer(gpu, "y", &[], want.len(), wgpu::BufferUsages::empty());
+    assert_eq!(conv.plan(c.case.shape, &xb, &yb).unwrap().chunks(), chunks, "{what}");
+    assert_native_f16(gpu, conv, c.case.shape, what);
+    let (got, tail) = run_f16_poisoned(gpu, conv, &x, c.case.shape, 3);
+    assert_close(&c.case.label(&format!("encode, {what}")), &got, &want, tol);
+    assert!(tail.iter().all(|&b| b == POISON), "{}: wrote past the output", c.case.label(what));
+    let got = conv.forward_f16(&x, c.case.shape).unwrap();
+    assert_close(&c.case.label(&format!("forward_f16, {what}")), &to_f32(&got), &want, tol);
 }
 
 /// The channels-last cooperative kernels on f16 tensors split into chunks (where the device
@@ -283,18 +289,8 @@ fn cooperative_f16_storage_in_chunks() {
             let opts = options_at(precision, Some(kernel(name)), false).layout(layout).storage(Storage::F16);
             let conv = Conv2d::new_f16(&gpu, c.case.spec, &c.w, c.b.as_deref(), opts).unwrap();
             let what = format!("{layout:?} f16 storage in chunks, {name}");
-            let (x, want) = c.tensors(layout, false);
-            let xb = f16_buffer(&gpu, "x", &x, 0, wgpu::BufferUsages::empty());
-            let yb = f16_buffer(&gpu, "y", &[], want.len(), wgpu::BufferUsages::empty());
-            let chunks = conv.plan(c.case.shape, &xb, &yb).unwrap().chunks();
-            assert_eq!(chunks, if name == "coop-nhwc-f16" { 2 } else { 3 }, "{what}");
-            assert_native_f16(&gpu, &conv, c.case.shape, &what);
-            let tol = TOL_STORAGE.max(precision_tolerance(precision));
-            let (got, tail) = run_f16_poisoned(&gpu, &conv, &x, c.case.shape, 3);
-            assert_close(&c.case.label(&format!("encode, {what}")), &got, &want, tol);
-            assert!(tail.iter().all(|&b| b == POISON), "{}: wrote past the output", c.case.label(&what));
-            let got = conv.forward_f16(&x, c.case.shape).unwrap();
-            assert_close(&c.case.label(&format!("forward_f16, {what}")), &to_f32(&got), &want, tol);
+            let chunks = if name == "coop-nhwc-f16" { 2 } else { 3 };
+            check_chunked(&gpu, &c, &conv, chunks, TOL_STORAGE.max(precision_tolerance(precision)), &what);
         }
     }
 }
