@@ -157,7 +157,9 @@ pub(crate) fn select(
             return Ok(Selection { kernel, source: ConfigSource::TuningCache, reason });
         }
     }
-    if let Some((kernel, reason)) = channels_last_rule(caps, spec, problem.as_ref(), options.precision, options.layout)
+    let f16_tensors = f16_tensors_in_kernels(caps, options.storage);
+    if let Some((kernel, reason)) =
+        channels_last_rule(caps, spec, problem.as_ref(), options.precision, options.layout, f16_tensors)
     {
         return Ok(Selection { kernel, source: ConfigSource::Default, reason });
     }
@@ -482,7 +484,8 @@ const CHANNELS_LAST_F16_CONFIGS: [(TileConfig, f64); 3] = [
     (TileConfig::with_thread_tile(64, 64, 32, 4, 8, 2), 0.6),
 ];
 /// The f16 configs for short K (at most [`CHANNELS_LAST_SHORT_K`] as the kernels walk it)
-/// on channels-last tensors: K steps of 16 in one buffer, whose small workgroup memory lets
+/// on channels-last f16 tensors (which the kernel reads, in place where it can, and writes
+/// through its scratch fragments): K steps of 16 in one buffer, whose small workgroup memory lets
 /// more workgroups share a multiprocessor and hide the loads, the fixed prologue and the
 /// epilogue that such layers are mostly made of, and 64×64 blocks for grids too small for
 /// them. On the H100 (f16 tensors) they ran the 1×1 and stem layers of ResNet-50,
@@ -490,9 +493,11 @@ const CHANNELS_LAST_F16_CONFIGS: [(TileConfig, f64); 3] = [
 /// table above (MobileNetV2's 16→96 1×1 at 112×112: 0.310 → 0.165 ms), within 18 % of the
 /// best of ten configs on each; 128×64 blocks ran at about 0.9 of the 128×128 block's rate
 /// where both padded N alike; on MobileNetV2's 14×14 and 7×7 projections (under one wave of
-/// 128-row blocks) they were 1.4–1.6× slower than 64×64 blocks with K steps of 32. With NCHW
-/// tensors (the kernel storing f32 fragments straight into the output) the short steps
-/// gained nothing on ResNet-50 (0.79–1.24× per layer).
+/// 128-row blocks) they were 1.4–1.6× slower than 64×64 blocks with K steps of 32. On NCHW
+/// f32 tensors (the kernel storing f32 fragments straight into the output) the short steps
+/// gained nothing on ResNet-50 (0.79–1.24× per layer); on channels-last f32 tensors they
+/// were not measured against the earlier table (ResNet-50's wide 1×1 layers took 1.27–1.35×
+/// the time there that the earlier table took on NCHW tensors, in another call).
 const CHANNELS_LAST_F16_SHORT_K_CONFIGS: [(TileConfig, f64); 3] = [
     (TileConfig::with_thread_tile(128, 128, 16, 8, 8, 1), 1.0),
     (TileConfig::with_thread_tile(128, 64, 16, 8, 8, 1), 0.9),
@@ -520,14 +525,16 @@ const CHANNELS_LAST_SPLIT_CONFIGS: [(TileConfig, f64); 4] = [
 /// 1.4–2.6× and ResNet-50's deeper ones up to 2.2× faster than the gathering kernel, which
 /// rounds and gathers its operands one element at a time. On channels-last tensors it takes
 /// every layer these precisions run on it (the others would need layout passes). With the
-/// input shape known, the config with the least estimated time ([`estimated_best`]); else
-/// the 128×128 reference.
+/// input shape known, the config with the least estimated time ([`estimated_best`]) among
+/// the precision's table (for f16 on channels-last f16 tensors, `f16_tensors`, with K up to
+/// [`CHANNELS_LAST_SHORT_K`]: the short-K table); else the 128×128 reference.
 pub(crate) fn channels_last_rule(
     caps: &DeviceCaps,
     spec: &Conv2dSpec,
     problem: Option<&ConvProblem>,
     precision: Precision,
     layout: Layout,
+    f16_tensors: bool,
 ) -> Option<(Kernel, String)> {
     if !channels_last_rule_applies_for(caps, spec, precision, layout) {
         return None;
@@ -535,7 +542,7 @@ pub(crate) fn channels_last_rule(
     let k = channels_last_k(spec);
     let (family, configs): (_, &[(TileConfig, f64)]) = match precision {
         Precision::F16x3 => (&nhwc::COOP_NHWC_F16X3, &CHANNELS_LAST_SPLIT_CONFIGS),
-        _ if k <= CHANNELS_LAST_SHORT_K && layout == Layout::Nhwc => {
+        _ if k <= CHANNELS_LAST_SHORT_K && layout == Layout::Nhwc && f16_tensors => {
             (&nhwc::COOP_NHWC_F16, &CHANNELS_LAST_F16_SHORT_K_CONFIGS)
         }
         _ => (&nhwc::COOP_NHWC_F16, &CHANNELS_LAST_F16_CONFIGS),

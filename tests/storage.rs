@@ -167,7 +167,8 @@ fn f16_storage_matches_reference() {
         // The same at stride 1, where a CPU adapter's default is Winograd between passes.
         ("wide_odd_channels_s1", S::new(37, 41, 3).padding(P::uniform(1)).with_bias(true), [3, 7, 9], false),
         // Unpadded, whole vectors of 8 channels per group: coop-nhwc-f16 reads channels-last
-        // input in place (three images, so chunk offsets past the first image matter too).
+        // input in place (several images per dispatch; chunked in
+        // `cooperative_f16_storage_in_chunks`).
         ("1x1_c16_in_place", S::new(16, 12, 1).with_bias(true), [3, 5, 7], true),
         ("3x3_s2_groups_in_place", S::new(16, 10, 3).stride(2).groups(2).dilation(2), [2, 13, 11], false),
     ];
@@ -283,7 +284,9 @@ fn cooperative_f16_storage_in_chunks() {
     // half: five or six, as its output counts).
     let staged = 65 * 65 * 16 * 2;
     let _serial = serial();
-    let gpu = gpu_with_limits(|l| l.max_storage_buffer_binding_size = 3 * staged + 256);
+    let Some(gpu) = coop_gpu_with_limits(|l| l.max_storage_buffer_binding_size = 3 * staged + 256) else {
+        return;
+    };
     for (name, precision) in COOPERATIVE {
         for layout in [Layout::Nchw, Layout::Nhwc] {
             let opts = options_at(precision, Some(kernel(name)), false).layout(layout).storage(Storage::F16);
@@ -293,6 +296,16 @@ fn cooperative_f16_storage_in_chunks() {
             check_chunked(&gpu, &c, &conv, chunks, TOL_STORAGE.max(precision_tolerance(precision)), &what);
         }
     }
+    // Read in place (16 channels, unpadded, channels last): six images of 16368 elements per
+    // chunk, so the second chunk starts inside its aligned window and the kernel's origins
+    // count its element offset.
+    let c = f16_case("f16_chunked_in_place", S::new(16, 5, 1).with_bias(true), [7, 31, 33]);
+    let opts = options_at(Precision::F16Accum32, Some(kernel("coop-nhwc-f16")), false)
+        .layout(Layout::Nhwc)
+        .storage(Storage::F16);
+    let conv = Conv2d::new_f16(&gpu, c.case.spec, &c.w, c.b.as_deref(), opts).unwrap();
+    let tol = TOL_STORAGE.max(precision_tolerance(Precision::F16Accum32));
+    check_chunked(&gpu, &c, &conv, 2, tol, "Nhwc f16 storage in chunks, coop-nhwc-f16 in place");
 }
 
 /// `coop-nhwc-f16` reading an f16 channels-last input in place (no staging pass to clamp

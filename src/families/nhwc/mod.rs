@@ -309,7 +309,8 @@ impl NhwcKernel {
     /// spatial padding, each group's channels whole vectors of 8), and `coop-nhwc-f16` takes
     /// its f16 values as they are (the split kernels stage low halves, the F32 one a scaled
     /// input). The kernel then flags ±inf inputs itself. Saves a pass that reads the input
-    /// and writes as many bytes: ResNet-50's 1×1 layers, and every unpadded layer.
+    /// and writes as many bytes: ResNet-50's 1×1 layers, and every unpadded layer whose groups
+    /// hold whole vectors of 8 channels.
     fn input_in_place(&self, problem: &ConvProblem, form: TensorForm) -> bool {
         let s = &problem.spec;
         let p = &s.padding;

@@ -339,14 +339,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         }
         workgroupBarrier();
     }
-    // The epilogue. Where the block lies inside the problem (rows and the group's channels),
-    // every 16-row fragment inside one image (OH·OW a multiple of 16), the output 16-byte
-    // aligned and no activation asked for, each warp stores its fragments straight into the
-    // NCHW output (column-major, stride OH·OW), the bias added as a broadcast fragment (a
-    // row-major load of stride 0): no workgroup barrier. Else each fragment goes through
-    // the warp's scratch fragment (bias and activation per element, two barriers per
-    // fragment). The test is the workgroup's alone: cooperative operations need uniform
-    // control flow.
+    // The epilogue. For an f32 output where the block lies inside the problem (rows and the
+    // group's channels), every 16-row fragment inside one image (OH·OW a multiple of 16;
+    // channels last: rows of C_out a multiple of 4), the output 16-byte aligned and no
+    // activation asked for, each warp stores its fragments straight into the output, the
+    // bias added as a broadcast fragment (a row-major load of stride 0): no workgroup
+    // barrier. Else, and always for an f16 output (the generated store has no direct
+    // branch then), each fragment goes through the warp's scratch fragment (bias,
+    // activation and conversion per element, two barriers per fragment). The test is the
+    // workgroup's alone: cooperative operations need uniform control flow.
     let ohw = p.oh * p.ow;
     // A `let`, not `p.c_out` in the store itself: naga 30's SPIR-V writer panics on a
     // cooperative store whose stride is a uniform's field ("Expression … is not cached").
