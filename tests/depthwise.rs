@@ -41,7 +41,7 @@ fn random_case(rng: &mut rand::rngs::StdRng, i: usize, seed: u64) -> Case {
         let n = if rng.random_bool(0.5) { 1 } else { 2 };
         let shape = Shape4::new(n, spec.in_channels, rng.random_range(1..=17u32), rng.random_range(1..=19u32));
         if spec.problem(shape).is_ok() {
-            return Case::with_seed(&format!("random_{i}"), spec, shape, seed.wrapping_add(i as u64));
+            return Case::with_seed(&format!("random_{i}"), spec, shape, seed.wrapping_add(i as u64)).replayed_by(seed);
         }
     }
 }
@@ -198,7 +198,7 @@ fn channel_vectors_match_the_reference() {
         if spec.problem(shape).is_err() {
             continue;
         }
-        let case = Case::with_seed(&format!("vectors_{i}"), spec, shape, seed.wrapping_add(i as u64));
+        let case = Case::with_seed(&format!("vectors_{i}"), spec, shape, seed.wrapping_add(i as u64)).replayed_by(seed);
         let relu = i % 3 == 1;
         let activation = if relu { Activation::Relu } else { Activation::None };
         let mut want = to_nhwc(&case.want, case.problem.output);
@@ -224,7 +224,26 @@ fn channel_vectors_match_the_reference() {
             let tol = if precision == Precision::F32 { TOL_F32 } else { TOL_F16 };
             let what = case.label(&format!("NHWC {precision}, {kind}"));
             let (got, tail) = run_poisoned_with(&gpu, &conv, &x, case.shape, f32::NAN, 7);
-            assert_close(&what, &got, &want, tol);
+            let err = wgconv::reference::relative_l2(&got, &want);
+            if precision == Precision::F16Accum32 && err > tol {
+                // Beyond the f16 bound only where rounding the operands puts it there: then
+                // the result is that of the rounded operands.
+                let rounded = f16_operand_references(&case).map(|r| {
+                    let mut r = to_nhwc(&r, case.problem.output);
+                    if relu {
+                        r.iter_mut().for_each(|v| *v = wgconv::reference::relu(*v));
+                    }
+                    wgconv::reference::relative_l2(&got, &r)
+                });
+                assert!(
+                    rounded.iter().any(|&e| e <= TOL_F32),
+                    "{what}: relative L2 {err:.3e} > {tol:e}, and {:.2e} / {:.2e} from the rounded operands' references",
+                    rounded[0],
+                    rounded[1]
+                );
+            } else {
+                assert_close(&what, &got, &want, tol);
+            }
             assert!(tail.iter().all(|v| v.is_nan()), "{what}: wrote past the output");
         }
         if f16 && !relu {

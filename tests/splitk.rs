@@ -29,7 +29,7 @@ fn random_case(rng: &mut rand::rngs::StdRng, i: usize, seed: u64, slices: u32) -
         let n = if rng.random_bool(0.5) { 1 } else { 2 };
         let shape = Shape4::new(n, spec.in_channels, rng.random_range(3..=14u32), rng.random_range(3..=14u32));
         if spec.problem(shape).is_ok() {
-            return Case::with_seed(&format!("random_{i}"), spec, shape, seed.wrapping_add(i as u64));
+            return Case::with_seed(&format!("random_{i}"), spec, shape, seed.wrapping_add(i as u64)).replayed_by(seed);
         }
     }
 }

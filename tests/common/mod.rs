@@ -153,6 +153,9 @@ pub struct Case {
     pub shape: Shape4,
     pub problem: ConvProblem,
     pub seed: u64,
+    /// The `WGCONV_TEST_SEED` that replays the case: its own seed, or the test's seed where
+    /// the test derives the case's shape and seed from that ([`Case::replayed_by`]).
+    pub replay: u64,
     pub x: Vec<f32>,
     pub w: Vec<f32>,
     pub b: Option<Vec<f32>>,
@@ -172,12 +175,19 @@ impl Case {
         let x = randn(shape.len() as usize, seed);
         let (w, b) = params(&spec, seed.wrapping_add(1));
         let want = reference_out(&problem, &x, &w, b.as_deref());
-        Case { name: name.to_string(), spec, shape, problem, seed, x, w, b, want }
+        Case { name: name.to_string(), spec, shape, problem, seed, replay: seed, x, w, b, want }
+    }
+
+    /// The case as one of a test's random cases, all derived from the test's seed `base`:
+    /// failures name `base` to replay it.
+    pub fn replayed_by(mut self, base: u64) -> Case {
+        self.replay = base;
+        self
     }
 
     /// A label for assertions: the case, the kernel and how to replay the data.
     pub fn label(&self, what: &str) -> String {
-        format!("{} [{what}] {} (replay: WGCONV_TEST_SEED={})", self.name, self.problem, self.seed)
+        format!("{} [{what}] {} (replay: WGCONV_TEST_SEED={})", self.name, self.problem, self.replay)
     }
 
     /// Builds the op on `gpu` (`kernel: None`: the library's default choice).
@@ -341,6 +351,19 @@ pub fn ragged_shapes() -> Vec<(&'static str, Conv2dSpec, [u32; 3], bool)> {
             [2, 13, 9],
             false,
         ),
+    ]
+}
+
+/// The references an f16-operand result may equal where the operands' rounding alone puts
+/// it beyond [`TOL_F16`] of the f64 reference (one product per output cancelling against the
+/// bias, ReLU leaving mostly those): weights rounded to f16, the input rounded or left exact
+/// (drivers may fold a kernel's f32 → f16 → f32 round trip away, as NVIDIA's does). NCHW.
+pub fn f16_operand_references(case: &Case) -> [Vec<f32>; 2] {
+    let round = |v: &[f32]| -> Vec<f32> { v.iter().map(|&v| wgconv::half::f16::from_f32(v).to_f32()).collect() };
+    let w = round(&case.w);
+    [
+        reference_out(&case.problem, &round(&case.x), &w, case.b.as_deref()),
+        reference_out(&case.problem, &case.x, &w, case.b.as_deref()),
     ]
 }
 
