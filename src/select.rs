@@ -519,6 +519,20 @@ const CHANNELS_LAST_SPLIT_CONFIGS: [(TileConfig, f64); 4] = [
     (TileConfig::with_thread_tile(64, 64, 64, 4, 8, 1), 0.6),
 ];
 
+/// The split kernels' configs for short K (at most [`CHANNELS_LAST_SHORT_K`]) on
+/// channels-last tensors in rule 5: 64×64 blocks with K steps of 16 in one buffer in place
+/// of those with K steps of 64. On the H100 (f32 tensors) they ran thirteen of fourteen
+/// short-K layers of ResNet-50 and MobileNetV2 in 0.44–0.99× the time of the K-64 blocks
+/// and at 0.95–1.2× the 128×128 block's rate per padded multiply-add on their 56×56 and
+/// 28×28 maps (counted at 0.9: at 7×7, MobileNetV2's last 1×1 layer, they ran 1.2× slower
+/// than the 128×128 block).
+const CHANNELS_LAST_SPLIT_SHORT_K_CONFIGS: [(TileConfig, f64); 4] = [
+    (TileConfig::with_thread_tile(128, 128, 32, 8, 8, 1), 1.0),
+    (TileConfig::with_thread_tile(128, 64, 32, 8, 8, 1), 0.65),
+    (TileConfig::with_thread_tile(64, 128, 32, 8, 8, 1), 0.65),
+    (TileConfig::with_thread_tile(64, 64, 16, 4, 8, 1), 0.9),
+];
+
 /// The channels-last rule: f16 and f16x3 convolutions on cooperative matrices whose groups'
 /// channels pad K by at most [`CHANNELS_LAST_MAX_K_PADDING`] run the channels-last family
 /// (its input staged as f16 vectors of 8 channels): on the H100 it ran VGG-16's layers
@@ -749,11 +763,15 @@ fn f32_matrix_estimate(
         return None;
     }
     let matrix_k = channels_last_k(spec);
+    let configs: &[(TileConfig, f64)] = match layout {
+        Layout::Nhwc if matrix_k <= CHANNELS_LAST_SHORT_K => &CHANNELS_LAST_SPLIT_SHORT_K_CONFIGS,
+        _ => &CHANNELS_LAST_SPLIT_CONFIGS,
+    };
     let (kernel, tiles, tile, _) =
-        estimated_best(caps, problem, matrix_k, &CHANNELS_LAST_SPLIT_CONFIGS, |t| family.reference().with_tile(t))?;
+        estimated_best(caps, problem, matrix_k, configs, |t| family.reference().with_tile(t))?;
     let (input, output) = (problem.input.len() as f64, problem.output.len() as f64);
     let bandwidth = rates.bandwidth_gbs * 1e9;
-    let matrix_work = wave_work(problem, matrix_k, &CHANNELS_LAST_SPLIT_CONFIGS, rates.multiprocessors as u64);
+    let matrix_work = wave_work(problem, matrix_k, configs, rates.multiprocessors as u64);
     let output_share = match layout {
         Layout::Nchw => MATRIX_OUTPUT_BANDWIDTH_SHARE,
         Layout::Nhwc => MATRIX_NHWC_OUTPUT_BANDWIDTH_SHARE,
