@@ -135,15 +135,13 @@ pub(crate) fn select(
     // a tile gains. The Winograd rule weighs the matrix path itself, so it goes first.
     if options.precision == Precision::F32 {
         // Winograd and split-K read NCHW f32 tensors only: others reach them through passes.
-        let converted = converted(options.layout, options.storage);
+        let converted = options.layout == Layout::Nhwc || options.storage == Storage::F16;
         if let Some(problem) = problem.as_ref() {
-            if let Some((kernel, reason)) =
-                winograd_rule(caps, problem, options.layout, options.storage, finite_weights)
-            {
+            if let Some((kernel, reason)) = winograd_rule(caps, problem, options.layout, converted, finite_weights) {
                 return Ok(Selection { kernel, source: ConfigSource::Default, reason });
             }
         }
-        let matrix = f32_matrix_rule(caps, spec, problem.as_ref(), options.layout, options.storage, finite_weights);
+        let matrix = f32_matrix_rule(caps, spec, problem.as_ref(), options.layout, converted, finite_weights);
         if let Some((kernel, reason)) = matrix {
             return Ok(Selection { kernel, source: ConfigSource::Default, reason });
         }
@@ -699,14 +697,14 @@ pub(crate) fn f32_matrix_rule(
     spec: &Conv2dSpec,
     problem: Option<&ConvProblem>,
     layout: Layout,
-    storage: Storage,
+    converted: bool,
     finite_weights: bool,
 ) -> Option<(Kernel, String)> {
     // Without the input shape the rule stays out: on small layers (MobileNetV2's narrow
     // pointwise ones on the H100) the matrix path ran up to 3x slower than the FMA kernels.
     let problem = problem?;
     let matrix = f32_matrix_estimate(caps, spec, problem, layout, finite_weights)?;
-    let split = splitk_estimate(caps, problem, converted(layout, storage), &matrix.rates).map(|e| e.seconds);
+    let split = splitk_estimate(caps, problem, converted, &matrix.rates).map(|e| e.seconds);
     let fma = match (f32_fma_estimate(caps, problem, layout, &matrix.rates), split) {
         (Some(tiled), Some(split)) => Some(tiled.min(split)),
         (tiled, split) => tiled.or(split),
@@ -799,12 +797,6 @@ fn f32_fma_estimate(caps: &DeviceCaps, problem: &ConvProblem, layout: Layout, ra
     let work = wave_work(problem, k, &configs, rates.multiprocessors as u64);
     let passes = conversion_passes(problem, rates, layout == Layout::Nhwc);
     Some(seconds_at(2.0 * work, rates.fp32_tflops, F32_SIMT_EFFICIENCY) + passes)
-}
-
-/// Whether tensors of this layout and storage reach a kernel that reads NCHW f32 tensors only
-/// (Winograd, split-K) through conversion passes.
-fn converted(layout: Layout, storage: Storage) -> bool {
-    layout == Layout::Nhwc || storage == Storage::F16
 }
 
 /// The seconds of the passes that convert the tensors for a kernel that does not read them
@@ -1132,11 +1124,10 @@ fn winograd_rule(
     caps: &DeviceCaps,
     problem: &ConvProblem,
     layout: Layout,
-    storage: Storage,
+    converted: bool,
     finite_weights: bool,
 ) -> Option<(Kernel, String)> {
     let spec = &problem.spec;
-    let converted = converted(layout, storage);
     if !finite_weights || spec.in_channels < WINOGRAD_MIN_CHANNELS {
         return None;
     }
