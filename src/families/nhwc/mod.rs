@@ -325,16 +325,19 @@ impl NhwcKernel {
     fn shaped(&self, problem: &ConvProblem, form: TensorForm) -> Result<Box<dyn Shaped>> {
         let geometry = StagedGeometry::new(&problem.spec, problem.input.h, problem.input.w, self.tile.block_k);
         let in_place = self.input_in_place(problem, form);
-        let staging = Staging {
-            source: stage_source(problem, &geometry, self.family.variant.operands(), form)?,
-            bytes_per_image: geometry.bytes_per_image() * self.family.halves(),
-            invocations_per_image: geometry.hp as u64 * geometry.wp as u64 * geometry.c8 as u64,
-            workgroup_size: STAGE_WG,
-            scaled_input: self.family.scaled(),
+        let staging = match in_place {
+            true => None,
+            false => Some(Staging {
+                source: stage_source(problem, &geometry, self.family.variant.operands(), form)?,
+                bytes_per_image: geometry.bytes_per_image() * self.family.halves(),
+                invocations_per_image: geometry.hp as u64 * geometry.wp as u64 * geometry.c8 as u64,
+                workgroup_size: STAGE_WG,
+                scaled_input: self.family.scaled(),
+            }),
         };
         Ok(Box::new(StagedShaped {
             source: self.source(form, in_place),
-            staging: (!in_place).then_some(staging),
+            staging,
             spec: problem.spec,
             geometry,
             tile: self.tile,
