@@ -592,16 +592,9 @@ pub(crate) const INPUT_MAX_WRITE_BINDING: u32 = 9;
 /// The input-maximum pass's WGSL (`src/wgsl/input_max.wgsl`), over an f32 input or
 /// (`f16_tensors`) the caller's f16 one.
 pub(crate) fn input_max_pass_source(f16_tensors: bool) -> Result<String> {
-    let mut modules = Modules::new(&[("input_max", INPUT_MAX_WGSL)]);
-    modules.insert("params", PARAMS_WGSL);
-    modules.insert("input_max_config", format!("const MAX_WG: u32 = {INPUT_MAX_WG}u;\n"));
-    let defines: BTreeSet<&str> = f16_tensors.then_some(F16_TENSORS).into_iter().collect();
-    let body = crate::shader::preprocess("input_max", &modules, &defines)
-        .map_err(|e| Error::Wgpu { stage: "shader composition", message: e })?;
-    Ok(match f16_tensors {
-        true => format!("enable f16;\n{body}"),
-        false => body,
-    })
+    let config = vec![("input_max_config", format!("const MAX_WG: u32 = {INPUT_MAX_WG}u;\n"))];
+    let defines: &[&'static str] = if f16_tensors { &[F16_TENSORS] } else { &[] };
+    compose_operands("input_max", &[("input_max", INPUT_MAX_WGSL)], config, Operands::F32, false, defines)
 }
 
 /// Workgroups of the input-maximum pass over a chunk of `elements` input values.
