@@ -239,14 +239,53 @@ pub fn options_at(precision: Precision, kernel: Option<Kernel>, relu: bool) -> C
 /// `forward`, both within `tol` of `want`, and no range flag raised on normal data. Returns
 /// the larger of the two errors.
 pub fn check_encode_and_forward(gpu: &Gpu, case: &Case, conv: &Conv2d, want: &[f32], tol: f64) -> f64 {
+    let runs = encode_and_forward(gpu, case, conv);
+    for (label, got) in &runs {
+        assert_close(label, got, want, tol);
+    }
+    runs.iter().map(|(_, got)| reference::relative_l2(got, want)).fold(0.0, f64::max)
+}
+
+/// [`check_encode_and_forward`] for an op with f16 operands (`Precision::F16Accum32`) on
+/// random data, against the case's reference through [`assert_f16_operands_close`].
+pub fn check_f16_encode_and_forward(gpu: &Gpu, case: &Case, conv: &Conv2d) {
+    for (label, got) in encode_and_forward(gpu, case, conv) {
+        assert_f16_operands_close(&label, &got, &case.want, case, |r| r);
+    }
+}
+
+/// The op's output through `encode` into NaN-poisoned output, then through `forward`, each
+/// with its label; no range flag raised on normal data in between.
+fn encode_and_forward(gpu: &Gpu, case: &Case, conv: &Conv2d) -> [(String, Vec<f32>); 2] {
     let kind = &conv.kernel().kernel;
-    let got = run_poisoned(gpu, conv, &case.x, case.shape);
-    assert_close(&case.label(&format!("encode, {kind}")), &got, want, tol);
-    let err = reference::relative_l2(&got, want);
+    let encoded = run_poisoned(gpu, conv, &case.x, case.shape);
     assert!(!conv.take_range_flag().unwrap(), "{}: range flag on normal data", case.label(&kind.to_string()));
-    let got = conv.forward(&case.x, case.shape).unwrap_or_else(|e| panic!("{}: {e}", case.label("forward")));
-    assert_close(&case.label(&format!("forward, {kind}")), &got, want, tol);
-    err.max(reference::relative_l2(&got, want))
+    let forward = conv.forward(&case.x, case.shape).unwrap_or_else(|e| panic!("{}: {e}", case.label("forward")));
+    [(case.label(&format!("encode, {kind}")), encoded), (case.label(&format!("forward, {kind}")), forward)]
+}
+
+/// Asserts an f16-operand result (`Precision::F16Accum32`) matches the case: within
+/// [`TOL_F16`] of `want`, or, where rounding the operands alone puts it beyond that (random
+/// data whose products cancel), within [`TOL_F32`] of one of [`f16_operand_references`],
+/// which `form` puts in `want`'s form (layout, activation).
+pub fn assert_f16_operands_close(
+    what: &str,
+    got: &[f32],
+    want: &[f32],
+    case: &Case,
+    form: impl Fn(Vec<f32>) -> Vec<f32>,
+) {
+    let err = reference::relative_l2(got, want);
+    if err <= TOL_F16 {
+        return assert_close(what, got, want, TOL_F16);
+    }
+    let rounded = f16_operand_references(case).map(|r| reference::relative_l2(got, &form(r)));
+    assert!(
+        rounded.iter().any(|&e| e <= TOL_F32),
+        "{what}: relative L2 {err:.3e} > {TOL_F16:e}, and {:.2e} / {:.2e} from the rounded operands' references",
+        rounded[0],
+        rounded[1]
+    );
 }
 
 /// `got` is NaN exactly where `want` is, and `want` has a NaN somewhere.
