@@ -10,10 +10,11 @@ use crate::kernel::{
     bindings, workgroups_u32, ConvParams, Pipeline, Precision, Shaped, TensorForm, FINISHING_INPUT_BINDING,
     FINISHING_WEIGHT_BINDING, FLAG_RELU, GRID_BINDING, INPUT_MAX_BINDING, INPUT_MAX_WRITE_BINDING, PAD_MODE_SHIFT,
 };
-use crate::lru::Lru;
 use crate::options::{Activation, Conv2dOptions, Layout, Selection, Storage};
 use crate::scope::ErrorScope;
 use crate::spec::{Conv2dSpec, ConvProblem, Shape4};
+use lru::LruCache;
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Input sizes (H, W) whose composed kernel and tables a `Conv2d` keeps (least recently
@@ -98,7 +99,7 @@ pub struct Conv2d {
     /// Held by a forward on f16 kernels: concurrent calls would share the range flag.
     forward_lock: Mutex<()>,
     /// The kernel composed per input (H, W), for the [`PREPARED_CAPACITY`] most recent sizes.
-    prepared: Mutex<Lru<(u32, u32), Arc<Prepared>>>,
+    prepared: Mutex<LruCache<(u32, u32), Arc<Prepared>>>,
     /// The layout of the one-buffer bind group that asks wgpu whether a buffer is this
     /// device's (see `check_device`).
     probe_layout: OnceLock<wgpu::BindGroupLayout>,
@@ -370,7 +371,7 @@ impl Conv2d {
             range_flag,
             range_snapshot,
             forward_lock: Mutex::new(()),
-            prepared: Mutex::new(Lru::new(PREPARED_CAPACITY)),
+            prepared: Mutex::new(LruCache::new(NonZeroUsize::new(PREPARED_CAPACITY).unwrap_or(NonZeroUsize::MIN))),
             probe_layout: OnceLock::new(),
         })
     }
@@ -495,7 +496,7 @@ impl Conv2d {
         let key = (problem.input.h, problem.input.w);
         let mut map = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(p) = map.get(&key) {
-            return Ok(p);
+            return Ok(p.clone());
         }
         let kernel = &settled.0.selection.kernel;
         let limits = self.gpu.kernel_limits();
@@ -596,7 +597,7 @@ impl Conv2d {
             .collect::<Result<Vec<_>>>()?;
         let prepared =
             Arc::new(Prepared { shaped, pipeline, staging, input_max, finishing, layout_passes, layout_tiled, tables });
-        map.insert(key, prepared.clone());
+        map.put(key, prepared.clone());
         Ok(prepared)
     }
 

@@ -8,12 +8,13 @@
 
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
-use crate::lru::Lru;
 use crate::scope::ErrorScope;
 use crate::shader::Modules;
 use crate::spec::{Conv2dSpec, ConvProblem};
 use bytemuck::{Pod, Zeroable};
+use lru::LruCache;
 use std::collections::BTreeSet;
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 
 /// The accuracy a convolution is computed at: an accuracy contract, which the chosen kernel
@@ -775,12 +776,14 @@ pub const PIPELINE_CACHE_CAPACITY: usize = 32;
 /// Pipelines by WGSL source and bindings, built once per device and kept while among the
 /// [`PIPELINE_CACHE_CAPACITY`] most recently used (a `Conv2d` holds its own too).
 pub(crate) struct PipelineCache {
-    map: Mutex<Lru<PipelineKey, Arc<Pipeline>>>,
+    map: Mutex<LruCache<PipelineKey, Arc<Pipeline>>>,
 }
 
 impl Default for PipelineCache {
     fn default() -> Self {
-        PipelineCache { map: Mutex::new(Lru::new(PIPELINE_CACHE_CAPACITY)) }
+        PipelineCache {
+            map: Mutex::new(LruCache::new(NonZeroUsize::new(PIPELINE_CACHE_CAPACITY).unwrap_or(NonZeroUsize::MIN))),
+        }
     }
 }
 
@@ -808,10 +811,10 @@ impl PipelineCache {
     ) -> Result<Arc<Pipeline>> {
         let key = (source, bindings);
         if let Some(k) = self.map.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-            return Ok(k);
+            return Ok(k.clone());
         }
         let pipeline = Arc::new(build(device, &key.0, &key.1, runtime_checks)?);
-        self.map.lock().unwrap_or_else(|e| e.into_inner()).insert(key, pipeline.clone());
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).put(key, pipeline.clone());
         Ok(pipeline)
     }
 

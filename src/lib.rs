@@ -47,7 +47,6 @@ mod error;
 mod families;
 mod gpu;
 mod kernel;
-mod lru;
 mod options;
 mod scope;
 mod select;
