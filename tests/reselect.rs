@@ -17,7 +17,7 @@ fn setup() -> Gpu {
     {
         static ONCE: std::sync::Once = std::sync::Once::new();
         ONCE.call_once(|| {
-            let dir = tempfile::Builder::new().prefix("wgconv-reselect-").tempdir().unwrap().keep();
+            let dir = binary_dir("reselect");
             std::env::set_var(tune::cache::DIR_ENV, &dir);
         });
     }

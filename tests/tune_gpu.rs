@@ -22,7 +22,7 @@ fn setup() -> (TuningCache, MutexGuard<'static, ()>) {
     static ONCE: Once = Once::new();
     static TURN: Mutex<()> = Mutex::new(());
     ONCE.call_once(|| {
-        let dir = tempfile::Builder::new().prefix("wgconv-tune-gpu-").tempdir().unwrap().keep();
+        let dir = binary_dir("tune-gpu");
         std::env::set_var(wgconv::tune::cache::DIR_ENV, &dir);
     });
     let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());

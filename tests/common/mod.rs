@@ -295,6 +295,16 @@ pub fn assert_same_nans(label: &str, got: &[f32], want: &[f32]) {
     assert_eq!(nans(got), nans(want), "{label}: NaN positions");
 }
 
+/// An empty directory for one test binary's files that must outlive each test (a tuning
+/// cache the tests share through the environment), under Cargo's `CARGO_TARGET_TMPDIR`:
+/// emptied at each run of the binary, never left in the system's temporary directory.
+pub fn binary_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    dir
+}
+
 /// Serialises the tests that open their own devices: creating (and using) several Vulkan
 /// devices from parallel test threads hangs on NVIDIA's Linux driver (seen on an H100 with
 /// 16 test threads; see gfx-rs/wgpu#10010, #10234). Hold the guard for the whole test,
