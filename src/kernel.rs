@@ -112,6 +112,13 @@ impl Target {
 #[cfg_attr(not(feature = "naga-check"), allow(dead_code))]
 pub(crate) const ALL_TARGETS: &[Target] = &[Target::SpirV, Target::Msl, Target::Hlsl, Target::Glsl];
 
+/// The languages of the cooperative-matrix families: SPIR-V alone. Their fragments are
+/// 16×16×16; naga's MSL backend writes cooperative matrices as Metal's simdgroup matrices,
+/// which are 8×8 (wgpu's Metal adapters offer only 8×8×8), and its HLSL and GLSL backends
+/// have none. Where an adapter lacks the 16×16×16 configuration the caps refuse these
+/// families by name (`coop_f16_supported`).
+pub(crate) const COOPERATIVE_TARGETS: &[Target] = &[Target::SpirV];
+
 /// The operands of the SIMT families that come in two variants (`tiled` / `tiled-f16`,
 /// `direct` / `direct-f16`): f32, or rounded to f16 by the precision module (which needs
 /// `SHADER_F16`, and which naga's GLSL backend cannot express).

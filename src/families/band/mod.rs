@@ -18,7 +18,7 @@ use crate::families::coop::f16_bytes;
 use crate::families::coop::fragments::{fragment_layout, fragment_modules, FragmentCode};
 use crate::kernel::{
     compose, workgroups_u32, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, RowGrid, Shaped, Target,
-    GRID_BINDING,
+    COOPERATIVE_TARGETS, GRID_BINDING,
 };
 use crate::spec::{Conv2dSpec, ConvProblem};
 
@@ -544,7 +544,7 @@ impl Family for Band {
         band_sweep().into_iter().map(|c| Kernel::new(BandKernel(c))).collect()
     }
     fn targets(&self) -> &'static [Target] {
-        &[Target::SpirV]
+        COOPERATIVE_TARGETS
     }
 }
 

@@ -13,7 +13,9 @@ use crate::families::tiled::{
     border_taps, has_padding_mode, pack_weights, packed_weight_len, round_to_f16, tile_header, Gathered, TileConfig,
     GATHER_TABLE_BINDING, GATHER_WGSL,
 };
-use crate::kernel::{compose, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Target, GRID_BINDING};
+use crate::kernel::{
+    compose, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Target, COOPERATIVE_TARGETS, GRID_BINDING,
+};
 use crate::spec::{Conv2dSpec, ConvProblem};
 use fragments::{fragment_layout, fragment_modules, FragmentCode};
 
@@ -87,8 +89,7 @@ impl Family for Coop {
         coop_sweep().into_iter().map(|tile| Kernel::new(CoopKernel { family: self, tile })).collect()
     }
     fn targets(&self) -> &'static [Target] {
-        // naga's other backends do not express cooperative matrices.
-        &[Target::SpirV]
+        COOPERATIVE_TARGETS
     }
     fn padding_modes(&self) -> bool {
         // It gathers A through the tiled kernel's gather.

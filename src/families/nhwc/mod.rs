@@ -19,7 +19,7 @@ use crate::families::coop::{coop_missing, f16_bytes, split_weights, MAX_FRAGMENT
 use crate::families::tiled::TileConfig;
 use crate::kernel::{
     compose_operands, workgroups_u32, ConvParams, Family, Kernel, KernelConfig, Operands, Packed, Precision, Shaped,
-    Staging, Target, TensorForm, F16_TENSORS, GRID_BINDING, INPUT_MAX_BINDING,
+    Staging, Target, TensorForm, COOPERATIVE_TARGETS, F16_TENSORS, GRID_BINDING, INPUT_MAX_BINDING,
 };
 use crate::spec::{Conv2dSpec, ConvProblem};
 
@@ -121,8 +121,7 @@ impl Family for Nhwc {
         nhwc_sweep(self.split()).into_iter().map(|tile| Kernel::new(NhwcKernel { family: self, tile })).collect()
     }
     fn targets(&self) -> &'static [Target] {
-        // naga's other backends do not express cooperative matrices.
-        &[Target::SpirV]
+        COOPERATIVE_TARGETS
     }
 }
 

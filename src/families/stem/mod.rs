@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::families::coop::{coop_missing, f16_bytes};
 use crate::kernel::{
     compose, workgroups_u32, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, RowGrid, Shaped, Target,
-    GRID_BINDING,
+    COOPERATIVE_TARGETS, GRID_BINDING,
 };
 use crate::spec::{Conv2dSpec, ConvProblem};
 
@@ -599,7 +599,7 @@ impl Family for Stem {
         stem_sweep().into_iter().map(|c| Kernel::new(StemKernel(c))).collect()
     }
     fn targets(&self) -> &'static [Target] {
-        &[Target::SpirV]
+        COOPERATIVE_TARGETS
     }
 }
 
