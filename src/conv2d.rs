@@ -312,6 +312,7 @@ impl Conv2d {
         options: Conv2dOptions,
     ) -> Result<Self> {
         spec.validate()?;
+        gpu.check_alive()?;
         if weight.len() != spec.weight_len() {
             return Err(Error::ShapeMismatch {
                 what: "the weight",
@@ -337,7 +338,7 @@ impl Conv2d {
         spec.bias = bias.is_some();
         let finite_weights = weight.iter().all(|w| w.is_finite());
         let selection = crate::select::select_on(gpu, &spec, &options, finite_weights)?;
-        let initial = Bound::new(gpu, &spec, selection, weight, bias)?;
+        let initial = Bound::new(gpu, &spec, selection, weight, bias).map_err(|e| gpu.lost_or(e))?;
         // Without the input shape the rules that need it did not apply: the first forward's
         // shape decides again.
         let pending = match crate::select::shape_may_matter(gpu.caps(), &spec, &options) {
@@ -608,9 +609,17 @@ impl Conv2d {
     /// buffers of this op's device, both with `STORAGE` usage. Anything else is refused
     /// with [`Error::Buffer`] before a bind group is made (a buffer of another device is
     /// recognised where both devices come from [`crate::shared_instance`], as every
-    /// [`Gpu::new`] device does). Like every forward, the first plan of an op whose options
-    /// named neither a kernel nor the input shape settles its kernel (see [`Conv2d::kernel`]).
+    /// [`Gpu::new`] device does). A buffer still mapped cannot be recognised here (wgpu 30
+    /// does not say): the submission that uses it is refused. Like every forward, the first
+    /// plan of an op whose options named neither a kernel nor the input shape settles its
+    /// kernel (see [`Conv2d::kernel`]).
     pub fn plan(&self, shape: Shape4, input: &wgpu::Buffer, output: &wgpu::Buffer) -> Result<ConvPlan> {
+        self.gpu.check_alive()?;
+        self.build_plan(shape, input, output).map_err(|e| self.gpu.lost_or(e))
+    }
+
+    /// [`Conv2d::plan`] on a device not known to be lost.
+    fn build_plan(&self, shape: Shape4, input: &wgpu::Buffer, output: &wgpu::Buffer) -> Result<ConvPlan> {
         let problem = self.spec.problem(shape)?;
         // One buffer bound twice, read-only and read-write, is a usage conflict that wgpu
         // reports only when the caller's encoder is finished (a panic there).
@@ -626,7 +635,7 @@ impl Conv2d {
                 });
             }
             // Bound as 32-bit words: f16 tensors of an odd length end in half a word.
-            let needed = (elems * element_bytes).next_multiple_of(4);
+            let needed = elems.saturating_mul(element_bytes).next_multiple_of(4);
             if buf.size() < needed {
                 return Err(Error::Buffer { buffer: what, issue: BufferIssue::TooSmall { needed, size: buf.size() } });
             }
@@ -1027,24 +1036,38 @@ impl Conv2d {
 
     /// An async forward's turn, or `Busy` while another holds it.
     fn try_turn(&self, settled: Settled<'_>) -> Result<Option<std::sync::MutexGuard<'_, ()>>> {
-        Ok(match settled.0.needs_turns() {
-            false => None,
-            true => Some(match self.forward_lock.try_lock() {
-                Ok(guard) => guard,
-                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => {
-                    return Err(Error::Busy(format!(
-                        "another forward of this {} op is in flight: await it first, or use one Conv2d per task",
-                        settled.0.selection.kernel.precision()
-                    )))
-                }
-            }),
-        })
+        match settled.0.needs_turns() {
+            false => Ok(None),
+            true => self.try_lock_turn().map(Some),
+        }
+    }
+
+    /// The op's turn, or `Busy` while a forward holds it.
+    fn try_lock_turn(&self) -> Result<std::sync::MutexGuard<'_, ()>> {
+        match self.forward_lock.try_lock() {
+            Ok(guard) => Ok(guard),
+            Err(std::sync::TryLockError::Poisoned(e)) => Ok(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => Err(Error::Busy(format!(
+                "another forward of this {} op is in flight: await it first, or use one Conv2d per task",
+                self.bound().selection.kernel.precision()
+            ))),
+        }
     }
 
     /// The forward pass of `problem`, chunk by chunk, on slices of the op's storage (`T`: f32
     /// or f16); the caller holds the turn where one is needed.
     async fn forward_chunks<T: bytemuck::Pod>(
+        &self,
+        settled: Settled<'_>,
+        input: &[T],
+        problem: &ConvProblem,
+    ) -> Result<Vec<T>> {
+        self.gpu.check_alive()?;
+        self.forward_chunks_on(settled, input, problem).await.map_err(|e| self.gpu.lost_or(e))
+    }
+
+    /// [`Conv2d::forward_chunks`] on a device not known to be lost.
+    async fn forward_chunks_on<T: bytemuck::Pod>(
         &self,
         settled: Settled<'_>,
         input: &[T],
@@ -1059,6 +1082,16 @@ impl Conv2d {
         // Buffers, copies and read-backs are whole 32-bit words: an f16 chunk of an odd
         // length ends in half a word.
         let element = std::mem::size_of::<T>();
+        // The whole output in host memory, whose sizes count in usize (32 bits on wasm32):
+        // with its bytes in range, so are every chunk's below.
+        let out_bytes = problem.output.len().saturating_mul(element as u64).next_multiple_of(4);
+        if usize::try_from(out_bytes).is_err() {
+            return Err(Error::TooLarge(format!(
+                "the output {} needs {out_bytes} B, more than this {}-bit host addresses",
+                problem.output,
+                usize::BITS
+            )));
+        }
         let word_bytes = |elems: usize| (elems * element).next_multiple_of(4);
         // Each buffer in its own error scopes: one the device cannot hold is named.
         let in_buf = self
@@ -1107,7 +1140,7 @@ impl Conv2d {
             let read = word_bytes(len) / element;
             self.gpu.read_buffer_into_async::<T>(&out_buf, 0, &mut out[done..done + read]).await?;
             done += len;
-            if self.take_range_flag_async().await? {
+            if self.read_range_flag().await? {
                 return Err(Error::F16Range { what: "the input", detail: String::new() });
             }
         }
@@ -1158,14 +1191,28 @@ impl Conv2d {
     /// Whether an f16 or f16x3 kernel met an input value beyond f16's range since the last
     /// call (and clears the flag). `forward` checks it itself; callers of `encode` / `plan`
     /// with [`Precision::F16Accum32`] or [`Precision::F16x3`] check it after their work
-    /// completes: a flagged result must not be used. Always `false` for f32 kernels.
+    /// completes, and before this op's next `forward`, which clears a flag left by earlier
+    /// work: a flagged result must not be used. It waits for a `forward` of this op in
+    /// flight on another thread (whose flag is that forward's to report). Always `false`
+    /// for f32 kernels.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn take_range_flag(&self) -> Result<bool> {
-        pollster::block_on(self.take_range_flag_async())
+        let _turn = self.forward_lock.lock().unwrap_or_else(|e| e.into_inner());
+        pollster::block_on(self.read_range_flag())
     }
 
-    /// [`Conv2d::take_range_flag`] without blocking.
+    /// [`Conv2d::take_range_flag`] without blocking: `Busy` while a `forward` of this op is
+    /// in flight.
+    // The turn is taken with `try_lock`, as an async forward's: a contended call gets
+    // `Busy` and never waits on the lock, so holding it across the read-back is sound.
+    #[allow(clippy::await_holding_lock)]
     pub async fn take_range_flag_async(&self) -> Result<bool> {
+        let _turn = self.try_lock_turn()?;
+        self.read_range_flag().await
+    }
+
+    /// Reads and clears the range flag; the caller holds the turn.
+    async fn read_range_flag(&self) -> Result<bool> {
         if self.bound().selection.kernel.precision() == Precision::F32 {
             return Ok(false);
         }

@@ -168,6 +168,19 @@ pub enum Error {
         detail: String,
     },
 
+    /// The device was lost (a driver reset, the GPU removed, or `Device::destroy`): nothing
+    /// more runs on it; open a new [`crate::Gpu`]. Recognised on devices that
+    /// [`crate::Gpu::new`] opened (a device the caller brought keeps its own lost callback).
+    ///
+    /// `the device was lost (Destroyed): Device destroyed`
+    #[error("the device was lost ({reason}): {message}")]
+    DeviceLost {
+        /// wgpu's reason: `Destroyed` or `Unknown`.
+        reason: String,
+        /// wgpu's message.
+        message: String,
+    },
+
     /// A second [`crate::Conv2d::forward_async`] of an f16 op while one is in flight.
     ///
     /// `another forward of this f16 op is in flight: await it first, or use one Conv2d per task`

@@ -142,6 +142,8 @@ struct Shared {
     /// Whether transposing layout passes may go by tiles (`kernel::layout_pass_tiled`).
     tiled_layout_passes: bool,
     caps: DeviceCaps,
+    /// wgpu's reason and message once the device is lost (devices of [`Gpu::new`] only).
+    lost: std::sync::Arc<std::sync::OnceLock<(String, String)>>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -338,7 +340,15 @@ impl Gpu {
         }));
         let checks = opts.runtime_checks || runtime_checks_from_env();
         let caps = DeviceCaps::of_device(&device).with_adapter(adapter);
-        Ok(Gpu::assemble(device, queue, infos[idx].clone(), caps, checks))
+        let gpu = Gpu::assemble(device, queue, infos[idx].clone(), caps, checks);
+        // wgpu drops the errors of a lost device's calls (no error scope reports them): the
+        // callback records the loss, which wgconv's calls then report as `DeviceLost`.
+        let lost = gpu.shared.lost.clone();
+        gpu.device.set_device_lost_callback(move |reason, message| {
+            log::error!("wgconv: the device was lost ({reason:?}): {message}");
+            let _ = lost.set((format!("{reason:?}"), message));
+        });
+        Ok(gpu)
     }
 
     /// Wraps a device and queue the caller created (bring your own device). wgconv uses
@@ -366,7 +376,8 @@ impl Gpu {
         runtime_checks: bool,
     ) -> Self {
         let tiled_layout_passes = tiled_layout_passes(&caps);
-        let shared = Shared { pipelines: PipelineCache::default(), runtime_checks, tiled_layout_passes, caps };
+        let lost = Default::default();
+        let shared = Shared { pipelines: PipelineCache::default(), runtime_checks, tiled_layout_passes, caps, lost };
         Gpu { device, queue, info, shared: std::sync::Arc::new(shared) }
     }
 
@@ -374,6 +385,22 @@ impl Gpu {
     /// [`crate::advanced::PIPELINE_CACHE_CAPACITY`]; a `Conv2d` keeps its own alive too).
     pub fn cached_pipelines(&self) -> usize {
         self.pipelines().len()
+    }
+
+    /// `DeviceLost` once wgpu has reported the device lost (on devices of [`Gpu::new`]).
+    pub(crate) fn check_alive(&self) -> Result<()> {
+        match self.shared.lost.get() {
+            Some((reason, message)) => Err(Error::DeviceLost { reason: reason.clone(), message: message.clone() }),
+            None => Ok(()),
+        }
+    }
+
+    /// `error`, or `DeviceLost` where the device was lost meanwhile (the likelier cause:
+    /// wgpu's calls on a lost device fail with other errors, or none).
+    pub(crate) fn lost_or(&self, error: Error) -> Error {
+        #[cfg(not(target_arch = "wasm32"))]
+        let _ = self.device.poll(wgpu::PollType::Poll);
+        self.check_alive().err().unwrap_or(error)
     }
 
     /// What the device can do, as the kernels and the selection see it.

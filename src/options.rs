@@ -108,7 +108,9 @@ pub struct Conv2dOptions {
     /// against the FMA units, and picks the channels-last and f32 tile configs for the
     /// problem's size (the shape rules of `src/select.rs`). `None` with no [`Self::kernel`]:
     /// the first forward (or plan) supplies its input shape, and the kernel selected with it
-    /// runs every later input. The op still runs any input size.
+    /// runs every later input. The op still runs any input size. A shape the spec cannot
+    /// take (another channel count, a zero size, an empty output) is refused with
+    /// [`crate::Error::InvalidOptions`].
     pub tuning_key_input: Option<Shape4>,
     /// The memory layout of the input and output tensors (default NCHW). Under
     /// [`Layout::Nhwc`] the kernels that read NCHW get the input rewritten into a scratch

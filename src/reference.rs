@@ -13,25 +13,38 @@ pub fn conv2d(problem: &ConvProblem, input: &[f32], weight: &[f32], bias: Option
 }
 
 /// An `[N, H, W, C]` (channels-last) tensor of `shape` rewritten as `[N, C, H, W]`.
-pub fn to_nchw(nhwc: &[f32], shape: Shape4) -> Vec<f32> {
-    let (c, h, w) = (shape.c as usize, shape.h as usize, shape.w as usize);
+pub fn to_nchw(nhwc: &[f32], shape: Shape4) -> Result<Vec<f32>> {
+    let (c, h, w) = layout_dims(nhwc, shape)?;
     let mut out = vec![0.0; nhwc.len()];
     for (i, v) in out.iter_mut().enumerate() {
         let (n, ch, y, x) = (i / (c * h * w), (i / (h * w)) % c, (i / w) % h, i % w);
         *v = nhwc[((n * h + y) * w + x) * c + ch];
     }
-    out
+    Ok(out)
 }
 
 /// An `[N, C, H, W]` tensor of `shape` rewritten as `[N, H, W, C]` (channels last).
-pub fn to_nhwc(nchw: &[f32], shape: Shape4) -> Vec<f32> {
-    let (c, h, w) = (shape.c as usize, shape.h as usize, shape.w as usize);
+pub fn to_nhwc(nchw: &[f32], shape: Shape4) -> Result<Vec<f32>> {
+    let (c, h, w) = layout_dims(nchw, shape)?;
     let mut out = vec![0.0; nchw.len()];
     for (i, &v) in nchw.iter().enumerate() {
         let (n, ch, y, x) = (i / (c * h * w), (i / (h * w)) % c, (i / w) % h, i % w);
         out[((n * h + y) * w + x) * c + ch] = v;
     }
-    out
+    Ok(out)
+}
+
+/// `(C, H, W)` of a tensor that must hold exactly `shape`'s elements.
+fn layout_dims(tensor: &[f32], shape: Shape4) -> Result<(usize, usize, usize)> {
+    if tensor.len() as u64 != shape.len() {
+        return Err(Error::ShapeMismatch {
+            what: "the tensor",
+            unit: "elements",
+            expected: shape.len(),
+            got: tensor.len() as u64,
+        });
+    }
+    Ok((shape.c as usize, shape.h as usize, shape.w as usize))
 }
 
 /// The reference for a range of images only (tests and the benchmark check samples).

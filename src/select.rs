@@ -100,6 +100,11 @@ pub(crate) fn select(
     finite_weights: bool,
     cached: impl FnOnce(&Kernel) -> Option<(Kernel, String)>,
 ) -> Result<Selection> {
+    // An input shape the spec cannot take is a mistake, not an unknown shape.
+    if let Some(input) = options.tuning_key_input {
+        spec.problem(input)
+            .map_err(|e| Error::InvalidOptions(format!("Conv2dOptions::tuning_key_input {input}: {e}")))?;
+    }
     if let Some(kernel) = &options.kernel {
         if kernel.precision() != options.precision {
             return Err(Error::InvalidOptions(format!(

@@ -6,6 +6,14 @@ use crate::error::{Error, Result};
 /// Input size plus padding along one axis must stay below this (2^29): see `problem`.
 pub const MAX_PADDED_EXTENT: i64 = 1 << 29;
 
+/// The most elements of one image (C·H·W) of a problem's input or output: the kernels
+/// address an image with u32, and no device binds a larger one (16 GiB in f32).
+pub const MAX_IMAGE_ELEMENTS: u64 = u32::MAX as u64;
+
+/// The most elements of a problem's whole input or output: their bytes (4 per element)
+/// then count in u64.
+pub const MAX_TENSOR_ELEMENTS: u64 = 1 << 60;
+
 /// A 4-D NCHW shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "tune", derive(serde::Serialize, serde::Deserialize))]
@@ -25,17 +33,18 @@ impl Shape4 {
     pub const fn new(n: u32, c: u32, h: u32, w: u32) -> Self {
         Shape4 { n, c, h, w }
     }
-    /// Elements of the whole tensor (u64: large batches exceed u32).
+    /// Elements of the whole tensor (u64: large batches exceed u32; saturating at
+    /// `u64::MAX`, which no slice or buffer matches).
     pub fn len(&self) -> u64 {
-        self.n as u64 * self.per_image()
+        (self.n as u64).saturating_mul(self.per_image())
     }
     /// Whether it has no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Elements of one image (C·H·W).
+    /// Elements of one image (C·H·W; saturating at `u64::MAX`).
     pub fn per_image(&self) -> u64 {
-        self.c as u64 * self.h as u64 * self.w as u64
+        (self.c as u64 * self.h as u64).saturating_mul(self.w as u64)
     }
     /// The four sizes as `usize`, in NCHW order.
     pub fn dims(&self) -> [usize; 4] {
@@ -558,9 +567,26 @@ impl Conv2dSpec {
                 }
             }
         }
+        let output = Shape4::new(input.n, self.out_channels, oh, ow);
+        // The kernels address one image's elements with u32 (batches are bound in chunks of
+        // whole images), and the tensors' bytes must count in u64.
+        for (what, shape) in [("input", input), ("output", output)] {
+            if shape.per_image() > MAX_IMAGE_ELEMENTS {
+                return Err(Error::TooLarge(format!(
+                    "one {what} image {shape} has {} elements (at most {MAX_IMAGE_ELEMENTS})",
+                    shape.per_image()
+                )));
+            }
+            if shape.len() > MAX_TENSOR_ELEMENTS {
+                return Err(Error::TooLarge(format!(
+                    "the {what} {shape} has {} elements (at most {MAX_TENSOR_ELEMENTS})",
+                    shape.len()
+                )));
+            }
+        }
         // The problem's spec carries the padding resolved for this input: kernels read sizes.
         let spec = Conv2dSpec { padding: p, ..*self };
-        Ok(ConvProblem { spec, input, output: Shape4::new(input.n, self.out_channels, oh, ow) })
+        Ok(ConvProblem { spec, input, output })
     }
 }
 

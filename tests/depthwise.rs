@@ -201,11 +201,11 @@ fn channel_vectors_match_the_reference() {
         let case = Case::with_seed(&format!("vectors_{i}"), spec, shape, seed.wrapping_add(i as u64)).replayed_by(seed);
         let relu = i % 3 == 1;
         let activation = if relu { Activation::Relu } else { Activation::None };
-        let mut want = to_nhwc(&case.want, case.problem.output);
+        let mut want = to_nhwc(&case.want, case.problem.output).unwrap();
         if relu {
             want.iter_mut().for_each(|v| *v = wgconv::reference::relu(*v));
         }
-        let x = to_nhwc(&case.x, case.shape);
+        let x = to_nhwc(&case.x, case.shape).unwrap();
         let precisions: &[Precision] = if f16 { &[Precision::F32, Precision::F16Accum32] } else { &[Precision::F32] };
         // The default, then a config of the sweep in turn (its columns and rows), counted
         // over the shapes that run over vectors, so that each config meets them.
@@ -225,7 +225,7 @@ fn channel_vectors_match_the_reference() {
             let (got, tail) = run_poisoned_with(&gpu, &conv, &x, case.shape, f32::NAN, 7);
             if precision == Precision::F16Accum32 {
                 assert_f16_operands_close(&what, &got, &want, &case, |r| {
-                    let mut r = to_nhwc(&r, case.problem.output);
+                    let mut r = to_nhwc(&r, case.problem.output).unwrap();
                     if relu {
                         r.iter_mut().for_each(|v| *v = wgconv::reference::relu(*v));
                     }
@@ -254,12 +254,12 @@ fn channel_vectors_in_chunks() {
     let case = Case::new("vectors_chunked", spec, Shape4::new(17, 12, 9, 9));
     let opts = Conv2dOptions::default().layout(Layout::Nhwc);
     let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap();
-    let x = to_nhwc(&case.x, case.shape);
+    let x = to_nhwc(&case.x, case.shape).unwrap();
     let output = gpu.create_buffer("out", case.problem.output.len() * 4, wgpu::BufferUsages::STORAGE).unwrap();
     let input = gpu.buffer_init("in", bytemuck::cast_slice(&x), wgpu::BufferUsages::STORAGE).unwrap();
     assert!(conv.plan(case.shape, &input, &output).unwrap().chunks() >= 4);
     let (got, tail) = run_poisoned_with(&gpu, &conv, &x, case.shape, f32::NAN, 5);
-    assert_close(&case.label("chunked NHWC"), &got, &to_nhwc(&case.want, case.problem.output), TOL_F32);
+    assert_close(&case.label("chunked NHWC"), &got, &to_nhwc(&case.want, case.problem.output).unwrap(), TOL_F32);
     assert!(tail.iter().all(|v| v.is_nan()));
     if has_f16(&gpu) {
         check_f16_storage(&gpu, &case, None, Layout::Nhwc);

@@ -339,3 +339,68 @@ fn hand_built_problems_are_rechecked() {
     // The benchmark's re-check of a hand-built problem (batch 0) moved with the benchmark to
     // the CLI crate (cli/src/bench_run.rs), which this library test cannot reach.
 }
+
+/// Shapes whose element counts leave u32 per image or u64 bytes in all are refused by
+/// `problem` with `TooLarge`, and every entry point with such an input returns that error
+/// (before, 256·2^28·2^28 elements overflowed u64: a panic, or a count of 0 that let an
+/// empty slice through).
+#[test]
+fn element_counts_beyond_the_kernels_addressing_are_refused() {
+    let spec = S::new(256, 256, 1);
+    for (shape, what) in [
+        (Shape4::new(1, 256, 1 << 28, 1 << 28), "one input image"),
+        (Shape4::new(1, 256, 1 << 13, 1 << 13), "one input image"),
+        (Shape4::new(u32::MAX, 256, 1 << 11, 1 << 11), "the input"),
+    ] {
+        let e = spec.problem(shape).unwrap_err();
+        assert!(matches!(e, Error::TooLarge(_)), "{shape}: {e:?}");
+        assert_names(&e, &[what, &shape.to_string()]);
+    }
+    // The output's count too: 1 channel in, 256 out.
+    let widening = S::new(1, 256, 1);
+    let e = widening.problem(Shape4::new(1, 1, 1 << 13, 1 << 13)).unwrap_err();
+    assert_names(&e, &["one output image"]);
+    // Through the op: forward with an empty slice, plan with small buffers.
+    let gpu = gpu();
+    let conv = Conv2d::new(&gpu, spec, &vec![0.5; spec.weight_len()], None, Conv2dOptions::default()).unwrap();
+    let huge = Shape4::new(1, 256, 1 << 28, 1 << 28);
+    assert!(matches!(conv.forward(&[], huge), Err(Error::TooLarge(_))));
+    let (x, y) = buffers(1024, 1024);
+    assert!(matches!(conv.plan(huge, &x, &y), Err(Error::TooLarge(_))));
+    // Shape4's own counts saturate instead of overflowing.
+    assert_eq!(huge.len(), u64::MAX);
+}
+
+/// An input shape in the options that the spec cannot take is refused by `Conv2d::new`
+/// (before, it was dropped silently and the first forward's selection with it).
+#[test]
+fn tuning_key_input_the_spec_cannot_take_is_refused() {
+    let gpu = gpu();
+    let spec = S::new(8, 16, 3);
+    let w = vec![0.5; spec.weight_len()];
+    for (input, part) in [
+        (Shape4::new(1, 4, 16, 16), "channels"),
+        (Shape4::new(1, 8, 0, 16), "zero"),
+        (Shape4::new(1, 8, 2, 2), "output"),
+    ] {
+        let opts = Conv2dOptions::default().tuning_key_input(input);
+        match Conv2d::new(&gpu, spec, &w, None, opts) {
+            Err(e @ Error::InvalidOptions(_)) => assert_names(&e, &["tuning_key_input", &input.to_string(), part]),
+            other => panic!("{input}: expected InvalidOptions, got {:?}", other.map(|c| c.kernel().to_string())),
+        }
+    }
+}
+
+/// The layout helpers refuse a slice that is not the shape's, instead of indexing out of
+/// bounds or dividing by a zero size.
+#[test]
+fn layout_helpers_check_the_slice_against_the_shape() {
+    for shape in [Shape4::new(1, 2, 2, 2), Shape4::new(1, 0, 1, 1)] {
+        let e = reference::to_nhwc(&[0.0; 5], shape).unwrap_err();
+        assert!(matches!(e, Error::ShapeMismatch { .. }), "{e:?}");
+        assert!(reference::to_nchw(&[0.0; 5], shape).is_err());
+    }
+    let shape = Shape4::new(2, 3, 2, 1);
+    let x: Vec<f32> = (0..12).map(|v| v as f32).collect();
+    assert_eq!(reference::to_nchw(&reference::to_nhwc(&x, shape).unwrap(), shape).unwrap(), x);
+}

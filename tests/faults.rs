@@ -494,3 +494,63 @@ fn errors_outside_scopes_do_not_panic() {
     });
     assert!(gpu.read_buffer::<f32>(&buffer, 0, 4).is_err());
 }
+
+/// The child's work for `a_lost_device_is_reported`: a device of its own, destroyed after
+/// one forward; then the forward, a new op and a plan each report `DeviceLost`.
+#[test]
+fn lost_device_child() {
+    if !is_child() {
+        return;
+    }
+    let report = match lost_device_calls() {
+        Ok(errors) => format!("ok {errors}"),
+        Err(e) => format!("error {e:?} :: {e}"),
+    };
+    println!("{OUTCOME}{report}");
+}
+
+fn lost_device_calls() -> wgconv::Result<String> {
+    let gpu = Gpu::new()?;
+    let spec = Conv2dSpec::new(3, 8, 3);
+    let w = vec![0.5; spec.weight_len()];
+    let shape = Shape4::new(1, 3, 8, 8);
+    let x = vec![1.0; shape.len() as usize];
+    let conv = Conv2d::new(&gpu, spec, &w, None, Conv2dOptions::default())?;
+    conv.forward(&x, shape)?;
+    gpu.device.destroy();
+    // wgpu reports the loss once its queue is empty, at the next poll.
+    let _ = gpu.device.poll(wgpu::PollType::wait_indefinitely());
+    let buffer = |size| {
+        gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size,
+            usage: wgpu::BufferUsages::STORAGE,
+            mapped_at_creation: false,
+        })
+    };
+    let results = [
+        conv.forward(&x, shape).map(|_| ()),
+        Conv2d::new(&gpu, spec, &w, None, Conv2dOptions::default()).map(|_| ()),
+        conv.plan(shape, &buffer(4 * shape.len()), &buffer(4 * 8 * 36)).map(|_| ()),
+    ];
+    let errors: Vec<String> = results
+        .into_iter()
+        .map(|r| match r {
+            Err(e @ Error::DeviceLost { .. }) => Ok(e.to_string()),
+            other => Err(other),
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|other| Error::Tune(format!("expected DeviceLost, got {other:?}")))?;
+    Ok(errors.join(" | "))
+}
+
+/// A device lost after an op was built (here destroyed) is reported as `DeviceLost` by the
+/// op's next forward, a new `Conv2d` and a plan: never a panic, an `Ok` that did nothing,
+/// or an error that names another cause. In a child process: the device is its own.
+#[test]
+fn a_lost_device_is_reported() {
+    let (code, stdout, stderr) = run_child("lost_device_child", None);
+    let outcome = outcome_line(&stdout).unwrap_or_default();
+    assert!(code == Some(0) && outcome.starts_with("ok "), "exit {code:?}: {outcome}\n{stdout}\n{stderr}");
+    assert_eq!(outcome.matches("the device was lost (Destroyed)").count(), 3, "{outcome}");
+}

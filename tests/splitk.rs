@@ -67,8 +67,8 @@ fn channels_last_and_f16_tensors() {
     }
     let opts = Conv2dOptions::default().kernel(Some(k)).layout(Layout::Nhwc);
     let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap();
-    let x = wgconv::reference::to_nhwc(&case.x, case.shape);
-    let want = wgconv::reference::to_nhwc(&case.want, case.problem.output);
+    let x = wgconv::reference::to_nhwc(&case.x, case.shape).unwrap();
+    let want = wgconv::reference::to_nhwc(&case.want, case.problem.output).unwrap();
     assert_close(&case.label("NHWC"), &conv.forward(&x, case.shape).unwrap(), &want, TOL_F32);
 }
 

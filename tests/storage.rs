@@ -57,7 +57,7 @@ impl F16Case {
             want.iter_mut().for_each(|v| *v = relu(*v));
         }
         match layout {
-            Layout::Nhwc => (to_f16(&to_nhwc(&c.x, c.shape)), to_nhwc(&want, c.problem.output)),
+            Layout::Nhwc => (to_f16(&to_nhwc(&c.x, c.shape).unwrap()), to_nhwc(&want, c.problem.output).unwrap()),
             _ => (self.x.clone(), want),
         }
     }

@@ -59,8 +59,8 @@ fn channels_last_and_f16_tensors() {
     }
     let opts = Conv2dOptions::default().kernel(Some(kernel("winograd"))).layout(Layout::Nhwc);
     let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap();
-    let x = wgconv::reference::to_nhwc(&case.x, case.shape);
-    let want = wgconv::reference::to_nhwc(&case.want, case.problem.output);
+    let x = wgconv::reference::to_nhwc(&case.x, case.shape).unwrap();
+    let want = wgconv::reference::to_nhwc(&case.want, case.problem.output).unwrap();
     assert_close(&case.label("NHWC"), &conv.forward(&x, case.shape).unwrap(), &want, TOL_F32);
 }
 

@@ -274,14 +274,14 @@ pub fn run(
                 r.iter_mut().for_each(|v| *v = reference::relu(*v));
             }
             if opts.layout == wgconv::Layout::Nhwc {
-                r = reference::to_nhwc(&r, one.output);
+                r = reference::to_nhwc(&r, one.output)?;
             }
             Ok(r)
         })
         .collect::<Result<_>>()?;
 
     let x = match opts.layout {
-        wgconv::Layout::Nhwc => reference::to_nhwc(&x, problem.input),
+        wgconv::Layout::Nhwc => reference::to_nhwc(&x, problem.input)?,
         _ => x,
     };
     let x_bytes: Vec<u8> = match storage {

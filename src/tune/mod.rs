@@ -1104,12 +1104,13 @@ pub struct GpuMeasure {
     clock: Option<Clock>,
 }
 
-/// Standard-normal values from a fixed seed (never zeros; deterministic).
-pub fn randn(len: usize, seed: u64) -> Vec<f32> {
+/// Standard-normal values from a fixed seed (never zeros; deterministic), or
+/// `OutOfMemory` naming `what`.
+pub fn randn(len: usize, seed: u64, what: &str) -> Result<Vec<f32>> {
     // Box–Muller on fastrand (already in the tree through tempfile) keeps rand and
     // rand_distr out of a library user's build; timing data needs no better generator.
     let mut rng = fastrand::Rng::with_seed(seed);
-    let mut out = Vec::with_capacity(len);
+    let mut out = crate::alloc::vec_with_capacity(len, what)?;
     while out.len() < len {
         let u1 = 1.0 - rng.f64(); // (0, 1]: ln stays finite
         let r = (-2.0 * u1.ln()).sqrt();
@@ -1121,7 +1122,7 @@ pub fn randn(len: usize, seed: u64) -> Vec<f32> {
             }
         }
     }
-    out
+    Ok(out)
 }
 
 impl GpuMeasure {
@@ -1129,11 +1130,14 @@ impl GpuMeasure {
     /// large batches need not draw 10^8 numbers), the output and the weights. `family`:
     /// the kernel every config runs in (its own config is not used).
     pub fn new(gpu: &Gpu, problem: &ConvProblem, family: &Kernel, warmup: u32, reps: u32) -> Result<Self> {
+        // `ConvProblem`'s fields are public: re-derive it rather than trust them.
+        let problem = &problem.spec.problem(problem.input)?;
         let spec = &problem.spec;
-        let weight = randn(spec.weight_len(), 0x5eed_0001);
-        let bias = spec.bias.then(|| randn(spec.out_channels as usize, 0x5eed_0002));
-        let len = problem.input.len() as usize;
-        let block = randn(len.min((1 << 20) + 7), 0x5eed_0003);
+        let weight = randn(spec.weight_len(), 0x5eed_0001, "the tuner's weights")?;
+        let bias = spec.bias.then(|| randn(spec.out_channels as usize, 0x5eed_0002, "the tuner's bias")).transpose()?;
+        let len = usize::try_from(problem.input.len())
+            .map_err(|_| Error::TooLarge(format!("the input {} for this host", problem.input)))?;
+        let block = randn(len.min((1 << 20) + 7), 0x5eed_0003, "the tuner's input")?;
         let mut x = crate::alloc::vec_with_capacity(len, "the tuner's input")?;
         while x.len() < len {
             let take = (len - x.len()).min(block.len());

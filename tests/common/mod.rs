@@ -427,8 +427,8 @@ pub fn check_f16_storage(gpu: &Gpu, case: &Case, kernel: Option<Kernel>, layout:
     let mut want = reference_out(&case.problem, &rounded, &case.w, case.b.as_deref());
     let x = match layout {
         Layout::Nhwc => {
-            want = reference::to_nhwc(&want, case.problem.output);
-            reference::to_nhwc(&rounded, case.shape).iter().map(|&v| f16::from_f32(v)).collect()
+            want = reference::to_nhwc(&want, case.problem.output).unwrap();
+            reference::to_nhwc(&rounded, case.shape).unwrap().iter().map(|&v| f16::from_f32(v)).collect()
         }
         _ => x16,
     };
