@@ -15,7 +15,7 @@ use crate::scope::ErrorScope;
 use crate::spec::{Conv2dSpec, ConvProblem, Shape4};
 use lru::LruCache;
 use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 
 /// Input sizes (H, W) whose composed kernel and tables a `Conv2d` keeps (least recently
 /// used first out): a service that sees many sizes recomposes the rare ones instead of
@@ -96,7 +96,8 @@ pub struct Conv2d {
     /// receives it so that reading and clearing happen in one submission.
     range_flag: wgpu::Buffer,
     range_snapshot: wgpu::Buffer,
-    /// Held by a forward on f16 kernels: concurrent calls would share the range flag.
+    /// Taken by a forward on f16 kernels and by a read of the range flag: concurrent calls
+    /// would share the flag.
     forward_lock: Mutex<()>,
     /// The kernel composed per input (H, W), for the [`PREPARED_CAPACITY`] most recent sizes.
     prepared: Mutex<LruCache<(u32, u32), Arc<Prepared>>>,
@@ -1030,25 +1031,26 @@ impl Conv2d {
     /// A blocking forward's turn: calls from several threads take turns where the op's
     /// kernel has a range flag (one per op, shared by the f16 precisions' forwards).
     #[cfg(not(target_arch = "wasm32"))]
-    fn turn(&self, settled: Settled<'_>) -> Option<std::sync::MutexGuard<'_, ()>> {
+    fn turn(&self, settled: Settled<'_>) -> Option<MutexGuard<'_, ()>> {
         settled.0.needs_turns().then(|| self.forward_lock.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// An async forward's turn, or `Busy` while another holds it.
-    fn try_turn(&self, settled: Settled<'_>) -> Result<Option<std::sync::MutexGuard<'_, ()>>> {
+    fn try_turn(&self, settled: Settled<'_>) -> Result<Option<MutexGuard<'_, ()>>> {
         match settled.0.needs_turns() {
             false => Ok(None),
-            true => self.try_lock_turn().map(Some),
+            true => self.try_take_turn().map(Some),
         }
     }
 
-    /// The op's turn, or `Busy` while a forward holds it.
-    fn try_lock_turn(&self) -> Result<std::sync::MutexGuard<'_, ()>> {
+    /// The op's turn, or `Busy` while a forward or a flag read holds it.
+    fn try_take_turn(&self) -> Result<MutexGuard<'_, ()>> {
         match self.forward_lock.try_lock() {
             Ok(guard) => Ok(guard),
-            Err(std::sync::TryLockError::Poisoned(e)) => Ok(e.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => Err(Error::Busy(format!(
-                "another forward of this {} op is in flight: await it first, or use one Conv2d per task",
+            Err(TryLockError::Poisoned(e)) => Ok(e.into_inner()),
+            Err(TryLockError::WouldBlock) => Err(Error::Busy(format!(
+                "another forward (or range-flag read) of this {} op is in flight: await it first, or use one \
+                 Conv2d per task",
                 self.bound().selection.kernel.precision()
             ))),
         }
@@ -1193,22 +1195,31 @@ impl Conv2d {
     /// with [`Precision::F16Accum32`] or [`Precision::F16x3`] check it after their work
     /// completes, and before this op's next `forward`, which clears a flag left by earlier
     /// work: a flagged result must not be used. It waits for a `forward` of this op in
-    /// flight on another thread (whose flag is that forward's to report). Always `false`
-    /// for f32 kernels.
+    /// flight on another thread (whose flag is that forward's to report; so never call it
+    /// while a future of this op's async calls is held unfinished on the same thread).
+    /// Always `false` for f32 kernels.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn take_range_flag(&self) -> Result<bool> {
+        if self.bound().selection.kernel.precision() == Precision::F32 {
+            return Ok(false);
+        }
+        self.gpu.check_alive()?;
         let _turn = self.forward_lock.lock().unwrap_or_else(|e| e.into_inner());
-        pollster::block_on(self.read_range_flag())
+        pollster::block_on(self.read_range_flag()).map_err(|e| self.gpu.lost_or(e))
     }
 
-    /// [`Conv2d::take_range_flag`] without blocking: `Busy` while a `forward` of this op is
-    /// in flight.
-    // The turn is taken with `try_lock`, as an async forward's: a contended call gets
-    // `Busy` and never waits on the lock, so holding it across the read-back is sound.
+    /// [`Conv2d::take_range_flag`] without blocking: `Busy` while a `forward` of this op (or
+    /// another flag read) is in flight.
+    // The turn is taken with `try_lock` (a contended call gets `Busy`, never waits), and the
+    // future stays on its thread anyway: wgpu's error scopes, which it opens, are per thread.
     #[allow(clippy::await_holding_lock)]
     pub async fn take_range_flag_async(&self) -> Result<bool> {
-        let _turn = self.try_lock_turn()?;
-        self.read_range_flag().await
+        if self.bound().selection.kernel.precision() == Precision::F32 {
+            return Ok(false);
+        }
+        self.gpu.check_alive()?;
+        let _turn = self.try_take_turn()?;
+        self.read_range_flag().await.map_err(|e| self.gpu.lost_or(e))
     }
 
     /// Reads and clears the range flag; the caller holds the turn.

@@ -172,8 +172,8 @@ pub enum Error {
     /// more runs on it; open a new [`crate::Gpu`]. Recognised on devices that
     /// [`crate::Gpu::new`] opened (a device the caller brought keeps its own lost callback).
     ///
-    /// `the device was lost (Destroyed): Device destroyed`
-    #[error("the device was lost ({reason}): {message}")]
+    /// `the device was lost (Destroyed)`
+    #[error("the device was lost ({reason}){}", if message.is_empty() { String::new() } else { format!(": {message}") })]
     DeviceLost {
         /// wgpu's reason: `Destroyed` or `Unknown`.
         reason: String,
@@ -181,9 +181,11 @@ pub enum Error {
         message: String,
     },
 
-    /// A second [`crate::Conv2d::forward_async`] of an f16 op while one is in flight.
+    /// An async call that would wait for its turn: a [`crate::Conv2d::forward_async`] or
+    /// [`crate::Conv2d::take_range_flag_async`] of an f16 op while a forward or a flag read
+    /// of it is in flight.
     ///
-    /// `another forward of this f16 op is in flight: await it first, or use one Conv2d per task`
+    /// `another forward (or range-flag read) of this f16 op is in flight: await it first, or use one Conv2d per task`
     #[error("{0}")]
     Busy(String),
 

@@ -61,17 +61,22 @@ pub fn conv2d_images(
         return Err(Error::spec(format!("images {images:?} outside the batch of {}", problem.input.n)));
     }
     let s = &problem.spec;
-    check_len("the input", problem.input.len() as usize, input.len())?;
-    check_len("the weight", s.weight_len(), weight.len())?;
+    check_len("the input", problem.input.len(), input.len())?;
+    check_len("the weight", s.weight_len() as u64, weight.len())?;
     if let Some(b) = bias {
-        check_len("the bias", s.out_channels as usize, b.len())?;
+        check_len("the bias", s.out_channels as u64, b.len())?;
     }
     let Shape4 { c: cin, h, w, .. } = problem.input;
     let Shape4 { c: cout, h: oh, w: ow, .. } = problem.output;
     let (cin_g, cout_g) = (s.in_channels_per_group() as usize, s.out_channels_per_group() as usize);
     let (kh, kw) = (s.kernel[0] as usize, s.kernel[1] as usize);
     let (h, w, oh, ow) = (h as usize, w as usize, oh as usize, ow as usize);
-    let mut out = crate::alloc::vec_with_capacity(images.len() * cout as usize * oh * ow, "the reference output")?;
+    // With the input's length checked, one image's output count fits (problem: at most
+    // 2^32 − 1), but a range of them may not in a 32-bit usize.
+    let out_len = (images.len() as u64 * problem.output.per_image()).try_into().map_err(|_| {
+        Error::TooLarge(format!("the reference output of {} images of {}", images.len(), problem.output))
+    })?;
+    let mut out = crate::alloc::vec_with_capacity(out_len, "the reference output")?;
     for n in images {
         let x = &input[n as usize * cin as usize * h * w..][..cin as usize * h * w];
         for oc in 0..cout as usize {
@@ -137,9 +142,9 @@ pub fn relative_l2(got: &[f32], want: &[f32]) -> f64 {
     }
 }
 
-fn check_len(what: &'static str, expected: usize, got: usize) -> Result<()> {
-    if expected != got {
-        return Err(Error::ShapeMismatch { what, unit: "elements", expected: expected as u64, got: got as u64 });
+fn check_len(what: &'static str, expected: u64, got: usize) -> Result<()> {
+    if expected != got as u64 {
+        return Err(Error::ShapeMismatch { what, unit: "elements", expected, got: got as u64 });
     }
     Ok(())
 }

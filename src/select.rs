@@ -100,7 +100,9 @@ pub(crate) fn select(
     finite_weights: bool,
     cached: impl FnOnce(&Kernel) -> Option<(Kernel, String)>,
 ) -> Result<Selection> {
-    // An input shape the spec cannot take is a mistake, not an unknown shape.
+    // An input shape the spec cannot take is a mistake, not an unknown shape (the spec's
+    // own mistakes are named as such first).
+    spec.validate()?;
     if let Some(input) = options.tuning_key_input {
         spec.problem(input)
             .map_err(|e| Error::InvalidOptions(format!("Conv2dOptions::tuning_key_input {input}: {e}")))?;

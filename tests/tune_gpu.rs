@@ -144,7 +144,7 @@ fn two_cold_tunes_agree_and_conv2d_runs_the_cached_decision() {
     assert_close("tuned conv", &run_poisoned(&gpu, &conv, &x, shape), &want, TOL_F32);
 
     // Another input size (height and width) is another key: the library default.
-    let other = Shape4::new(1, 16, 24, 24);
+    let other = Shape4::new(1, 8, 24, 24);
     let conv = Conv2d::new(&gpu, spec, &w, bias.as_deref(), Conv2dOptions::default().tuning_key_input(other)).unwrap();
     assert_ne!(conv.kernel().source, ConfigSource::TuningCache);
 

@@ -295,11 +295,22 @@ pub fn assert_same_nans(label: &str, got: &[f32], want: &[f32]) {
     assert_eq!(nans(got), nans(want), "{label}: NaN positions");
 }
 
-/// An empty directory for one test binary's files that must outlive each test (a tuning
-/// cache the tests share through the environment), under Cargo's `CARGO_TARGET_TMPDIR`:
-/// emptied at each run of the binary, never left in the system's temporary directory.
+/// An empty directory for one test process's files that must outlive each test (a tuning
+/// cache the tests share through the environment), under Cargo's `CARGO_TARGET_TMPDIR`,
+/// never in the system's temporary directory. Named by the process (test runners that run
+/// one process per test run them side by side); those of earlier processes are removed
+/// once an hour old.
 pub fn binary_dir(name: &str) -> std::path::PathBuf {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let stale = |e: &std::fs::DirEntry| {
+        let age = e.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
+        e.file_name().to_string_lossy().starts_with(&format!("{name}-"))
+            && age.is_some_and(|a| a > std::time::Duration::from_secs(3600))
+    };
+    for entry in std::fs::read_dir(root).into_iter().flatten().flatten().filter(stale) {
+        let _ = std::fs::remove_dir_all(entry.path());
+    }
+    let dir = root.join(format!("{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     dir
