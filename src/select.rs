@@ -1,10 +1,12 @@
-//! Which kernel a `Conv2d` runs, decided in one place: the caller's kernel, else the stem
-//! rule, else the depthwise rule (depthwise and narrow grouped layers), else (f32) the f32
-//! matrix rule, else (f32 on CPU adapters, input shape known) the Winograd rule, else the
-//! tuner's cached decision, else (f16 and f16x3 on cooperative
-//! matrices) the channels-last rule, else (f32, input shape known) the shape rule,
-//! else the precision's default family with the config its rule picks for the device, else a
-//! fallback, each named in [`Selection::reason`]. Every rule asks only the device's
+//! Which kernel a `Conv2d` runs, decided in one place, in this order: the caller's kernel;
+//! the stem rule (f16 on NCHW image inputs); the depthwise rule (depthwise and narrow
+//! grouped layers); the f16 small-GEMM rule (`tiled-f16` on NCHW); for f32, the Winograd
+//! rule (input shape known), the f32 matrix rule and the split-K rule (input shape known),
+//! each weighing its estimate against the others' on GPUs; the tuner's cached decision; the
+//! channels-last
+//! rule (f16 and f16x3 on cooperative matrices); the f32 shape rule (input shape known); the
+//! precision's default family with the config its rule picks for the device; else a
+//! fallback. Each names itself in [`Selection::reason`]. Every rule asks only the device's
 //! capabilities ([`DeviceCaps`]), the spec, the input shape where known and the precision;
 //! none does device work.
 
