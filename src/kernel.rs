@@ -407,8 +407,10 @@ impl Kernel {
         self.config.check_limits(limits).map_err(|e| self.named(e))
     }
     /// Why this kernel cannot run on a device (features, limits) or a convolution, if it
-    /// cannot: every refusal names the family and the limit.
+    /// cannot: every refusal names the family and the limit. An invalid spec is refused as
+    /// such first ([`Conv2dSpec::validate`]): the families' geometry assumes a valid one.
     pub fn check(&self, spec: &Conv2dSpec, caps: &DeviceCaps) -> Result<()> {
+        spec.validate()?;
         if let Some(why) = self.config.family().unavailable(caps) {
             return Err(Error::unsupported(format!("{self}: {why}")));
         }

@@ -471,13 +471,14 @@ fn channels_last_rule_applies_for(caps: &DeviceCaps, spec: &Conv2dSpec, precisio
 /// tensors are channels last, where the other kernels would need layout passes.
 fn channels_last_pads_little(spec: &Conv2dSpec, layout: Layout) -> bool {
     let cg = spec.in_channels_per_group();
-    layout == Layout::Nhwc || (cg.next_multiple_of(8) as f64) <= CHANNELS_LAST_MAX_K_PADDING * cg as f64
+    layout == Layout::Nhwc || ((cg as u64).next_multiple_of(8) as f64) <= CHANNELS_LAST_MAX_K_PADDING * cg as f64
 }
 
 /// The GEMM's K as the channels-last kernels walk it: taps × each group's channels padded to
 /// whole vectors of 8.
 fn channels_last_k(spec: &Conv2dSpec) -> u64 {
-    (spec.kernel[0] * spec.kernel[1] * spec.in_channels_per_group().next_multiple_of(8)) as u64
+    let channels = (spec.in_channels_per_group() as u64).next_multiple_of(8);
+    (spec.kernel[0] as u64 * spec.kernel[1] as u64).saturating_mul(channels)
 }
 
 /// The channels-last family's tile configs per precision and their relative rate per padded

@@ -459,15 +459,16 @@ impl Conv2dSpec {
         }
         // Kernels index K and the weights with 32-bit arithmetic (the packed, tile-padded
         // weights are checked against the device's binding size when a Conv2d is built).
-        let k = self.in_channels_per_group() as u64 * self.kernel[0] as u64 * self.kernel[1] as u64;
-        if k > i32::MAX as u64 || k * self.out_channels as u64 > i32::MAX as u64 {
+        let k = (self.in_channels_per_group() as u64 * self.kernel[0] as u64).saturating_mul(self.kernel[1] as u64);
+        let weights = k.saturating_mul(self.out_channels as u64);
+        if k > i32::MAX as u64 || weights > i32::MAX as u64 {
             return Err(Error::TooLarge(format!(
                 "kernel {}x{} over {} input channels per group: {} taps, {} weights (at most 2^31 - 1)",
                 self.kernel[0],
                 self.kernel[1],
                 self.in_channels_per_group(),
                 k,
-                k * self.out_channels as u64
+                weights
             )));
         }
         Ok(())

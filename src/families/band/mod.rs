@@ -212,8 +212,9 @@ impl BandK {
             taps,
             chunk_ch,
             chunks: spec.in_channels_per_group().div_ceil(chunk_ch),
-            k_frags: taps * cfg.block_k / 16,
-            n_pad: spec.out_channels_per_group().next_multiple_of(cfg.block_n),
+            // Saturating: absurd specs must reach the refusals, not overflow on the way.
+            k_frags: taps.saturating_mul(cfg.block_k) / 16,
+            n_pad: spec.out_channels_per_group().checked_next_multiple_of(cfg.block_n).unwrap_or(u32::MAX),
         }
     }
 }
@@ -326,12 +327,12 @@ pub fn band_geometry(
     let mut smallest = u64::MAX;
     for fx in (1..=frags.min(ow.div_ceil(16)).max(1)).rev() {
         let wg_rows = frags / fx;
-        let band_rows = (wg_rows as u64 - 1) * sh as u64 + span_h + 1;
+        let band_rows = ((wg_rows as u64).saturating_sub(1) * sh as u64).saturating_add(span_h + 1);
         // Fragment starts span at most the row (they are clamped to OW − 16).
         let band_cols = (16 * fx).min(ow.max(16)) as u64 + taps as u64 - 1;
-        let band_elems = band_rows * band_cols * cfg.block_k as u64;
+        let band_elems = band_rows.saturating_mul(band_cols).saturating_mul(cfg.block_k as u64);
         smallest = smallest.min(band_elems);
-        if band_elems * 2 > room {
+        if band_elems.saturating_mul(2) > room {
             continue;
         }
         return Ok(BandGeometry {

@@ -99,7 +99,7 @@ impl StripConfig {
         if self.x == 0 || self.y == 0 || self.c == 0 || self.workgroup == 0 {
             return refuse("every count must be at least 1".into());
         }
-        let acc = self.x as u64 * self.y as u64 * self.c as u64;
+        let acc = (self.x as u64 * self.y as u64).saturating_mul(self.c as u64);
         if acc > MAX_ACCUMULATORS as u64 {
             return refuse(format!("{acc} accumulators per invocation exceed {MAX_ACCUMULATORS}"));
         }
@@ -111,14 +111,14 @@ impl StripConfig {
 
     /// The row segment one invocation reads for a spec (values held in registers).
     pub fn segment(&self, spec: &Conv2dSpec) -> u64 {
-        (self.x as u64 - 1) * spec.stride[1] as u64
+        (self.x as u64).saturating_sub(1) * spec.stride[1] as u64
             + (spec.kernel[1] as u64).saturating_sub(1) * spec.dilation[1] as u64
             + 1
     }
 
     /// The input rows one invocation walks for a spec.
     pub fn rows(&self, spec: &Conv2dSpec) -> u64 {
-        (self.y as u64 - 1) * spec.stride[0] as u64
+        (self.y as u64).saturating_sub(1) * spec.stride[0] as u64
             + (spec.kernel[0] as u64).saturating_sub(1) * spec.dilation[0] as u64
             + 1
     }

@@ -174,15 +174,17 @@ impl StagedGeometry {
     pub(crate) fn new(spec: &Conv2dSpec, h: u32, w: u32, block_k: u32) -> StagedGeometry {
         let cg = spec.in_channels_per_group();
         let cg8 = cg.div_ceil(VEC);
-        let k8 = spec.kernel[0] * spec.kernel[1] * cg8;
+        // Saturating: `check_spec` refuses what does not fit (a K of over 2^31 - 1), and a
+        // problem's padded extents stay below 2^29; nothing overflows on the way there.
+        let k8 = spec.kernel[0].saturating_mul(spec.kernel[1]).saturating_mul(cg8);
         StagedGeometry {
             cg,
             cg8,
-            c8: spec.groups * cg8,
-            hp: h + spec.padding.top + spec.padding.bottom,
-            wp: w + spec.padding.left + spec.padding.right,
+            c8: spec.groups.saturating_mul(cg8),
+            hp: h.saturating_add(spec.padding.top).saturating_add(spec.padding.bottom),
+            wp: w.saturating_add(spec.padding.left).saturating_add(spec.padding.right),
             k8,
-            k_pad: (k8 * VEC).next_multiple_of(block_k),
+            k_pad: k8.saturating_mul(VEC).checked_next_multiple_of(block_k).unwrap_or(u32::MAX),
         }
     }
     /// Staged bytes per image, per operand half.
@@ -399,7 +401,16 @@ impl KernelConfig for NhwcKernel {
         self.tile.nhwc_layout()?;
         self.tile.check_device(limits, self.tile.nhwc_workgroup_bytes(self.family.halves()))
     }
-    fn check_spec(&self, _spec: &Conv2dSpec, _limits: &KernelLimits) -> Result<()> {
+    fn check_spec(&self, spec: &Conv2dSpec, _limits: &KernelLimits) -> Result<()> {
+        // K with each group's channels padded to whole vectors of 8, in 32-bit indexing.
+        let k = (spec.kernel[0] as u64 * spec.kernel[1] as u64)
+            .saturating_mul((spec.in_channels_per_group() as u64).div_ceil(8) * 8);
+        if k.next_multiple_of(self.tile.block_k.max(1) as u64) > i32::MAX as u64 {
+            return Err(crate::error::Error::KernelRefused {
+                kernel: format!("{}:{}", self.family.name(), self.tile.name()),
+                reason: format!("K = {k} with each group's channels padded to whole vectors of 8 (at most 2^31 - 1)"),
+            });
+        }
         Ok(())
     }
     fn packed_bytes(&self, spec: &Conv2dSpec) -> u64 {

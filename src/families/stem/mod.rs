@@ -226,17 +226,18 @@ impl StemK {
         let stride = [spec.stride[0].max(1), spec.stride[1].max(1)];
         let cg = spec.in_channels_per_group();
         let slots = stride[0].saturating_mul(stride[1]).saturating_mul(cg);
-        let csp = slots.next_multiple_of(16);
+        // Saturating: absurd specs must reach the refusals, not overflow on the way.
+        let csp = slots.checked_next_multiple_of(16).unwrap_or(u32::MAX - 15);
         let taps = [spec.kernel[0].div_ceil(stride[0]), spec.kernel[1].div_ceil(stride[1])];
         StemK {
             stride,
             cg,
             slots,
             csp,
-            cst: csp + 8,
+            cst: csp.saturating_add(8),
             taps,
             k_frags: taps[0].saturating_mul(taps[1]).saturating_mul(csp / 16),
-            n_pad: spec.out_channels_per_group().next_multiple_of(cfg.block_n.max(1)),
+            n_pad: spec.out_channels_per_group().checked_next_multiple_of(cfg.block_n.max(1)).unwrap_or(u32::MAX),
         }
     }
     /// K after the layout: TY·TX·CSP.
