@@ -6,14 +6,18 @@
 //! matrices, which take the rules that weigh estimates), and every family's
 //! `Kernel::check`; random kernel names go through the parser and the same checks. Each
 //! call answers or returns a typed error. No device work, so thousands of cases run in
-//! seconds on lavapipe. The seed is printed; replay with `WGCONV_TEST_SEED`.
+//! seconds on lavapipe. A second test runs random configs of the SIMT families on small
+//! problems: each is refused by name or computes the convolution. The seeds are printed;
+//! replay with `WGCONV_TEST_SEED`.
 
 mod common;
 use common::*;
 use rand::{Rng, SeedableRng};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use wgconv::advanced::{family_names, select, sweep};
-use wgconv::{Conv2dOptions, Conv2dSpec, DeviceCaps, Kernel, Layout, Padding, PaddingMode, Precision, Shape4, Storage};
+use wgconv::{
+    Conv2d, Conv2dOptions, Conv2dSpec, DeviceCaps, Kernel, Layout, Padding, PaddingMode, Precision, Shape4, Storage,
+};
 
 /// A size drawn log-uniformly from `[lo, 2^bits)`.
 fn size(rng: &mut rand::rngs::StdRng, lo: u32, bits: u32) -> u32 {
@@ -137,4 +141,97 @@ fn no_spec_shape_or_kernel_name_panics() {
     }
     eprintln!("{problems} valid problems, {selections} selections made");
     assert!(problems > 1500 && selections > 25000, "{problems} problems, {selections} selections");
+}
+
+/// A random config of a family that runs on SIMT units: tile configs (the tiled, Winograd
+/// and split-K families), strip and staged depthwise configs, or the family's reference.
+fn random_simt_kernel_name(rng: &mut rand::rngs::StdRng) -> String {
+    let pick = |rng: &mut rand::rngs::StdRng, v: &[u32]| v[rng.random_range(0..v.len())];
+    let tile = |rng: &mut rand::rngs::StdRng| {
+        let block = [16, 32, 48, 64, 96, 128];
+        format!(
+            "m{}n{}k{}-t{}x{}-w{}-s{}",
+            pick(rng, &block),
+            pick(rng, &block),
+            pick(rng, &[4, 8, 16, 32]),
+            pick(rng, &[1, 2, 4, 8, 12]),
+            pick(rng, &[1, 2, 4, 8, 12]),
+            pick(rng, &[1, 2, 4, 8]),
+            pick(rng, &[1, 2, 3])
+        )
+    };
+    match rng.random_range(0..8) {
+        0 => format!("tiled:{}", tile(rng)),
+        1 => format!("tiled-f16:{}", tile(rng)),
+        2 => format!("winograd:{}", tile(rng)),
+        3 => format!("splitk:{}-k{}", tile(rng), pick(rng, &[2, 3, 4, 8])),
+        4 | 5 => format!(
+            "{}:x{}y{}c{}-w{}",
+            ["depthwise", "depthwise-f16"][rng.random_range(0..2usize)],
+            pick(rng, &[1, 2, 3, 4]),
+            pick(rng, &[1, 2, 4, 8]),
+            pick(rng, &[1, 2, 4]),
+            pick(rng, &[32, 64, 128, 256])
+        ),
+        6 => format!("depthwise:staged-x{}-w{}", pick(rng, &[1, 2, 4]), pick(rng, &[64, 128, 256])),
+        _ => ["tiled", "tiled-f16", "winograd", "splitk", "depthwise", "direct", "direct-f16"]
+            [rng.random_range(0..7usize)]
+        .to_string(),
+    }
+}
+
+/// A config that passes its checks computes the convolution: random configs of the SIMT
+/// families (many refused by name, which is fine) on random small problems, each either
+/// refused with a typed error by `Conv2d::new` or `forward`, or within its precision's
+/// bound of the f64 reference. What `check` lets through must never compute wrong.
+#[test]
+fn random_configs_that_pass_their_checks_run_correctly() {
+    let gpu = gpu();
+    let seed = test_seed();
+    eprintln!("random configs: WGCONV_TEST_SEED={seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let (mut ran, mut refused) = (0, 0);
+    for i in 0..150 {
+        let groups = [1, 1, 1, 2, 4, 8][rng.random_range(0..6usize)];
+        let k = rng.random_range(1..=5u32);
+        let spec = Conv2dSpec::new(groups * rng.random_range(1..=8u32), groups * rng.random_range(1..=8u32), k)
+            .groups(groups)
+            .stride(rng.random_range(1..=2u32))
+            .padding(rng.random_range(0..=2u32))
+            .with_bias(rng.random_bool(0.5));
+        let shape =
+            Shape4::new(rng.random_range(1..=3), spec.in_channels, rng.random_range(4..=14), rng.random_range(4..=14));
+        let name = random_simt_kernel_name(&mut rng);
+        if spec.problem(shape).is_err() {
+            continue;
+        }
+        let Ok(kernel) = name.parse::<Kernel>() else {
+            refused += 1;
+            continue;
+        };
+        let case = Case::with_seed(&format!("config_{i}"), spec, shape, seed.wrapping_add(i)).replayed_by(seed);
+        let options = options_at(kernel.precision(), Some(kernel.clone()), false);
+        let conv = match Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), options) {
+            Ok(conv) => conv,
+            Err(_) => {
+                refused += 1;
+                continue;
+            }
+        };
+        let got = match conv.forward(&case.x, shape) {
+            Ok(got) => got,
+            Err(_) => {
+                refused += 1;
+                continue;
+            }
+        };
+        let what = case.label(&name);
+        match kernel.precision() {
+            Precision::F16Accum32 => assert_f16_operands_close(&what, &got, &case.want, &case, |r| r),
+            _ => assert_close(&what, &got, &case.want, tolerance(&kernel)),
+        }
+        ran += 1;
+    }
+    eprintln!("{ran} configs ran and matched, {refused} refused");
+    assert!(ran >= 25, "{ran} ran, {refused} refused");
 }
