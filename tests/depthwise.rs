@@ -52,9 +52,7 @@ fn random_case(rng: &mut rand::rngs::StdRng, i: usize, seed: u64) -> Case {
 #[test]
 fn random_shapes_match_the_reference() {
     let gpu = gpu();
-    let seed = test_seed();
-    eprintln!("random shapes: WGCONV_TEST_SEED={seed}");
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let (seed, mut rng) = seeded_rng("random shapes");
     let sweep: Vec<String> = strip_sweep()
         .iter()
         .map(|c| c.name())

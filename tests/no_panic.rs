@@ -12,7 +12,7 @@
 
 mod common;
 use common::*;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use wgconv::advanced::{family_names, select, sweep};
 use wgconv::{
@@ -94,9 +94,7 @@ fn as_h100(caps: &DeviceCaps) -> DeviceCaps {
 fn no_spec_shape_or_kernel_name_panics() {
     let gpu = gpu();
     let adapters = [gpu.caps().clone(), as_h100(gpu.caps())];
-    let seed = test_seed();
-    eprintln!("no panic: WGCONV_TEST_SEED={seed}");
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let (seed, mut rng) = seeded_rng("no panic");
     let families = family_names();
     let references: Vec<Kernel> = families.iter().filter_map(|f| sweep(f).ok()?.into_iter().next()).collect();
     let (mut problems, mut selections) = (0, 0);
@@ -187,9 +185,7 @@ fn random_simt_kernel_name(rng: &mut rand::rngs::StdRng) -> String {
 #[test]
 fn random_configs_that_pass_their_checks_run_correctly() {
     let gpu = gpu();
-    let seed = test_seed();
-    eprintln!("random configs: WGCONV_TEST_SEED={seed}");
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let (seed, mut rng) = seeded_rng("random configs");
     let (mut ran, mut refused) = (0, 0);
     for i in 0..150 {
         let groups = [1, 1, 1, 2, 4, 8][rng.random_range(0..6usize)];

@@ -9,7 +9,7 @@
 
 mod common;
 use common::*;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use wgconv::advanced::default_sweep;
 use wgconv::{Conv2dSpec, Layout, Padding, Precision, Shape4};
 
@@ -47,9 +47,7 @@ fn random_case(rng: &mut rand::rngs::StdRng, i: usize, seed: u64) -> Case {
 #[test]
 fn what_selection_runs_matches_the_reference_on_random_shapes() {
     let gpu = gpu();
-    let seed = test_seed();
-    eprintln!("random shapes: WGCONV_TEST_SEED={seed}");
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let (seed, mut rng) = seeded_rng("random shapes");
     let limits = gpu.kernel_limits();
     let sweep: Vec<_> = default_sweep()
         .into_iter()

@@ -9,7 +9,7 @@
 
 mod common;
 use common::*;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use wgconv::{Conv2d, Conv2dOptions, Conv2dSpec, Layout, Padding, PaddingMode, Shape4};
 
 /// A random ungrouped convolution whose input channels are a multiple of `slices`.
@@ -39,9 +39,7 @@ fn random_case(rng: &mut rand::rngs::StdRng, i: usize, seed: u64, slices: u32) -
 #[test]
 fn random_shapes_match_the_reference() {
     let gpu = gpu();
-    let seed = test_seed();
-    eprintln!("split-K random shapes: WGCONV_TEST_SEED={seed}");
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let (seed, mut rng) = seeded_rng("split-K random shapes");
     let sweep = wgconv::advanced::split_sweep();
     for i in 0..4 * sweep.len() {
         let cfg = sweep[i % sweep.len()];

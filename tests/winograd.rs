@@ -9,7 +9,7 @@
 
 mod common;
 use common::*;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use wgconv::{Conv2d, Conv2dOptions, Conv2dSpec, Layout, Padding, Shape4};
 
 /// A random 3×3 stride-1 convolution and input from `rng`.
@@ -33,9 +33,7 @@ fn random_case(rng: &mut rand::rngs::StdRng, i: usize, seed: u64) -> Case {
 #[test]
 fn random_shapes_match_the_reference() {
     let gpu = gpu();
-    let seed = test_seed();
-    eprintln!("winograd random shapes: WGCONV_TEST_SEED={seed}");
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let (seed, mut rng) = seeded_rng("winograd random shapes");
     let sweep = wgconv::advanced::sweep("winograd").unwrap();
     for i in 0..60 {
         let case = random_case(&mut rng, i, seed);

@@ -146,6 +146,14 @@ pub fn test_seed() -> u64 {
     }
 }
 
+/// A random test's seed ([`test_seed`]), printed with what the test is, and a generator
+/// seeded with it.
+pub fn seeded_rng(what: &str) -> (u64, rand::rngs::StdRng) {
+    let seed = test_seed();
+    eprintln!("{what}: WGCONV_TEST_SEED={seed}");
+    (seed, rand::rngs::StdRng::seed_from_u64(seed))
+}
+
 /// One problem with its random data and reference output.
 pub struct Case {
     pub name: String,
