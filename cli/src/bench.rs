@@ -76,6 +76,7 @@ pub fn main(args: Args) -> CliResult {
         kernels,
         warmup: args.warmup,
         runs: args.runs,
+        interleave: args.interleave,
         activation,
         peak_tflops: args.peak_tflops,
         seed: 0x00c0_ffee,

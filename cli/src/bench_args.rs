@@ -77,6 +77,12 @@ pub struct Args {
     /// Untimed warm-up runs per config
     #[arg(long, default_value_t = 5)]
     pub(crate) warmup: u32,
+    /// Time the configs in interleaved rounds (one run of each per round, the first one
+    /// rotating) instead of each config's runs back to back: slow drifts of a shared or
+    /// throttling machine then fall on every config alike (on GPUs without the busy spin-up
+    /// before each config's runs)
+    #[arg(long)]
+    pub(crate) interleave: bool,
     /// Peak in TFLOP/s for the "% peak" column (default: a known datasheet table by adapter name:
     /// FP32 for the f32 and f16-SIMT kernels, f16 tensor for cooperative matrices, a third of
     /// it for f16x3)

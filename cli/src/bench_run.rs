@@ -83,6 +83,9 @@ pub struct BenchOptions {
     pub kernels: Vec<Kernel>,
     pub warmup: u32,
     pub runs: u32,
+    /// Time in interleaved rounds (one run of each kernel per round) rather than each
+    /// kernel's runs back to back.
+    pub interleave: bool,
     pub activation: Activation,
     /// Peak of the units the kernels run on, for the "% of peak" column (TFLOP/s); `None`:
     /// [`known_peak`] per kernel, where the adapter is in its table.
@@ -191,6 +194,42 @@ impl BenchReport {
         v.sort_by(|a, b| a.median_ms().unwrap().total_cmp(&b.median_ms().unwrap()));
         v
     }
+}
+
+/// The checked kernels' timings in interleaved rounds: each one's warm-up runs first, then
+/// `runs` rounds of one timed run of each, the first kernel of a round rotating. One entry
+/// per kernel (an error for one that was not checked or failed to time).
+fn interleaved_times(
+    gpu: &Gpu,
+    checked: &[std::result::Result<(Conv2d, ConvPlan, f64), Outcome>],
+    opts: &BenchOptions,
+    mut round_started: impl FnMut(u32),
+) -> Vec<Result<(Vec<f64>, Clock)>> {
+    let mut times: Vec<Result<(Vec<f64>, Clock)>> = checked
+        .iter()
+        .map(|c| match c {
+            Ok((_, plan, _)) => time_plan(gpu, plan, opts.warmup, 1).map(|(_, clock)| (Vec::new(), clock)),
+            Err(_) => Err(Error::Tune("not checked".into())),
+        })
+        .collect();
+    let n = checked.len().max(1);
+    for round in 0..opts.runs {
+        round_started(round);
+        for j in 0..n {
+            let i = (j + round as usize) % n;
+            let (Some(Ok((_, plan, _))), Some(Ok((samples, clock)))) = (checked.get(i), times.get_mut(i)) else {
+                continue;
+            };
+            match time_plan(gpu, plan, 0, 1) {
+                Ok((t, c)) => {
+                    samples.extend(t);
+                    *clock = c;
+                }
+                Err(e) => times[i] = Err(e),
+            }
+        }
+    }
+    times
 }
 
 /// A known datasheet peak (TFLOP/s, dense) for the units a kernel runs on: the FP32 SIMT
@@ -390,15 +429,24 @@ pub fn run(
         let _ = keep_busy(gpu, plan, SPIN_UP);
         let _ = time_plan(gpu, plan, opts.warmup, opts.runs);
     }
+    let mut rounds = match opts.interleave {
+        true => Some(interleaved_times(gpu, &checked, opts, |r| progress(n, 2 * n, &format!("round {r}")))),
+        false => None,
+    };
     for (i, (kernel, checked)) in opts.kernels.iter().zip(checked).enumerate() {
         progress(n + i, 2 * n, &format!("timing {kernel}"));
         let outcome = match checked {
             Err(outcome) => outcome,
             Ok((conv, plan, err)) => (|| -> Result<Outcome> {
-                if !gpu.is_cpu() {
-                    keep_busy(gpu, &plan, WARM_BUSY)?;
-                }
-                let (times, c) = time_plan(gpu, &plan, opts.warmup, opts.runs)?;
+                let (times, c) = match rounds.as_mut() {
+                    Some(rounds) => std::mem::replace(&mut rounds[i], Err(Error::Tune("timed once".into())))?,
+                    None => {
+                        if !gpu.is_cpu() {
+                            keep_busy(gpu, &plan, WARM_BUSY)?;
+                        }
+                        time_plan(gpu, &plan, opts.warmup, opts.runs)?
+                    }
+                };
                 clock = Some(c);
                 let time = Summary::of(&times).ok_or_else(|| Error::Tune("no timings".into()))?;
                 if conv.take_range_flag()? {

@@ -575,6 +575,7 @@ fn bench_layer(
         kernels: kernels.clone(),
         warmup: args.warmup,
         runs: args.runs,
+        interleave: args.interleave,
         activation,
         peak_tflops: args.peak_tflops,
         seed: 0x00c0_ffee,

@@ -297,3 +297,23 @@ fn tune_starts_from_a_bench_reports_winner() {
         "{stderr}"
     );
 }
+
+/// `--interleave`: the configs are timed in rounds, each config with all its runs, and a
+/// config the device refuses is still listed as refused.
+#[test]
+fn bench_interleaved_rounds_time_every_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let configs = "m32n64k32-t4x4-w4-s2,m64n32k32-t4x4-w4-s2,m128n128k32-t8x8-w8-s4";
+    let (out, stdout, stderr) =
+        bench(dir.path(), &["--runs", "20", "--warmup", "1", "--interleave", "--configs", configs, "--json", "i.json"]);
+    assert!(out.status.success(), "exit {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("i.json")).unwrap()).unwrap();
+    let results = json["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3, "{json}");
+    for r in &results[..2] {
+        let samples = r["outcome"]["samples_ms"].as_array().unwrap_or_else(|| panic!("{r}"));
+        assert_eq!(samples.len(), 20, "{r}");
+        assert!(samples.iter().all(|t| t.as_f64().unwrap() > 0.0), "{r}");
+    }
+    assert_eq!(results[2]["outcome"]["status"], "refused", "{}", results[2]);
+}
