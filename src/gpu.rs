@@ -395,11 +395,11 @@ impl Gpu {
         }
     }
 
-    /// `error`, or `DeviceLost` where the device was lost meanwhile (the likelier cause:
-    /// wgpu's calls on a lost device fail with other errors, or none).
+    /// `error`, or `DeviceLost` where wgpu reported the device lost meanwhile (the likelier
+    /// cause: wgpu's calls on a lost device fail with other errors, or none). It does not
+    /// poll the device itself: a poll would run the caller's pending map callbacks inside
+    /// wgconv's call; wgpu reports the loss at the next poll or submission.
     pub(crate) fn lost_or(&self, error: Error) -> Error {
-        #[cfg(not(target_arch = "wasm32"))]
-        let _ = self.device.poll(wgpu::PollType::Poll);
         self.check_alive().err().unwrap_or(error)
     }
 
