@@ -15,7 +15,7 @@ pub fn conv2d(problem: &ConvProblem, input: &[f32], weight: &[f32], bias: Option
 /// An `[N, H, W, C]` (channels-last) tensor of `shape` rewritten as `[N, C, H, W]`.
 pub fn to_nchw(nhwc: &[f32], shape: Shape4) -> Result<Vec<f32>> {
     let (c, h, w) = layout_dims(nhwc, shape)?;
-    let mut out = vec![0.0; nhwc.len()];
+    let mut out = crate::alloc::zeroed_vec::<f32>(nhwc.len(), "the rewritten tensor")?;
     for (i, v) in out.iter_mut().enumerate() {
         let (n, ch, y, x) = (i / (c * h * w), (i / (h * w)) % c, (i / w) % h, i % w);
         *v = nhwc[((n * h + y) * w + x) * c + ch];
@@ -26,7 +26,7 @@ pub fn to_nchw(nhwc: &[f32], shape: Shape4) -> Result<Vec<f32>> {
 /// An `[N, C, H, W]` tensor of `shape` rewritten as `[N, H, W, C]` (channels last).
 pub fn to_nhwc(nchw: &[f32], shape: Shape4) -> Result<Vec<f32>> {
     let (c, h, w) = layout_dims(nchw, shape)?;
-    let mut out = vec![0.0; nchw.len()];
+    let mut out = crate::alloc::zeroed_vec::<f32>(nchw.len(), "the rewritten tensor")?;
     for (i, &v) in nchw.iter().enumerate() {
         let (n, ch, y, x) = (i / (c * h * w), (i / (h * w)) % c, (i / w) % h, i % w);
         out[((n * h + y) * w + x) * c + ch] = v;

@@ -3,10 +3,9 @@
 //! grouped layers); the f16 small-GEMM rule (`tiled-f16` on NCHW); for f32, the Winograd
 //! rule (input shape known), the f32 matrix rule and the split-K rule (input shape known),
 //! each weighing its estimate against the others' on GPUs; the tuner's cached decision; the
-//! channels-last
-//! rule (f16 and f16x3 on cooperative matrices); the f32 shape rule (input shape known); the
-//! precision's default family with the config its rule picks for the device; else a
-//! fallback. Each names itself in [`Selection::reason`]. Every rule asks only the device's
+//! channels-last rule (f16 and f16x3 on cooperative matrices); the f32 shape rule (input
+//! shape known); the precision's default family with the config its rule picks for the
+//! device; else a fallback. Each names itself in [`Selection::reason`]. Every rule asks only the device's
 //! capabilities ([`DeviceCaps`]), the spec, the input shape where known and the precision;
 //! none does device work.
 
@@ -105,10 +104,13 @@ pub(crate) fn select(
     // An input shape the spec cannot take is a mistake, not an unknown shape (the spec's
     // own mistakes are named as such first).
     spec.validate()?;
-    if let Some(input) = options.tuning_key_input {
-        spec.problem(input)
-            .map_err(|e| Error::InvalidOptions(format!("Conv2dOptions::tuning_key_input {input}: {e}")))?;
-    }
+    let problem = options
+        .tuning_key_input
+        .map(|input| {
+            spec.problem(input)
+                .map_err(|e| Error::InvalidOptions(format!("Conv2dOptions::tuning_key_input {input}: {e}")))
+        })
+        .transpose()?;
     if let Some(kernel) = &options.kernel {
         if kernel.precision() != options.precision {
             return Err(Error::InvalidOptions(format!(
@@ -132,7 +134,6 @@ pub(crate) fn select(
             return Ok(Selection { kernel: stem::STEM.reference(), source: ConfigSource::Default, reason });
         }
     }
-    let problem = options.tuning_key_input.and_then(|input| spec.problem(input).ok());
     if let Some((kernel, reason)) = depthwise_rule(caps, spec, problem.as_ref(), options) {
         return Ok(Selection { kernel, source: ConfigSource::Default, reason });
     }
@@ -474,13 +475,6 @@ fn channels_last_pads_little(spec: &Conv2dSpec, layout: Layout) -> bool {
     layout == Layout::Nhwc || ((cg as u64).next_multiple_of(8) as f64) <= CHANNELS_LAST_MAX_K_PADDING * cg as f64
 }
 
-/// The GEMM's K as the channels-last kernels walk it: taps × each group's channels padded to
-/// whole vectors of 8.
-fn channels_last_k(spec: &Conv2dSpec) -> u64 {
-    let channels = (spec.in_channels_per_group() as u64).next_multiple_of(8);
-    (spec.kernel[0] as u64 * spec.kernel[1] as u64).saturating_mul(channels)
-}
-
 /// The channels-last family's tile configs per precision and their relative rate per padded
 /// multiply-add: 128×128 blocks (K steps of 64 in f16, of 32 in f16x3, whose doubled tiles
 /// leave no room for more), and blocks of 64 for grids too small to fill the device with
@@ -561,7 +555,7 @@ pub(crate) fn channels_last_rule(
     if !channels_last_rule_applies_for(caps, spec, precision, layout) {
         return None;
     }
-    let k = channels_last_k(spec);
+    let k = nhwc::channels_last_k(spec);
     let (family, configs): (_, &[(TileConfig, f64)]) = match precision {
         Precision::F16x3 => (&nhwc::COOP_NHWC_F16X3, &CHANNELS_LAST_SPLIT_CONFIGS),
         _ if k <= CHANNELS_LAST_SHORT_K && layout == Layout::Nhwc && f16_tensors => {
@@ -770,7 +764,7 @@ fn f32_matrix_estimate(
     {
         return None;
     }
-    let matrix_k = channels_last_k(spec);
+    let matrix_k = nhwc::channels_last_k(spec);
     let configs: &[(TileConfig, f64)] = match layout {
         Layout::Nhwc if matrix_k <= CHANNELS_LAST_SHORT_K => &CHANNELS_LAST_SPLIT_SHORT_K_CONFIGS,
         _ => &CHANNELS_LAST_SPLIT_CONFIGS,

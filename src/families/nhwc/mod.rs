@@ -170,6 +170,13 @@ pub(crate) struct StagedGeometry {
     pub k_pad: u32,
 }
 
+/// The GEMM's K as the channels-last kernels walk it: taps × each group's channels padded to
+/// whole vectors of 8 (saturating: the kernels refuse a K over 2^31 − 1 in `check_spec`).
+pub(crate) fn channels_last_k(spec: &Conv2dSpec) -> u64 {
+    let channels = (spec.in_channels_per_group() as u64).next_multiple_of(VEC as u64);
+    (spec.kernel[0] as u64 * spec.kernel[1] as u64).saturating_mul(channels)
+}
+
 impl StagedGeometry {
     pub(crate) fn new(spec: &Conv2dSpec, h: u32, w: u32, block_k: u32) -> StagedGeometry {
         let cg = spec.in_channels_per_group();
@@ -402,9 +409,8 @@ impl KernelConfig for NhwcKernel {
         self.tile.check_device(limits, self.tile.nhwc_workgroup_bytes(self.family.halves()))
     }
     fn check_spec(&self, spec: &Conv2dSpec, _limits: &KernelLimits) -> Result<()> {
-        // K with each group's channels padded to whole vectors of 8, in 32-bit indexing.
-        let k = (spec.kernel[0] as u64 * spec.kernel[1] as u64)
-            .saturating_mul((spec.in_channels_per_group() as u64).div_ceil(8) * 8);
+        // K in 32-bit indexing.
+        let k = channels_last_k(spec);
         if k.next_multiple_of(self.tile.block_k.max(1) as u64) > i32::MAX as u64 {
             return Err(crate::error::Error::KernelRefused {
                 kernel: format!("{}:{}", self.family.name(), self.tile.name()),
