@@ -256,7 +256,7 @@ fn check_buffer(gpu: &Gpu, what: &str, bytes: u64) -> Result<()> {
 }
 
 /// The first validation or out-of-memory error of the wgpu calls in `f`, naming `stage`.
-fn scoped<T>(device: &wgpu::Device, stage: &'static str, f: impl FnOnce() -> T) -> Result<T> {
+pub(crate) fn scoped<T>(device: &wgpu::Device, stage: &'static str, f: impl FnOnce() -> T) -> Result<T> {
     let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
     let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
     let value = f();
@@ -668,77 +668,94 @@ pub fn measure_bandwidth(gpu: &Gpu, bytes: u64, copies: u32) -> Result<Bandwidth
         };
         let groups = scoped(dev, "bandwidth bind groups", || [bind(&a, &b), bind(&b, &a)])?;
         let workgroups = COPY_WORKGROUPS.min(limits.max_compute_workgroups_per_dimension);
-        let copy = |enc: &mut wgpu::CommandEncoder, i: u32, stamps: Option<wgpu::ComputePassTimestampWrites>| {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("bandwidth copy"),
-                timestamp_writes: stamps,
-            });
-            pass.set_pipeline(&pipeline);
-            pass.set_bind_group(0, &groups[(i % 2) as usize], &[]);
-            pass.dispatch_workgroups(workgroups, 1, 1);
-        };
-        // Untimed copies first (they also clear the buffers, which wgpu does lazily).
-        let mut enc = dev.create_command_encoder(&Default::default());
-        for i in 0..copies {
-            copy(&mut enc, i, None);
-        }
-        scoped(dev, "bandwidth warm-up", || gpu.queue.submit([enc.finish()]))?;
-        gpu.wait()?;
-        let (times, clock) = if gpu.has_timestamps() {
-            let count = 2 * copies;
-            let (queries, resolve) = scoped(dev, "bandwidth timestamps", || {
-                let queries = dev.create_query_set(&wgpu::QuerySetDescriptor {
-                    label: Some("bandwidth timestamps"),
-                    ty: wgpu::QueryType::Timestamp,
-                    count,
-                });
-                let resolve = dev.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("bandwidth timestamps resolve"),
-                    size: count as u64 * 8,
-                    usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
-                    mapped_at_creation: false,
-                });
-                (queries, resolve)
-            })?;
-            let mut enc = dev.create_command_encoder(&Default::default());
-            for i in 0..copies {
-                let stamps = wgpu::ComputePassTimestampWrites {
-                    query_set: &queries,
-                    beginning_of_pass_write_index: Some(2 * i),
-                    end_of_pass_write_index: Some(2 * i + 1),
-                };
-                copy(&mut enc, i, Some(stamps));
-            }
-            enc.resolve_query_set(&queries, 0..count, &resolve, 0);
-            scoped(dev, "bandwidth copies", || gpu.queue.submit([enc.finish()]))?;
-            let stamps = gpu.read_buffer::<u64>(&resolve, 0, count as usize)?;
-            let period = gpu.queue.get_timestamp_period() as f64;
-            let times: Vec<f64> = stamps.chunks(2).map(|p| p[1].wrapping_sub(p[0]) as f64 * period / 1e6).collect();
-            if times.iter().any(|t| !t.is_finite() || *t <= 0.0 || *t > 1e6) {
-                return Err(Error::Wgpu {
-                    stage: "bandwidth timestamps",
-                    message: format!("implausible times {times:?}"),
-                });
-            }
-            (times, Clock::GpuTimestamps)
-        } else {
-            let mut times = Vec::new();
-            for i in 0..copies {
-                let mut enc = dev.create_command_encoder(&Default::default());
-                copy(&mut enc, i, None);
-                let t0 = std::time::Instant::now();
-                gpu.queue.submit([enc.finish()]);
-                gpu.wait()?;
-                times.push(t0.elapsed().as_secs_f64() * 1e3);
-            }
-            (times, Clock::HostWallClock)
-        };
+        // The untimed copies also clear the buffers, which wgpu does lazily.
+        let (times, clock) = time_dispatches(gpu, "bandwidth copies", &pipeline, &groups, workgroups, copies, copies)?;
         let time_ms = Summary::of(&times).ok_or_else(|| Error::Tune("no bandwidth timings".into()))?;
         Ok(Bandwidth { bytes, time_ms, gb_per_s: 2.0 * bytes as f64 / (time_ms.median * 1e-3) / 1e9, clock })
     })();
     a.destroy();
     b.destroy();
     result
+}
+
+/// Times `runs` dispatches of `pipeline` over `workgroups` workgroups (bind group `i %
+/// groups.len()` for the i-th) after `warmup` untimed ones: GPU timestamps at the beginning
+/// and end of each dispatch's compute pass, all in one submission, where the device has
+/// them; else the host clock around one submission per run. Times in milliseconds.
+pub fn time_dispatches(
+    gpu: &Gpu,
+    stage: &'static str,
+    pipeline: &wgpu::ComputePipeline,
+    groups: &[wgpu::BindGroup],
+    workgroups: u32,
+    warmup: u32,
+    runs: u32,
+) -> Result<(Vec<f64>, Clock)> {
+    let dev = &gpu.device;
+    let runs = runs.clamp(1, wgconv::tune::timing::MAX_TIMED_RUNS);
+    if groups.is_empty() {
+        return Err(Error::Tune(format!("{stage}: no bind group")));
+    }
+    let dispatch = |enc: &mut wgpu::CommandEncoder, i: u32, stamps: Option<wgpu::ComputePassTimestampWrites>| {
+        let mut pass =
+            enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(stage), timestamp_writes: stamps });
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, &groups[i as usize % groups.len()], &[]);
+        pass.dispatch_workgroups(workgroups, 1, 1);
+    };
+    if warmup > 0 {
+        let mut enc = dev.create_command_encoder(&Default::default());
+        for i in 0..warmup {
+            dispatch(&mut enc, i, None);
+        }
+        scoped(dev, stage, || gpu.queue.submit([enc.finish()]))?;
+        gpu.wait()?;
+    }
+    if !gpu.has_timestamps() {
+        let mut times = Vec::new();
+        for i in 0..runs {
+            let mut enc = dev.create_command_encoder(&Default::default());
+            dispatch(&mut enc, i, None);
+            let t0 = std::time::Instant::now();
+            scoped(dev, stage, || gpu.queue.submit([enc.finish()]))?;
+            gpu.wait()?;
+            times.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        return Ok((times, Clock::HostWallClock));
+    }
+    let count = 2 * runs;
+    let (queries, resolve) = scoped(dev, stage, || {
+        let queries = dev.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some(stage),
+            ty: wgpu::QueryType::Timestamp,
+            count,
+        });
+        let resolve = dev.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(stage),
+            size: count as u64 * 8,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        (queries, resolve)
+    })?;
+    let mut enc = dev.create_command_encoder(&Default::default());
+    for i in 0..runs {
+        let stamps = wgpu::ComputePassTimestampWrites {
+            query_set: &queries,
+            beginning_of_pass_write_index: Some(2 * i),
+            end_of_pass_write_index: Some(2 * i + 1),
+        };
+        dispatch(&mut enc, i, Some(stamps));
+    }
+    enc.resolve_query_set(&queries, 0..count, &resolve, 0);
+    scoped(dev, stage, || gpu.queue.submit([enc.finish()]))?;
+    let stamps = gpu.read_buffer::<u64>(&resolve, 0, count as usize)?;
+    let period = gpu.queue.get_timestamp_period() as f64;
+    let times: Vec<f64> = stamps.chunks(2).map(|p| p[1].wrapping_sub(p[0]) as f64 * period / 1e6).collect();
+    if times.iter().any(|t| !t.is_finite() || *t <= 0.0 || *t > 1e6) {
+        return Err(Error::Wgpu { stage, message: format!("implausible times {times:?}") });
+    }
+    Ok((times, Clock::GpuTimestamps))
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ mod cli;
 mod info;
 mod model;
 mod npy;
+mod peak;
 mod run;
 mod shape;
 mod tune;
@@ -40,6 +41,7 @@ enum Command {
     Tune(tune::Args),
     Run(run::Args),
     Info(info::Args),
+    Peak(peak::Args),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +54,7 @@ fn main() -> ExitCode {
         Command::Tune(a) => tune::main(a),
         Command::Run(a) => run::main(a),
         Command::Info(a) => info::main(a),
+        Command::Peak(a) => peak::main(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -665,7 +665,7 @@ fn render(header: &[(&str, bool)], rows: &[Vec<String>]) -> String {
 }
 
 /// Three significant digits or so, whatever the magnitude (lavapipe's TFLOP/s are 1e-4).
-fn sig(v: f64) -> String {
+pub(crate) fn sig(v: f64) -> String {
     match v.abs() {
         a if a >= 100.0 => format!("{v:.0}"),
         a if a >= 10.0 => format!("{v:.1}"),

@@ -18,7 +18,7 @@ fn help(sub: &str) -> String {
 
 #[test]
 fn every_subcommand_takes_the_device_flags() {
-    for sub in ["bench", "tune", "run", "info"] {
+    for sub in ["bench", "tune", "run", "info", "peak"] {
         let text = help(sub);
         for flag in ["--adapter <SUBSTRING>", "--backend <BACKEND>"] {
             assert!(text.contains(flag), "{sub} --help lacks {flag}:\n{text}");

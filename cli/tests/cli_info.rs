@@ -133,3 +133,31 @@ fn help_describes_every_subcommand_with_examples() {
         assert!(info.contains(needle), "info --help lacks {needle:?}:\n{info}");
     }
 }
+
+/// `wgconv peak` on lavapipe: the FMA and copy rows measure, the matrix rows say why they
+/// cannot run there, the JSON holds the same rows; bad arguments are refused before any work.
+#[test]
+fn peak_measures_what_the_adapter_has_and_names_what_it_lacks() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("peak.json");
+    let text = stdout_of(&["peak", "--runs", "3", "--target-ms", "1", "--json", json.to_str().unwrap()]);
+    assert!(text.contains("fp32 FMA") && text.contains("memory copy"), "{text}");
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    let fma = rows.iter().find(|r| r["what"] == "fp32 FMA").unwrap();
+    assert!(fma["rate"].as_f64().is_some_and(|r| r > 0.0), "{fma}");
+    assert_eq!(fma["time_ms"]["n"], 3, "{fma}");
+    let matrix: Vec<_> = rows.iter().filter(|r| r["what"].as_str().unwrap().starts_with("f16 matrix")).collect();
+    assert!(!matrix.is_empty());
+    for r in matrix {
+        assert!(r["rate"].is_null() && r["error"].as_str().unwrap().contains("cooperative matri"), "{r}");
+    }
+    let only = stdout_of(&["peak", "--runs", "3", "--target-ms", "1", "--only", "FP32"]);
+    assert!(only.contains("fp32 FMA") && !only.contains("memory copy"), "{only}");
+    for bad in [&["peak", "--only", "no such row"][..], &["peak", "--target-ms", "0"], &["peak", "--runs", "2"]] {
+        let out = wgconv(bad);
+        assert!(!out.status.success(), "{bad:?} was accepted");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked") && stderr.contains("error"), "{bad:?}: {stderr}");
+    }
+}
