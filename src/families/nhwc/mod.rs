@@ -2,8 +2,8 @@
 //! pass (`stage.wgsl`) rewrites the chunk's input (NCHW or NHWC, f32 or f16) as f16
 //! `[n][HP][WP][C8]` vectors of 8 channels with the padding written out, so that the GEMM
 //! kernel (`nhwc.wgsl`) loads A as 16-byte runs of channels with no bounds test and no
-//! border logic; K is ordered (ky, kx, channel), each group's channels padded to whole
-//! vectors. The tile vocabulary is `TileConfig`'s; each warp owns 16×16 accumulator
+//! border logic; K walks the group's channels (padded to whole vectors) in chunks of one K
+//! step, each chunk through every tap ([`StagedGeometry::k_order`]). The tile vocabulary is `TileConfig`'s; each warp owns 16×16 accumulator
 //! fragments (`coop::fragments`). An f16 channels-last input with nothing to pad is that
 //! layout already: `coop-nhwc-f16` reads it in place, with no staging pass.
 //!
@@ -158,7 +158,8 @@ pub fn nhwc_sweep(split: bool) -> Vec<TileConfig> {
 
 /// The staged input's geometry for one problem: channels per group `cg` padded to `cg8`
 /// vectors, `c8` vectors per pixel, the padded image `hp × wp`, and the group's K in
-/// vectors (`k8`) and in f16 padded to whole K steps (`k_pad`).
+/// vectors (`k8`) and in f16 padded to whole K steps (`k_pad`), and the vectors of one K
+/// step (`step8`), the chunk of channels [`StagedGeometry::k_order`] walks through every tap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct StagedGeometry {
     pub cg: u32,
@@ -168,6 +169,7 @@ pub(crate) struct StagedGeometry {
     pub wp: u32,
     pub k8: u32,
     pub k_pad: u32,
+    pub step8: u32,
 }
 
 /// The GEMM's K as the channels-last kernels walk it: taps × each group's channels padded to
@@ -192,26 +194,41 @@ impl StagedGeometry {
             wp: w.saturating_add(spec.padding.left).saturating_add(spec.padding.right),
             k8,
             k_pad: k8.saturating_mul(VEC).checked_next_multiple_of(block_k).unwrap_or(u32::MAX),
+            step8: (block_k / VEC).max(1),
         }
+    }
+
+    /// The K order, shared by the K table and the weight packing: per K vector, its tap
+    /// (`ky · kw + kx`) and its vector of the group's channels. The channels go in chunks
+    /// of one K step, each chunk through every tap before the next, so consecutive K steps
+    /// read the same channels at neighbouring taps — mostly the same bytes, while they are
+    /// still in the L1 cache. (Tap-major order read each tap's channels K steps apart. The
+    /// gain is small: the kernel waits on its loads' latency more than on L2's bandwidth.)
+    pub(crate) fn k_order(&self, taps: u32) -> impl Iterator<Item = (u32, u32)> + '_ {
+        let step8 = self.step8;
+        (0..self.cg8.div_ceil(step8)).flat_map(move |chunk| {
+            let first = chunk * step8;
+            let vectors = step8.min(self.cg8 - first);
+            (0..taps).flat_map(move |tap| (first..first + vectors).map(move |cv| (tap, cv)))
+        })
     }
     /// Staged bytes per image, per operand half.
     fn bytes_per_image(&self) -> u64 {
         self.hp as u64 * self.wp as u64 * self.c8 as u64 * VEC as u64 * 2
     }
-    /// The K table: per K vector `(ky, kx, channel vector)`, its offset in vectors from a
-    /// window origin; [`NO_TAP`] past K.
+    /// The K table: per K vector (in [`StagedGeometry::k_order`]), its offset in vectors
+    /// from a window origin; [`NO_TAP`] past K.
     fn k_table(&self, spec: &Conv2dSpec) -> Vec<u32> {
         let kw = spec.kernel[1];
-        (0..self.k_pad / VEC)
-            .map(|k| {
-                if k >= self.k8 {
-                    return NO_TAP;
-                }
-                let (tap, cv) = (k / self.cg8, k % self.cg8);
+        let mut table: Vec<u32> = self
+            .k_order(spec.kernel[0] * kw)
+            .map(|(tap, cv)| {
                 let (ky, kx) = (tap / kw, tap % kw);
                 (ky * spec.dilation[0] * self.wp + kx * spec.dilation[1]) * self.c8 + cv
             })
-            .collect()
+            .collect();
+        table.resize((self.k_pad / VEC) as usize, NO_TAP);
+        table
     }
 }
 
@@ -506,23 +523,25 @@ impl KernelConfig for NhwcKernel {
     }
 }
 
-/// Weights as the channels-last kernel reads them: `[groups][k_pad][n_pad]`, K ordered
-/// (ky, kx, channel) with each group's channels padded to whole vectors; zeros beyond.
+/// Weights as the channels-last kernel reads them: `[groups][k_pad][n_pad]`, K in the
+/// order of [`StagedGeometry::k_order`] with each group's channels padded to whole vectors;
+/// zeros beyond.
 pub(crate) fn pack_channels_last(spec: &Conv2dSpec, weight: &[f32], block_k: u32, n_pad: u32) -> Result<Vec<f32>> {
     let g = StagedGeometry::new(spec, 1, 1, block_k);
-    let (kh, kw) = (spec.kernel[0] as usize, spec.kernel[1] as usize);
-    let (cg, cgp) = (g.cg as usize, (g.cg8 * VEC) as usize);
+    let taps = (spec.kernel[0] * spec.kernel[1]) as usize;
+    let cg = g.cg as usize;
     let (k_pad, n_pad) = (g.k_pad as usize, n_pad as usize);
     let cout_g = spec.out_channels_per_group() as usize;
     let mut packed = alloc::zeroed_vec::<f32>(spec.groups as usize * k_pad * n_pad, "the packed weights")?;
     for grp in 0..spec.groups as usize {
         for n in 0..cout_g {
-            let src = &weight[(grp * cout_g + n) * cg * kh * kw..][..cg * kh * kw];
-            for c in 0..cg {
-                for ky in 0..kh {
-                    for kx in 0..kw {
-                        let k = (ky * kw + kx) * cgp + c;
-                        packed[(grp * k_pad + k) * n_pad + n] = src[(c * kh + ky) * kw + kx];
+            // PyTorch's [c_out][c][ky][kx]: tap t of channel c at c · taps + t.
+            let src = &weight[(grp * cout_g + n) * cg * taps..][..cg * taps];
+            for (kv, (tap, cv)) in g.k_order(taps as u32).enumerate() {
+                for i in 0..VEC as usize {
+                    let c = cv as usize * VEC as usize + i;
+                    if c < cg {
+                        packed[(grp * k_pad + kv * VEC as usize + i) * n_pad + n] = src[c * taps + tap as usize];
                     }
                 }
             }
@@ -702,6 +721,9 @@ mod tests {
             (Conv2dSpec::new(12, 10, 3).kernel_hw((3, 2)).dilation(2).padding([2, 1, 0, 1]), Shape4::new(2, 12, 8, 9)),
             (Conv2dSpec::new(20, 12, 3).groups(2).padding(1).with_bias(true), Shape4::new(1, 20, 5, 5)),
             (Conv2dSpec::new(8, 8, 1), Shape4::new(3, 8, 4, 4)),
+            // Channels in several K-step chunks, the last one partial (5 vectors in chunks of
+            // 4 at K steps of 32).
+            (Conv2dSpec::new(38, 6, 3).padding(1), Shape4::new(1, 38, 5, 6)),
             (Conv2dSpec::new(5, 7, 3).padding(2).padding_mode(PaddingMode::Reflect), Shape4::new(1, 5, 6, 6)),
             (Conv2dSpec::new(9, 4, 3).padding(1).padding_mode(PaddingMode::Circular), Shape4::new(1, 9, 5, 7)),
         ];

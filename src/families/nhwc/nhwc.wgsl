@@ -1,6 +1,7 @@
 // Implicit GEMM on the matrix units over a channels-last f16 input staged by stage.wgsl:
-// K runs over (ky, kx, channel), so for one output position and one tap the K step's
-// channels are contiguous and every A load is a 16-byte vector of 8 f16, with no bounds
+// K runs over chunks of one K step's channels, each chunk through every tap (the K table
+// and the weight packing, nhwc/mod.rs), so for one output position the K step's channels
+// are contiguous and every A load is a 16-byte vector of 8 f16, with no bounds
 // test (the padding is in the staged input). A and B are staged in workgroup memory
 // row-major ([m][k] and [k][n], rows padded by 8 f16), the next K step's vectors are loaded
 // into registers before this step's multiply-adds, and each warp owns FM×FN 16×16 f32
@@ -47,7 +48,7 @@ fn unscale_second() -> f32 {
 // spatial padding, whole vectors of channels per group), from element `p.in_offset` of the
 // bound window on.
 @group(0) @binding(1) var<storage, read> staged: array<vec4<u32>>;
-// Weights [groups][K_PAD][N_PAD] f16, 8 per vector, K ordered (ky, kx, channel) with each
+// Weights [groups][K_PAD][N_PAD] f16, 8 per vector, K in the K table's order with each
 // group's channels padded to whole vectors; zeros past K and past the group's channels.
 @group(0) @binding(2) var<storage, read> weight: array<vec4<u32>>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
