@@ -475,15 +475,27 @@ fn channels_last_pads_little(spec: &Conv2dSpec, layout: Layout) -> bool {
     layout == Layout::Nhwc || ((cg as u64).next_multiple_of(8) as f64) <= CHANNELS_LAST_MAX_K_PADDING * cg as f64
 }
 
-/// The channels-last family's tile configs per precision and their relative rate per padded
-/// multiply-add: 128×128 blocks (K steps of 64 in f16, of 32 in f16x3, whose doubled tiles
-/// leave no room for more), and blocks of 64 for grids too small to fill the device with
-/// them. Fitted to the H100's sweeps of VGG-16 and ResNet-50 (the 28×28 512-channel layer:
-/// 64×64 blocks ran at 0.6 of the 128×128 rate in f16).
-const CHANNELS_LAST_F16_CONFIGS: [(TileConfig, f64); 3] = [
-    (TileConfig::with_thread_tile(128, 128, 64, 8, 8, 1), 1.0),
-    (TileConfig::with_thread_tile(64, 128, 32, 8, 8, 2), 0.58),
-    (TileConfig::with_thread_tile(64, 64, 32, 4, 8, 2), 0.6),
+/// The channels-last family's f16 tile configs: each with its rate per padded multiply-add
+/// relative to the reference config's when every multiprocessor is busy, and the workgroups
+/// of it that one multiprocessor runs at once. 128×128 blocks with K steps of 64 on 8 warps
+/// (the reference; its 40 KiB of workgroup memory fill a multiprocessor of NVIDIA's Vulkan
+/// driver, which leaves about 52), the same block with K steps of 32 on 4 warps of 4×4
+/// fragments (24 KiB: two per multiprocessor, each stepping through its barriers while the
+/// other multiplies), and blocks of 64 for grids too small to fill the device with them.
+/// Ranked in whole waves ([`estimated_best_in_waves`]): the 4-warp block wins where the
+/// reference's tiles would leave a last wave part empty that its waves of twice as many fill
+/// (ResNet-50's 196-tile layers at N = 32), and on long grids by its rate, and loses where
+/// the reference fills whole waves (VGG-16's 512-channel layers at N = 16: 392 tiles) or
+/// less than one. Fitted to the H100's sweeps of VGG-16 and ResNet-50 (the 28×28
+/// 512-channel layer: 64×64 blocks ran at 0.6 of the 128×128 rate in f16, the 4-warp block
+/// at 1.12 per multiprocessor); ranking the sweeps of ResNet-50, VGG-16 and AlexNet so
+/// picked the fastest of the three 128×128 and 64×64 configs on each of their 21 layers
+/// that take this table.
+const CHANNELS_LAST_F16_CONFIGS: [(TileConfig, f64, u64); 4] = [
+    (TileConfig::with_thread_tile(128, 128, 64, 8, 8, 1), 1.0, 1),
+    (TileConfig::with_thread_tile(128, 128, 32, 16, 8, 1), 1.12, 2),
+    (TileConfig::with_thread_tile(64, 128, 32, 8, 8, 2), 0.58, 1),
+    (TileConfig::with_thread_tile(64, 64, 32, 4, 8, 2), 0.6, 1),
 ];
 /// The f16 configs for short K (at most [`CHANNELS_LAST_SHORT_K`] as the kernels walk it)
 /// on channels-last f16 tensors (which the kernel reads, in place where it can, and writes
@@ -556,20 +568,22 @@ pub(crate) fn channels_last_rule(
         return None;
     }
     let k = nhwc::channels_last_k(spec);
-    let (family, configs): (_, &[(TileConfig, f64)]) = match precision {
-        Precision::F16x3 => (&nhwc::COOP_NHWC_F16X3, &CHANNELS_LAST_SPLIT_CONFIGS),
-        _ if k <= CHANNELS_LAST_SHORT_K && layout == Layout::Nhwc && f16_tensors => {
-            (&nhwc::COOP_NHWC_F16, &CHANNELS_LAST_F16_SHORT_K_CONFIGS)
-        }
-        _ => (&nhwc::COOP_NHWC_F16, &CHANNELS_LAST_F16_CONFIGS),
-    };
     let what = format!(
         "{precision} on cooperative matrices, {} input channels per group: the channels-last kernel",
         spec.in_channels_per_group()
     );
-    if let Some((kernel, tiles, tile, _)) =
-        problem.and_then(|p| estimated_best(caps, p, k, configs, |t| family.reference().with_tile(t)))
-    {
+    let short_k = k <= CHANNELS_LAST_SHORT_K && layout == Layout::Nhwc && f16_tensors;
+    let family = match precision {
+        Precision::F16x3 => &nhwc::COOP_NHWC_F16X3,
+        _ => &nhwc::COOP_NHWC_F16,
+    };
+    let make = |t| family.reference().with_tile(t);
+    let best = problem.and_then(|p| match precision {
+        Precision::F16x3 => estimated_best(caps, p, k, &CHANNELS_LAST_SPLIT_CONFIGS, make),
+        _ if short_k => estimated_best(caps, p, k, &CHANNELS_LAST_F16_SHORT_K_CONFIGS, make),
+        _ => estimated_best_in_waves(caps, p, k, &CHANNELS_LAST_F16_CONFIGS, make),
+    });
+    if let Some((kernel, tiles, tile, _)) = best {
         let reason = format!(
             "{what}, the config with the least estimated time ({tiles} workgroup tiles of {}x{})",
             tile.block_m, tile.block_n
@@ -594,18 +608,48 @@ fn estimated_best(
     configs: &[(TileConfig, f64)],
     make: impl Fn(TileConfig) -> Option<Kernel>,
 ) -> Option<(Kernel, u64, TileConfig, f64)> {
-    let spec = &problem.spec;
-    let mut ranked: Vec<_> = configs
-        .iter()
-        .map(|&(t, rate)| {
-            let (tiles, per_tile) = tiles_and_work(problem, k, t);
-            (tiles.max(fill_workgroups(caps)) as f64 * per_tile / rate, tiles, t)
-        })
-        .collect();
+    let fill = fill_workgroups(caps);
+    let costs = configs.iter().map(|&(t, rate)| {
+        let (tiles, per_tile) = tiles_and_work(problem, k, t);
+        (tiles.max(fill) as f64 * per_tile / rate, tiles, t)
+    });
+    least_cost(caps, problem, costs, make)
+}
+
+/// [`estimated_best`] over configs (tile, rate, workgroups per multiprocessor) in whole
+/// waves: a wave runs `per_multiprocessor` workgroups on each multiprocessor, each at
+/// `rate / per_multiprocessor`, so a grid costs `max(waves, 1) × per_multiprocessor ×
+/// padded multiply-adds per tile / rate` — a last wave part empty, or a grid under one,
+/// costs a whole one.
+fn estimated_best_in_waves(
+    caps: &DeviceCaps,
+    problem: &ConvProblem,
+    k: u64,
+    configs: &[(TileConfig, f64, u64)],
+    make: impl Fn(TileConfig) -> Option<Kernel>,
+) -> Option<(Kernel, u64, TileConfig, f64)> {
+    let fill = fill_workgroups(caps);
+    let costs = configs.iter().map(|&(t, rate, per_multiprocessor)| {
+        let (tiles, per_tile) = tiles_and_work(problem, k, t);
+        let waves = tiles.div_ceil(per_multiprocessor * fill).max(1);
+        ((waves * per_multiprocessor) as f64 * per_tile / rate, tiles, t)
+    });
+    least_cost(caps, problem, costs, make)
+}
+
+/// The kernel `make` builds of the config (cost, tiles, tile) of least cost that the device
+/// accepts, with its tiles, tile and cost.
+fn least_cost(
+    caps: &DeviceCaps,
+    problem: &ConvProblem,
+    costs: impl Iterator<Item = (f64, u64, TileConfig)>,
+    make: impl Fn(TileConfig) -> Option<Kernel>,
+) -> Option<(Kernel, u64, TileConfig, f64)> {
+    let mut ranked: Vec<_> = costs.collect();
     ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
     ranked.into_iter().find_map(|(cost, tiles, tile)| {
         let kernel = make(tile)?;
-        kernel.check(spec, caps).ok()?;
+        kernel.check(&problem.spec, caps).ok()?;
         Some((kernel, tiles, tile, cost))
     })
 }
@@ -1455,6 +1499,36 @@ mod tests {
     /// them (an FMA-only device) that one too, but not the 64-channel layer at 56×56, N=32;
     /// on an RTX 4090 (a quarter of the H100's bandwidth per FLOP) not AlexNet's conv3 at
     /// N=128.
+    /// The channels-last f16 table in whole waves, on the H100's 132 multiprocessors
+    /// (channels-last f16 tensors, the layers of the sweeps it was fitted to): the 4-warp
+    /// 128×128 block where the reference's 196 tiles leave a second wave part empty, the
+    /// reference where its 392 tiles fill three waves or its 98 fill less than one.
+    #[test]
+    fn channels_last_f16_configs_ranked_in_waves() {
+        use crate::spec::Shape4;
+        let h100 = DeviceCaps {
+            name: "NVIDIA H100 80GB HBM3".into(),
+            ..caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, true)
+        };
+        let at = |c: u32, k: u32, kernel: u32, hw: u32, n: u32| {
+            let spec = Conv2dSpec::new(c, k, kernel).padding(Padding::uniform(kernel / 2));
+            let opts = Conv2dOptions {
+                precision: Precision::F16Accum32,
+                layout: Layout::Nhwc,
+                storage: crate::options::Storage::F16,
+                tuning_key_input: Some(Shape4::new(n, c, hw, hw)),
+                ..Default::default()
+            };
+            select(&h100, &spec, &opts, true, |_| None).unwrap().kernel.to_string()
+        };
+        let four_warps = "coop-nhwc-f16:m128n128k32-t16x8-w4-s1";
+        let reference = "coop-nhwc-f16:m128n128k64-t8x8-w8-s1";
+        assert_eq!(at(1024, 512, 1, 14, 32), four_warps, "196 tiles");
+        assert_eq!(at(128, 128, 3, 28, 32), four_warps, "196 tiles");
+        assert_eq!(at(512, 512, 3, 28, 16), reference, "392 tiles");
+        assert_eq!(at(256, 256, 3, 14, 32), reference, "98 tiles");
+    }
+
     #[test]
     fn winograd_on_gpus_by_the_estimate() {
         use crate::spec::Shape4;
@@ -1591,10 +1665,17 @@ mod tests {
         for tile in rules.chain([f32_tile(&gpu).0, f32_tile(&cpu).0]) {
             assert!(tiled.contains(&tile), "{} is not in the tiled sweep", tile.name());
         }
-        for (configs, split) in [(&CHANNELS_LAST_F16_CONFIGS[..], false), (&CHANNELS_LAST_SPLIT_CONFIGS[..], true)] {
+        let f16: Vec<TileConfig> = CHANNELS_LAST_F16_CONFIGS
+            .iter()
+            .map(|c| c.0)
+            .chain(CHANNELS_LAST_F16_SHORT_K_CONFIGS.iter().map(|c| c.0))
+            .collect();
+        let split: Vec<TileConfig> =
+            CHANNELS_LAST_SPLIT_CONFIGS.iter().chain(&CHANNELS_LAST_SPLIT_SHORT_K_CONFIGS).map(|c| c.0).collect();
+        for (tiles, split) in [(f16, false), (split, true)] {
             let sweep = nhwc::nhwc_sweep(split);
-            for (tile, _) in configs {
-                assert!(sweep.contains(tile), "{} is not in the channels-last sweep", tile.name());
+            for tile in tiles {
+                assert!(sweep.contains(&tile), "{} is not in the channels-last sweep", tile.name());
             }
         }
     }

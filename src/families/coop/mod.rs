@@ -23,9 +23,9 @@ const COOP_WGSL: &str = include_str!("coop.wgsl");
 const OPERANDS_F16_WGSL: &str = include_str!("operands_f16.wgsl");
 const OPERANDS_F16X3_WGSL: &str = include_str!("operands_f16x3.wgsl");
 
-/// Accumulator fragments (16×16 f32) one warp may own: 8 fragments are 64 f32 registers per
-/// lane.
-pub const MAX_FRAGMENTS: u32 = 8;
+/// Accumulator fragments (16×16 f32) one warp may own: 16 fragments are 128 f32 registers
+/// per lane, half of what a lane can hold.
+pub const MAX_FRAGMENTS: u32 = 16;
 
 /// The cooperative-matrix gathering family.
 #[derive(Debug)]

@@ -128,13 +128,16 @@ impl Family for Nhwc {
 /// The declared sweep of the f16 (`split` false) or f16x3 kernel, the reference first:
 /// 8 warps of 4×2 fragments over 128 positions × 128 channels, with K steps of 64 in one
 /// buffer for f16 (the fastest on the H100's VGG-16 layers) and of 32 for f16x3 (whose
-/// doubled tiles leave no room for more), then smaller blocks for small grids, and (f16)
-/// K steps of 16 in one buffer for short K.
+/// doubled tiles leave no room for more), then (f16) the same block on 4 warps of 4×4
+/// fragments with K steps of 32, small enough in workgroup memory for two workgroups per
+/// multiprocessor (faster where 128×128 tiles fill about one and a half waves of one), then
+/// smaller blocks for small grids, and K steps of 16 in one buffer for short K.
 pub fn nhwc_sweep(split: bool) -> Vec<TileConfig> {
     use TileConfig as T;
     match split {
         false => vec![
             T::with_thread_tile(128, 128, 64, 8, 8, 1),
+            T::with_thread_tile(128, 128, 32, 16, 8, 1),
             T::with_thread_tile(128, 128, 32, 8, 8, 2),
             T::with_thread_tile(128, 128, 16, 8, 8, 2),
             T::with_thread_tile(128, 64, 32, 8, 8, 2),
@@ -152,6 +155,7 @@ pub fn nhwc_sweep(split: bool) -> Vec<TileConfig> {
             T::with_thread_tile(64, 64, 32, 4, 8, 2),
             T::with_thread_tile(64, 64, 64, 4, 8, 1),
             T::with_thread_tile(32, 64, 32, 4, 8, 2),
+            T::with_thread_tile(64, 64, 16, 4, 8, 1),
         ],
     }
 }
