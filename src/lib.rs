@@ -100,7 +100,8 @@ pub mod advanced {
     pub use crate::select::{
         CHANNELS_LAST_MAX_K_PADDING, DEPTHWISE_F16_COOP_MAX_CHANNELS_PER_GROUP, DEPTHWISE_MAX_CHANNELS_PER_GROUP,
         DEPTHWISE_SMALL_MAP, F16_SIMT_MAX_K, F16_SIMT_MAX_N, F32_MATRIX_EFFICIENCY, F32_MATRIX_MIN_RATE_RATIO,
-        F32_SIMT_EFFICIENCY, STEM_DEFAULT_MAX_CHANNELS, WINOGRAD_MAX_SCRATCH_PER_IMAGE, WINOGRAD_MIN_CHANNELS,
+        F32_SIMT_EFFICIENCY, STEM_CHANNELS_LAST_MIN_K, STEM_DEFAULT_MAX_CHANNELS, WINOGRAD_MAX_SCRATCH_PER_IMAGE,
+        WINOGRAD_MIN_CHANNELS,
     };
 
     use crate::{Conv2dOptions, Conv2dSpec, DeviceCaps, Kernel, Precision, Result, Selection};
@@ -193,7 +194,9 @@ pub mod advanced {
         crate::select::f16_small_gemm_applies(caps, spec)
     }
 
-    /// Whether f16 on this convolution runs the stem kernel by default on this device.
+    /// Whether f16 on this convolution runs the stem kernel by default on this device (NCHW
+    /// tensors; on channels-last ones only for a K of at least
+    /// [`STEM_CHANNELS_LAST_MIN_K`]).
     pub fn stem_is_default(caps: &DeviceCaps, spec: &Conv2dSpec) -> bool {
         crate::select::stem_rule(caps, spec, Precision::F16Accum32).is_some()
     }

@@ -23,6 +23,15 @@ use crate::tile::TileConfig;
 /// built for and measured on. It runs deeper convolutions too when named.
 pub const STEM_DEFAULT_MAX_CHANNELS: u32 = 4;
 
+/// The shortest K (input channels × taps) at which the stem rule takes channels-last tensors
+/// too, with layout passes around the stem kernel (it reads NCHW): the passes cost about
+/// the same per output element whatever the layer, the stem kernel's gain over the
+/// channels-last kernel grows with K. On the H100 (Vulkan 580.159.04, f16 tensors,
+/// 2026-11-27) AlexNet's 11×11 conv1 (K = 363, N = 128) took 0.459 ms so, against 0.690 on the
+/// channels-last kernel, and every stem config ran ResNet-50's 7×7 conv1 (K = 147, N = 32)
+/// slower than the channels-last kernel's 0.221 ms.
+pub const STEM_CHANNELS_LAST_MIN_K: u32 = 256;
+
 /// The longest GEMM K (input channels per group × kernel taps) of the f16 small-GEMM rule
 /// (README, "Which kernel runs", rule 2).
 pub const F16_SIMT_MAX_K: u32 = 64;
@@ -74,7 +83,7 @@ pub(crate) fn shape_may_matter(caps: &DeviceCaps, spec: &Conv2dSpec, options: &C
     if options.kernel.is_some() || options.tuning_key_input.is_some() {
         return false;
     }
-    if options.layout == Layout::Nchw && stem_rule(caps, spec, options.precision).is_some() {
+    if stem_takes(caps, spec, options).is_some() {
         return false;
     }
     match depthwise_rule(caps, spec, None, options) {
@@ -126,13 +135,8 @@ pub(crate) fn select(
             reason: "named in Conv2dOptions::kernel".into(),
         });
     }
-    // Channels-last tensors skip the stem rule: the stem kernel reads NCHW, and the layout
-    // passes around it cost more than it saves (ResNet-50's conv1 at N=32 on the H100:
-    // 0.61 ms with them against 0.17 without).
-    if options.layout == Layout::Nchw {
-        if let Some(reason) = stem_rule(caps, spec, options.precision) {
-            return Ok(Selection { kernel: stem::STEM.reference(), source: ConfigSource::Default, reason });
-        }
+    if let Some(reason) = stem_takes(caps, spec, options) {
+        return Ok(Selection { kernel: stem::STEM.reference(), source: ConfigSource::Default, reason });
     }
     if let Some((kernel, reason)) = depthwise_rule(caps, spec, problem.as_ref(), options) {
         return Ok(Selection { kernel, source: ConfigSource::Default, reason });
@@ -218,6 +222,21 @@ pub(crate) fn stem_rule(caps: &DeviceCaps, spec: &Conv2dSpec, precision: Precisi
              matrices: the stem kernel"
         )
     })
+}
+
+/// The stem rule for the options' tensors: on NCHW ones wherever it applies; on
+/// channels-last ones, which the stem kernel reaches through layout passes, only for a K of
+/// at least [`STEM_CHANNELS_LAST_MIN_K`]. Returns the reason, or `None`.
+fn stem_takes(caps: &DeviceCaps, spec: &Conv2dSpec, options: &Conv2dOptions) -> Option<String> {
+    let reason = stem_rule(caps, spec, options.precision)?;
+    match options.layout {
+        Layout::Nchw => Some(reason),
+        _ if spec.k_total() >= STEM_CHANNELS_LAST_MIN_K => Some(format!(
+            "{reason}, between layout passes (channels-last tensors; K = {} ≥ {STEM_CHANNELS_LAST_MIN_K})",
+            spec.k_total()
+        )),
+        _ => None,
+    }
 }
 
 /// Whether the f16 small-GEMM rule takes this convolution in f16 on NCHW tensors (see
@@ -553,9 +572,10 @@ const CHANNELS_LAST_SPLIT_SHORT_K_CONFIGS: [(TileConfig, f64); 4] = [
 /// 1.4–2.6× and ResNet-50's deeper ones up to 2.2× faster than the gathering kernel, which
 /// rounds and gathers its operands one element at a time. On channels-last tensors it takes
 /// every layer these precisions run on it (the others would need layout passes). With the
-/// input shape known, the config with the least estimated time ([`estimated_best`]) among
-/// the precision's table (for f16 on channels-last f16 tensors, `f16_tensors`, with K up to
-/// [`CHANNELS_LAST_SHORT_K`]: the short-K table); else the 128×128 reference.
+/// input shape known, the config with the least estimated time among the precision's table
+/// ([`estimated_best`]; the f16 table in whole waves, [`estimated_best_in_waves`]; for f16 on
+/// channels-last f16 tensors, `f16_tensors`, with K up to [`CHANNELS_LAST_SHORT_K`]: the
+/// short-K table); else the 128×128 reference.
 pub(crate) fn channels_last_rule(
     caps: &DeviceCaps,
     spec: &Conv2dSpec,
@@ -1437,13 +1457,18 @@ mod tests {
         assert_eq!(f16_at(Conv2dSpec::new(144, 24, 1), None).kernel.family(), "tiled-f16");
         assert_eq!(f16_at(Conv2dSpec::new(96, 64, 1), None).kernel.family(), "coop-nhwc-f16");
         assert_eq!(pick(&gpu, dense, Precision::F16x3).kernel.family(), "coop-nhwc-f16x3");
-        // Channels-last tensors: the channels-last family for image inputs (no stem kernel,
-        // which would need layout passes) and for channels that pad K.
+        // Channels-last tensors: the channels-last family for image inputs of short K (the
+        // stem kernel would need layout passes) and for channels that pad K; the stem kernel
+        // between layout passes for K ≥ STEM_CHANNELS_LAST_MIN_K (AlexNet's 11×11 conv1).
         let nhwc = Conv2dOptions::default().precision(Precision::F16Accum32).layout(Layout::Nhwc);
-        for spec in [image, Conv2dSpec::new(384, 384, 3).groups(32)] {
+        let resnet_stem = Conv2dSpec::new(3, 64, 7).stride((2, 2)).padding(Padding::uniform(3));
+        for spec in [resnet_stem, Conv2dSpec::new(384, 384, 3).groups(32)] {
             let s = select(&gpu, &spec, &nhwc, true, |_| None).unwrap();
             assert_eq!(s.kernel.family(), "coop-nhwc-f16", "{s}");
         }
+        let s = select(&gpu, &image, &nhwc, true, |_| None).unwrap();
+        assert_eq!(s.kernel.family(), "coop-stem-f16", "{s}");
+        assert!(s.reason.contains("between layout passes"), "{s}");
         // f16x3 depthwise: the f32 depthwise family where cooperative matrices exist
         // (elsewhere f16x3 is refused, as on any layer).
         let dw = Conv2dSpec::new(32, 32, 3).groups(32).padding(Padding::uniform(1));

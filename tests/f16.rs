@@ -460,3 +460,34 @@ fn channels_last_epilogues() {
         }
     }
 }
+
+/// On channels-last f16 tensors, an 11×11 image stem (K = 363, at least
+/// `STEM_CHANNELS_LAST_MIN_K`) runs the stem kernel between layout passes by default and
+/// matches the reference of its f16 operands; a 7×7 one (K = 147) stays on the channels-last
+/// kernel. Cooperative-matrix devices only (NVIDIA's, where the stem rule applies).
+#[test]
+fn long_stems_on_channels_last_tensors_take_the_stem_kernel() {
+    use wgconv::half::f16;
+    use wgconv::{Layout, Storage};
+    let Some(gpu) = coop_gpu() else { return };
+    let alexnet = S::new(3, 16, 11).stride((4, 4)).padding(P::uniform(2)).with_bias(true);
+    if !stem_is_default(gpu.caps(), &alexnet) {
+        eprintln!("skipped: the stem rule does not apply on {}", gpu.info.name);
+        return;
+    }
+    let resnet = S::new(3, 16, 7).stride((2, 2)).padding(P::uniform(3));
+    for (spec, want) in [(alexnet, "coop-stem-f16"), (resnet, "coop-nhwc-f16")] {
+        let case = Case::new("image stem, channels last", spec, Shape4::new(2, 3, 35, 37));
+        let opts = Conv2dOptions::default().precision(Precision::F16Accum32).layout(Layout::Nhwc).storage(Storage::F16);
+        let conv = Conv2d::new(&gpu, case.spec, &case.w, case.b.as_deref(), opts).unwrap();
+        assert_eq!(conv.kernel().kernel.family(), want, "{}", conv.kernel());
+        let round = |v: &[f32]| -> Vec<f32> { v.iter().map(|&v| f16::from_f32(v).to_f32()).collect() };
+        let (x, w) = (round(&case.x), round(&case.w));
+        let want =
+            reference::to_nhwc(&reference_out(&case.problem, &x, &w, case.b.as_deref()), case.problem.output).unwrap();
+        let input: Vec<f16> = reference::to_nhwc(&x, case.shape).unwrap().iter().map(|&v| f16::from_f32(v)).collect();
+        let got = conv.forward_f16(&input, case.shape).unwrap();
+        let got: Vec<f32> = got.iter().map(|v| v.to_f32()).collect();
+        assert_close(&case.label(&conv.kernel().kernel.to_string()), &got, &want, TOL_STORAGE);
+    }
+}

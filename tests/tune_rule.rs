@@ -612,8 +612,9 @@ fn cooperative_candidates_follow_the_rules() {
         for c in &set.candidates {
             kind.with_tile(c.config).unwrap().check_shape().unwrap();
         }
+        // 2 warps would own 12 fragments each (up to 16 are allowed), at lower occupancy.
         let w2 = set.skipped.iter().find(|s| s.warps == 2).unwrap();
-        assert!(w2.reason.contains("no fragment layout"), "{}", w2.reason);
+        assert!(w2.reason.contains("does not suggest"), "{}", w2.reason);
     }
     // Warp changes round-trip the name (one pipeline per kernel, not one per spelling): the
     // tuner re-splits a cooperative tile's fragments over the warps
