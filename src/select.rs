@@ -1518,12 +1518,6 @@ mod tests {
         assert_eq!(select(&cpu, &same(64, 64), &options, false, |_| None).unwrap().kernel.family(), "tiled");
     }
 
-    /// Winograd on GPUs where its estimate beats the FMA kernels' and, where rule 5 may run
-    /// the layer, the matrix path's: on the H100 with its matrix units ResNet-50's 512-channel
-    /// 3×3 layer at 7×7 and 64→64 at batch 1, not its 256-channel layer at 14×14; without
-    /// them (an FMA-only device) that one too, but not the 64-channel layer at 56×56, N=32;
-    /// on an RTX 4090 (a quarter of the H100's bandwidth per FLOP) not AlexNet's conv3 at
-    /// N=128.
     /// The channels-last f16 table in whole waves, on the H100's 132 multiprocessors
     /// (channels-last f16 tensors, the layers of the sweeps it was fitted to): the 4-warp
     /// 128×128 block where the reference's 196 tiles leave a second wave part empty, the
@@ -1554,6 +1548,12 @@ mod tests {
         assert_eq!(at(256, 256, 3, 14, 32), reference, "98 tiles");
     }
 
+    /// Winograd on GPUs where its estimate beats the FMA kernels' and, where rule 5 may run
+    /// the layer, the matrix path's: on the H100 with its matrix units ResNet-50's 512-channel
+    /// 3×3 layer at 7×7 and 64→64 at batch 1, not its 256-channel layer at 14×14; without
+    /// them (an FMA-only device) that one too, but not the 64-channel layer at 56×56, N=32;
+    /// on an RTX 4090 (a quarter of the H100's bandwidth per FLOP) not AlexNet's conv3 at
+    /// N=128.
     #[test]
     fn winograd_on_gpus_by_the_estimate() {
         use crate::spec::Shape4;
