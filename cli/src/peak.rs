@@ -190,7 +190,7 @@ pub fn main(a: Args) -> CliResult {
         f16_matrix_tflops: r.f16_matrix_tflops,
         bandwidth_gbs: r.bandwidth_gbs,
     });
-    let cpu = caps.device_type == wgpu::DeviceType::Cpu;
+    let cpu = caps.is_cpu();
     let pct = |rate: f64, of: Option<f64>| of.map(|d| 100.0 * rate / d);
     let only = a.only.as_deref().map(str::to_lowercase);
     let wanted = |what: &str| only.as_deref().is_none_or(|o| what.to_lowercase().contains(o));
