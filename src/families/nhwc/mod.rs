@@ -3,7 +3,8 @@
 //! `[n][HP][WP][C8]` vectors of 8 channels with the padding written out, so that the GEMM
 //! kernel (`nhwc.wgsl`) loads A as 16-byte runs of channels with no bounds test and no
 //! border logic; K walks the group's channels (padded to whole vectors) in chunks of one K
-//! step, each chunk through every tap ([`StagedGeometry::k_order`]). The tile vocabulary is `TileConfig`'s; each warp owns 16×16 accumulator
+//! step, each chunk through every tap ([`StagedGeometry::k_order`]). The tile vocabulary is
+//! `TileConfig`'s; each warp owns 16×16 accumulator
 //! fragments (`coop::fragments`). An f16 channels-last input with nothing to pad is that
 //! layout already: `coop-nhwc-f16` reads it in place, with no staging pass.
 //!
@@ -161,9 +162,9 @@ pub fn nhwc_sweep(split: bool) -> Vec<TileConfig> {
 }
 
 /// The staged input's geometry for one problem: channels per group `cg` padded to `cg8`
-/// vectors, `c8` vectors per pixel, the padded image `hp × wp`, and the group's K in
-/// vectors (`k8`) and in f16 padded to whole K steps (`k_pad`), and the vectors of one K
-/// step (`step8`), the chunk of channels [`StagedGeometry::k_order`] walks through every tap.
+/// vectors, `c8` vectors per pixel, the padded image `hp × wp`, the group's K in f16 padded
+/// to whole K steps (`k_pad`), and the vectors of one K step (`step8`), the chunk of
+/// channels [`StagedGeometry::k_order`] walks through every tap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct StagedGeometry {
     pub cg: u32,
@@ -171,7 +172,6 @@ pub(crate) struct StagedGeometry {
     pub c8: u32,
     pub hp: u32,
     pub wp: u32,
-    pub k8: u32,
     pub k_pad: u32,
     pub step8: u32,
 }
@@ -196,7 +196,6 @@ impl StagedGeometry {
             c8: spec.groups.saturating_mul(cg8),
             hp: h.saturating_add(spec.padding.top).saturating_add(spec.padding.bottom),
             wp: w.saturating_add(spec.padding.left).saturating_add(spec.padding.right),
-            k8,
             k_pad: k8.saturating_mul(VEC).checked_next_multiple_of(block_k).unwrap_or(u32::MAX),
             step8: (block_k / VEC).max(1),
         }
@@ -537,11 +536,12 @@ pub(crate) fn pack_channels_last(spec: &Conv2dSpec, weight: &[f32], block_k: u32
     let (k_pad, n_pad) = (g.k_pad as usize, n_pad as usize);
     let cout_g = spec.out_channels_per_group() as usize;
     let mut packed = alloc::zeroed_vec::<f32>(spec.groups as usize * k_pad * n_pad, "the packed weights")?;
+    let order: Vec<(u32, u32)> = g.k_order(taps as u32).collect();
     for grp in 0..spec.groups as usize {
         for n in 0..cout_g {
             // PyTorch's [c_out][c][ky][kx]: tap t of channel c at c · taps + t.
             let src = &weight[(grp * cout_g + n) * cg * taps..][..cg * taps];
-            for (kv, (tap, cv)) in g.k_order(taps as u32).enumerate() {
+            for (kv, &(tap, cv)) in order.iter().enumerate() {
                 for i in 0..VEC as usize {
                     let c = cv as usize * VEC as usize + i;
                     if c < cg {
