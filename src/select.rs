@@ -27,9 +27,9 @@ pub const STEM_DEFAULT_MAX_CHANNELS: u32 = 4;
 /// too, with layout passes around the stem kernel (it reads NCHW): the passes cost about
 /// the same per output element whatever the layer, the stem kernel's gain over the
 /// channels-last kernel grows with K. On the H100 (Vulkan 580.159.04, f16 tensors,
-/// 2026-11-27) AlexNet's 11×11 conv1 (K = 363, N = 128) took 0.459 ms so, against 0.690 on the
-/// channels-last kernel, and every stem config ran ResNet-50's 7×7 conv1 (K = 147, N = 32)
-/// slower than the channels-last kernel's 0.221 ms.
+/// 2026-11-27) AlexNet's 11×11 conv1 (K = 363, N = 128) took 0.459 ms that way, against
+/// 0.690 on the channels-last kernel, and every stem config ran ResNet-50's 7×7 conv1
+/// (K = 147, N = 32) slower than the channels-last kernel's 0.221 ms.
 pub const STEM_CHANNELS_LAST_MIN_K: u32 = 256;
 
 /// The longest GEMM K (input channels per group × kernel taps) of the f16 small-GEMM rule
