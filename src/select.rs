@@ -637,10 +637,9 @@ fn estimated_best(
 }
 
 /// [`estimated_best`] over configs (tile, rate, workgroups per multiprocessor) in whole
-/// waves: a wave runs `per_multiprocessor` workgroups on each multiprocessor, each at
-/// `rate / per_multiprocessor`, so a grid costs `max(waves, 1) × per_multiprocessor ×
-/// padded multiply-adds per tile / rate` — a last wave part empty, or a grid under one,
-/// costs a whole one.
+/// waves ([`work_in_waves`]): a wave runs `per_multiprocessor` workgroups on each
+/// multiprocessor, each at `rate / per_multiprocessor` — a last wave part empty, or a grid
+/// under one, costs a whole one.
 fn estimated_best_in_waves(
     caps: &DeviceCaps,
     problem: &ConvProblem,
@@ -651,8 +650,7 @@ fn estimated_best_in_waves(
     let fill = fill_workgroups(caps);
     let costs = configs.iter().map(|&(t, rate, per_multiprocessor)| {
         let (tiles, per_tile) = tiles_and_work(problem, k, t);
-        let waves = tiles.div_ceil(per_multiprocessor * fill).max(1);
-        ((waves * per_multiprocessor) as f64 * per_tile / rate, tiles, t)
+        (work_in_waves(tiles, per_tile, rate, per_multiprocessor * fill), tiles, t)
     });
     least_cost(caps, problem, costs, make)
 }
@@ -681,14 +679,20 @@ fn least_cost(
 /// N=32: 150 tiles of 64×96 on 132 multiprocessors), where [`estimated_best`], ranking one
 /// family's configs, counts any grid of at least one wave by its tiles.
 fn wave_work(problem: &ConvProblem, k: u64, configs: &[(TileConfig, f64)], slots: u64) -> f64 {
-    let slots = slots.max(1);
     configs
         .iter()
         .map(|&(t, rate)| {
             let (tiles, per_tile) = tiles_and_work(problem, k, t);
-            (tiles.div_ceil(slots) * slots) as f64 * per_tile / rate
+            work_in_waves(tiles, per_tile, rate, slots)
         })
         .fold(f64::INFINITY, f64::min)
+}
+
+/// `tiles` workgroups of `per_tile` padded multiply-adds at `rate`, paid in whole waves of
+/// `slots` workgroups (at least one wave): `ceil(tiles / slots) × slots × per_tile / rate`.
+fn work_in_waves(tiles: u64, per_tile: f64, rate: f64, slots: u64) -> f64 {
+    let slots = slots.max(1);
+    (tiles.div_ceil(slots).max(1) * slots) as f64 * per_tile / rate
 }
 
 /// A tile config's workgroup tiles over a problem (M = output positions, N = a group's
