@@ -303,9 +303,14 @@ fn cooperative_f16_storage_in_chunks() {
     let opts = options_at(Precision::F16Accum32, Some(kernel("coop-nhwc-f16")), false)
         .layout(Layout::Nhwc)
         .storage(Storage::F16);
-    let conv = Conv2d::new_f16(&gpu, c.case.spec, &c.w, c.b.as_deref(), opts).unwrap();
+    let conv = Conv2d::new_f16(&gpu, c.case.spec, &c.w, c.b.as_deref(), opts.clone()).unwrap();
     let tol = TOL_STORAGE.max(precision_tolerance(Precision::F16Accum32));
     check_chunked(&gpu, &c, &conv, 2, tol, "Nhwc f16 storage in chunks, coop-nhwc-f16 in place");
+    // The same with 8 output channels, written in quads: the second chunk's output starts
+    // inside its aligned window, whole quads past its start.
+    let c = f16_case("f16_chunked_in_place_quads", S::new(16, 8, 1).with_bias(true), [7, 31, 33]);
+    let conv = Conv2d::new_f16(&gpu, c.case.spec, &c.w, c.b.as_deref(), opts).unwrap();
+    check_chunked(&gpu, &c, &conv, 2, tol, "Nhwc f16 storage in chunks, coop-nhwc-f16 in place, quads");
 }
 
 /// `coop-nhwc-f16` reading an f16 channels-last input in place (no staging pass to clamp
@@ -352,18 +357,22 @@ fn cooperative_in_place_input_flags_infinities() {
 fn f16_storage_out_of_range_outputs() {
     let gpu = gpu();
     for kernel in [direct_kernel(), kernel("depthwise"), kernel("tiled")] {
-        out_of_range_outputs(&gpu, kernel);
+        out_of_range_outputs(&gpu, kernel, Layout::Nchw, 1);
     }
-    // The F32 kernel on the matrix units writes f16 tensors itself too.
+    // The F32 kernel on the matrix units writes f16 tensors itself too: channels last with
+    // whole quads of output channels, 4 at a time.
     if gpu.has_coop_f16() {
-        out_of_range_outputs(&gpu, kernel("coop-nhwc-f32"));
+        out_of_range_outputs(&gpu, kernel("coop-nhwc-f32"), Layout::Nchw, 1);
+        out_of_range_outputs(&gpu, kernel("coop-nhwc-f32"), Layout::Nhwc, 4);
+        out_of_range_outputs(&gpu, kernel("coop-nhwc-f32"), Layout::Nhwc, 12);
     }
 }
 
-fn out_of_range_outputs(gpu: &Gpu, kernel: Kernel) {
-    let spec = S::new(2, 1, 1);
-    let opts = Conv2dOptions::default().kernel(kernel.clone()).storage(Storage::F16);
-    let conv = Conv2d::new(gpu, spec, &[1.0, 1.0], None, opts).unwrap();
+/// Each of `c_out` output channels sums the two input channels.
+fn out_of_range_outputs(gpu: &Gpu, kernel: Kernel, layout: Layout, c_out: u32) {
+    let spec = S::new(2, c_out, 1);
+    let opts = Conv2dOptions::default().kernel(kernel.clone()).layout(layout).storage(Storage::F16);
+    let conv = Conv2d::new(gpu, spec, &vec![1.0; 2 * c_out as usize], None, opts).unwrap();
     // Pairs of input channels summed: 120000, -120000, 65504 + 8 (rounds to 65504),
     // 65504 + 16 (rounds to inf), NaN, 1.5, 2, 4. Six outputs, and eight (a tiled kernel
     // stores whole vec4s of positions where the image holds a multiple of 4).
@@ -380,12 +389,22 @@ fn out_of_range_outputs(gpu: &Gpu, kernel: Kernel) {
     for width in [6, 8] {
         let pairs = &pairs[..width];
         let shape = Shape4::new(1, 2, 1, width as u32);
-        let x: Vec<f16> = pairs.iter().map(|p| p.0).chain(pairs.iter().map(|p| p.1)).map(f16::from_f32).collect();
-        let got = conv.forward_f16(&x, shape).unwrap();
-        let got: Vec<f32> = to_f32(&got);
-        assert_eq!(got[..4], [f32::INFINITY, f32::NEG_INFINITY, 65504.0, f32::INFINITY], "{kernel}: {got:?}");
-        assert!(got[4].is_nan(), "{kernel}: {got:?}");
-        assert_eq!(got[5..], [1.5, 2.0, 4.0][..width - 5], "{kernel}");
+        let channels_last = layout == Layout::Nhwc;
+        let x: Vec<f16> = match channels_last {
+            false => pairs.iter().map(|p| p.0).chain(pairs.iter().map(|p| p.1)).map(f16::from_f32).collect(),
+            true => pairs.iter().flat_map(|p| [p.0, p.1]).map(f16::from_f32).collect(),
+        };
+        let all = to_f32(&conv.forward_f16(&x, shape).unwrap());
+        for c in 0..c_out as usize {
+            let got: Vec<f32> = match channels_last {
+                false => all[c * width..(c + 1) * width].to_vec(),
+                true => all.iter().skip(c).step_by(c_out as usize).copied().collect(),
+            };
+            let what = format!("{kernel} {layout:?} channel {c}: {got:?}");
+            assert_eq!(got[..4], [f32::INFINITY, f32::NEG_INFINITY, 65504.0, f32::INFINITY], "{what}");
+            assert!(got[4].is_nan(), "{what}");
+            assert_eq!(got[5..], [1.5, 2.0, 4.0][..width - 5], "{what}");
+        }
     }
 }
 

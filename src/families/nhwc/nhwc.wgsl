@@ -8,7 +8,7 @@
 // accumulator fragments (the generated `fragment_*` modules, as in coop/coop.wgsl).
 // Output: NCHW or channels last, f32 or f16 (`F16_TENSORS`), with bias and activation,
 // stored straight from the fragments where it can be and else through a per-warp scratch
-// fragment.
+// fragment (f16 channels last: in quads of channels where the groups' channels allow).
 // CPU twin: `stage_input` + `conv_staged` in nhwc/mod.rs.
 
 #import config
@@ -59,10 +59,15 @@ fn unscale_second() -> f32 {
 // of the epilogue writes (a cooperative store writes the f32 fragment's own element type).
 #ifdef F16_TENSORS
 #import f16_bits
+#ifdef QUAD_STORES
+// Channels last with each group's output channels in whole quads: written 4 f16 at a time.
+@group(0) @binding(5) var<storage, read_write> output: array<vec4<f16>>;
+#else
 @group(0) @binding(5) var<storage, read_write> output: array<f16>;
 fn output_value(v: f32) -> f16 {
     return to_f16(v);
 }
+#endif
 #else
 @group(0) @binding(5) var<storage, read_write> output: array<f32>;
 fn output_value(v: f32) -> f32 {
@@ -277,6 +282,32 @@ fn out_channel_stride() -> u32 {
     return select(p.oh * p.ow, 1u, CHANNELS_LAST);
 }
 
+#ifdef QUAD_STORES
+// The scratch fragment (stored row-major) as quads of neighbouring channels: lane + 32·e takes
+// quad q of row q / 4, so each store instruction writes 8 rows' 32-byte runs of 16 channels
+// with one 8-byte store per lane. Whole quads lie inside or outside the group's channels
+// (its channels and every row's start are multiples of 4: `StagedShaped::grid` checks).
+fn store_quads(blk: Block, warp: u32, lane: u32, m_base: u32, n_base: u32) {
+    workgroupBarrier();
+    for (var e = 0u; e < 2u; e++) {
+        let q = lane + e * 32u;
+        let m = q / 4u;
+        let n = (q % 4u) * 4u;
+        let out = row_info[m_base + m].y;
+        let nn = blk.n0 + n_base + n;
+        if (out >= 0 && nn < p.c_out_per_group) {
+            let s = warp * 256u + m * FRAG + n;
+            let b = blk.g * p.c_out_per_group + nn;
+            let acc = vec4<f32>(c_scratch[s], c_scratch[s + 1u], c_scratch[s + 2u], c_scratch[s + 3u]);
+            let v = vec4<f32>(sums_scale(acc.x), sums_scale(acc.y), sums_scale(acc.z), sums_scale(acc.w))
+                + vec4<f32>(bias[b], bias[b + 1u], bias[b + 2u], bias[b + 3u]);
+            output[(u32(out) + nn) / 4u] =
+                to_f16x4(vec4<f32>(activate(v.x), activate(v.y), activate(v.z), activate(v.w)));
+        }
+    }
+    workgroupBarrier();
+}
+#else
 // Neighbouring lanes take neighbouring positions (NCHW) or channels (channels last), so
 // each store instruction writes runs of neighbouring elements.
 fn store_fragment(blk: Block, warp: u32, lane: u32, m_base: u32, n_base: u32) {
@@ -295,6 +326,7 @@ fn store_fragment(blk: Block, warp: u32, lane: u32, m_base: u32, n_base: u32) {
     }
     workgroupBarrier();
 }
+#endif
 
 // The sums undone of the operands' scales.
 fn sums_scale(acc: f32) -> f32 {
