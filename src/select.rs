@@ -541,16 +541,51 @@ const CHANNELS_LAST_F16_SHORT_K_CONFIGS: [(TileConfig, f64); 3] = [
 /// 64-channel layer); VGG-16's 512-channel layers (K = 4608) ran fastest with K steps of 64.
 pub const CHANNELS_LAST_SHORT_K: u64 = 576;
 /// The split kernels' configs (f16x3, and f32 on the matrix units), whose doubled tiles
-/// leave no room for K steps of 64 at 128×128: fitted to the H100's f32 sweeps of ResNet-50's
-/// and VGG-16's dense layers, where choosing by them came within 2.4 % of each layer's best
-/// kernel (geometric mean). The 64-wide blocks run at about 0.6 of the 128×128 block's rate
-/// per multiply-add, and win where the wide one would pad N or leave the device half empty.
-const CHANNELS_LAST_SPLIT_CONFIGS: [(TileConfig, f64); 4] = [
+/// leave no room for K steps of 64 at 128×128, ranked in whole waves of one workgroup per
+/// multiprocessor ([`split_best`]). The first four were fitted to the H100's f32 sweeps of
+/// ResNet-50's and VGG-16's dense layers, where choosing by them came within 2.4 % of each
+/// layer's best kernel (geometric mean): the 64-wide blocks run at about 0.6 of the 128×128
+/// block's rate per multiply-add, and win where the wide one would pad N or leave the device
+/// half empty. The 64×64 block with K steps of 16 came later ([`SPLIT_SMALL_STEPS`]).
+const CHANNELS_LAST_SPLIT_CONFIGS: [(TileConfig, f64); 5] = [
     (TileConfig::with_thread_tile(128, 128, 32, 8, 8, 1), 1.0),
     (TileConfig::with_thread_tile(128, 64, 32, 8, 8, 1), 0.65),
     (TileConfig::with_thread_tile(64, 128, 32, 8, 8, 1), 0.65),
     (TileConfig::with_thread_tile(64, 64, 64, 4, 8, 1), 0.6),
+    SPLIT_SMALL_STEPS,
 ];
+
+/// A 64×64 block of 4 warps with K steps of 16 (a small footprint, several workgroups per
+/// multiprocessor), at 0.8 of the 128×128 block's rate counted in whole waves of one
+/// workgroup per multiprocessor. Fitted to the H100's f32 sweeps (2026-11-27) of the 33
+/// layers of ResNet-50, ResNeXt-50, MobileNetV2, VGG-16 and AlexNet that run on the matrix
+/// units, each timed with the 128×128 block, this one and the rule's pick before: choosing
+/// with it moved 12 layers, 11 of them 5–14 % faster (ResNet-50's 14×14 layers, its 3×3
+/// 64-channel one at 56×56, VGG-16's 64-channel one at 224×224) and MobileNetV2's 960→320
+/// 1×1 layer at 7×7 (125 tiles, one part-empty wave) 18 % slower; the sum of the 33 times
+/// fell 3.0 %. Rates 0.8–0.85 gave the same picks; the grid model of [`estimated_best`]
+/// with any rate gained at most 1.9 %. The family estimate of rule 5 ([`f32_matrix_rule`])
+/// leaves it out ([`split_family_configs`]): its constants were fitted without it.
+const SPLIT_SMALL_STEPS: (TileConfig, f64) = (TileConfig::with_thread_tile(64, 64, 16, 4, 8, 1), 0.8);
+
+/// [`CHANNELS_LAST_SPLIT_CONFIGS`] but [`SPLIT_SMALL_STEPS`]: what rule 5's family
+/// estimate was fitted against.
+fn split_family_configs() -> Vec<(TileConfig, f64)> {
+    CHANNELS_LAST_SPLIT_CONFIGS.into_iter().filter(|c| *c != SPLIT_SMALL_STEPS).collect()
+}
+
+/// Among the split kernels' long-K configs ([`CHANNELS_LAST_SPLIT_CONFIGS`]), the one of
+/// least time in whole waves of one workgroup per multiprocessor
+/// ([`estimated_best_in_waves`]).
+fn split_best(
+    caps: &DeviceCaps,
+    problem: &ConvProblem,
+    k: u64,
+    make: impl Fn(TileConfig) -> Option<Kernel>,
+) -> Option<(Kernel, u64, TileConfig, f64)> {
+    let configs = CHANNELS_LAST_SPLIT_CONFIGS.map(|(tile, rate)| (tile, rate, 1));
+    estimated_best_in_waves(caps, problem, k, &configs, make)
+}
 
 /// The split kernels' configs for short K (at most [`CHANNELS_LAST_SHORT_K`]) on
 /// channels-last tensors in rule 5: 64×64 blocks with K steps of 16 in one buffer in place
@@ -599,7 +634,7 @@ pub(crate) fn channels_last_rule(
     };
     let make = |t| family.reference().with_tile(t);
     let best = problem.and_then(|p| match precision {
-        Precision::F16x3 => estimated_best(caps, p, k, &CHANNELS_LAST_SPLIT_CONFIGS, make),
+        Precision::F16x3 => split_best(caps, p, k, make),
         _ if short_k => estimated_best(caps, p, k, &CHANNELS_LAST_F16_SHORT_K_CONFIGS, make),
         _ => estimated_best_in_waves(caps, p, k, &CHANNELS_LAST_F16_CONFIGS, make),
     });
@@ -833,15 +868,18 @@ fn f32_matrix_estimate(
         return None;
     }
     let matrix_k = nhwc::channels_last_k(spec);
-    let configs: &[(TileConfig, f64)] = match layout {
-        Layout::Nhwc if matrix_k <= CHANNELS_LAST_SHORT_K => &CHANNELS_LAST_SPLIT_SHORT_K_CONFIGS,
-        _ => &CHANNELS_LAST_SPLIT_CONFIGS,
+    let make = |t| family.reference().with_tile(t);
+    let short_k = layout == Layout::Nhwc && matrix_k <= CHANNELS_LAST_SHORT_K;
+    let (configs, (kernel, tiles, tile, _)) = match short_k {
+        true => (
+            CHANNELS_LAST_SPLIT_SHORT_K_CONFIGS.to_vec(),
+            estimated_best(caps, problem, matrix_k, &CHANNELS_LAST_SPLIT_SHORT_K_CONFIGS, make)?,
+        ),
+        false => (split_family_configs(), split_best(caps, problem, matrix_k, make)?),
     };
-    let (kernel, tiles, tile, _) =
-        estimated_best(caps, problem, matrix_k, configs, |t| family.reference().with_tile(t))?;
     let (input, output) = (problem.input.len() as f64, problem.output.len() as f64);
     let bandwidth = rates.bandwidth_gbs * 1e9;
-    let matrix_work = wave_work(problem, matrix_k, configs, rates.multiprocessors as u64);
+    let matrix_work = wave_work(problem, matrix_k, &configs, rates.multiprocessors as u64);
     let output_share = match layout {
         Layout::Nchw => MATRIX_OUTPUT_BANDWIDTH_SHARE,
         Layout::Nhwc => MATRIX_NHWC_OUTPUT_BANDWIDTH_SHARE,
@@ -1681,6 +1719,13 @@ mod tests {
         let l1 = Conv2dSpec::new(64, 64, 3).padding(Padding::uniform(2)).dilation((2, 2));
         let s = at(&h100, l1, Some(Shape4::new(1, 64, 56, 56)), true);
         assert_ne!(s.kernel.family(), "tiled", "{s}");
+        // The 64x64 block with K steps of 16 where the 128x128 one leaves a wave part empty
+        // (ResNet-50's 256-channel 3x3 layer at 14x14: 98 tiles of 128x128 on 132
+        // multiprocessors), the 128x128 block on whole waves (VGG-16's above: 392 tiles).
+        let l3 = Conv2dSpec::new(256, 256, 3).padding(Padding::uniform(1));
+        let s = at(&h100, l3, Some(Shape4::new(32, 256, 14, 14)), true);
+        assert_eq!(s.kernel.to_string(), "coop-nhwc-f32:m64n64k16-t4x8-w4-s1", "{s}");
+        assert_eq!(at(&h100, vgg, big, true).kernel.to_string(), "coop-nhwc-f32:m128n128k32-t8x8-w8-s1");
     }
 
     /// Every config a rule can pick is in its family's declared sweep, which the property
