@@ -15,7 +15,7 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::time::Duration;
 use wgconv::advanced::select;
-use wgconv::{Conv2dOptions, Conv2dSpec, DeviceCaps, Gpu, GpuOptions, Layout, Precision, Shape4};
+use wgconv::{Conv2dOptions, Conv2dSpec, Gpu, GpuOptions, Layout, Precision, Shape4};
 
 /// Every distinct convolution of the models file at the model's batch.
 fn layers() -> Vec<(Conv2dSpec, Shape4)> {
@@ -36,19 +36,9 @@ fn layers() -> Vec<(Conv2dSpec, Shape4)> {
     out
 }
 
-/// This adapter's capabilities named as an H100 with what its Vulkan driver offers.
-fn as_h100(caps: &DeviceCaps) -> DeviceCaps {
-    let mut h100 = caps.clone();
-    h100.name = "NVIDIA H100 80GB HBM3".into();
-    h100.vendor = 0x10de; // NVIDIA
-    h100.device_type = wgconv::wgpu::DeviceType::DiscreteGpu;
-    h100.backend = wgconv::wgpu::Backend::Vulkan;
-    h100.features |= wgconv::wgpu::Features::SHADER_F16 | wgconv::wgpu::Features::SUBGROUP;
-    h100.subgroup_size = (32, 32);
-    h100.coop_f16 = true;
-    h100.coop_f16_offered = Some(true);
-    h100
-}
+#[path = "../tests/common/as_h100.rs"]
+mod h100;
+use h100::as_h100;
 
 fn selection(c: &mut Criterion) {
     let gpu = Gpu::with_options(GpuOptions::default()).expect("a wgpu adapter (lavapipe on a machine without GPU)");

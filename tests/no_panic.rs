@@ -11,13 +11,12 @@
 //! replay with `WGCONV_TEST_SEED`.
 
 mod common;
+use common::as_h100::as_h100;
 use common::*;
 use rand::Rng;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use wgconv::advanced::{family_names, select, sweep};
-use wgconv::{
-    Conv2d, Conv2dOptions, Conv2dSpec, DeviceCaps, Kernel, Layout, Padding, PaddingMode, Precision, Shape4, Storage,
-};
+use wgconv::{Conv2d, Conv2dOptions, Conv2dSpec, Kernel, Layout, Padding, PaddingMode, Precision, Shape4, Storage};
 
 /// A size drawn log-uniformly from `[lo, 2^bits)`.
 fn size(rng: &mut rand::rngs::StdRng, lo: u32, bits: u32) -> u32 {
@@ -75,19 +74,6 @@ fn random_kernel_name(rng: &mut rand::rngs::StdRng, families: &[&str]) -> String
         6 => format!("{family}:staged-x{}-w{}", n(32), n(32)),
         _ => format!("{family}:m{}n{}k{}-t{}x{}-w{}-s{}-k{}", n(8), n(8), n(6), n(4), n(4), n(5), n(3), n(32)),
     }
-}
-
-/// These capabilities named as an H100 with what its Vulkan driver offers (the limits stay).
-fn as_h100(caps: &DeviceCaps) -> DeviceCaps {
-    let mut h100 = caps.clone();
-    h100.name = "NVIDIA H100 80GB HBM3".into();
-    h100.vendor = 0x10de; // NVIDIA
-    h100.device_type = wgpu::DeviceType::DiscreteGpu;
-    h100.features |= wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
-    h100.subgroup_size = (32, 32);
-    h100.coop_f16 = true;
-    h100.coop_f16_offered = Some(true);
-    h100
 }
 
 #[test]

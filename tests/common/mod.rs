@@ -2,6 +2,8 @@
 //! NaN-poisoned outputs, comparison with the CPU reference.
 #![allow(dead_code)]
 
+pub mod as_h100;
+
 use rand::{Rng, SeedableRng};
 use rand_distr::StandardNormal;
 use std::sync::OnceLock;
