@@ -255,6 +255,23 @@ fn check_buffer(gpu: &Gpu, what: &str, bytes: u64) -> Result<()> {
     Ok(())
 }
 
+/// A compute pipeline of WGSL `source`'s `main`, its bind-group layout derived from the shader
+/// (call inside [`scoped`], which catches what wgpu reports).
+pub(crate) fn wgsl_pipeline(dev: &wgpu::Device, label: &str, source: &str) -> wgpu::ComputePipeline {
+    let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some(label),
+        source: wgpu::ShaderSource::Wgsl(source.into()),
+    });
+    dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some(label),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    })
+}
+
 /// The first validation or out-of-memory error of the wgpu calls in `f`, naming `stage`.
 pub(crate) fn scoped<T>(device: &wgpu::Device, stage: &'static str, f: impl FnOnce() -> T) -> Result<T> {
     let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
@@ -641,19 +658,7 @@ pub fn measure_bandwidth(gpu: &Gpu, bytes: u64, copies: u32) -> Result<Bandwidth
                 mapped_at_creation: false,
             })
         };
-        let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some("bandwidth copy"),
-            source: wgpu::ShaderSource::Wgsl(COPY_WGSL.into()),
-        });
-        let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some("bandwidth copy"),
-            layout: None,
-            module: &module,
-            entry_point: Some("main"),
-            compilation_options: Default::default(),
-            cache: None,
-        });
-        (make("bandwidth a"), make("bandwidth b"), pipeline)
+        (make("bandwidth a"), make("bandwidth b"), wgsl_pipeline(dev, "bandwidth copy", COPY_WGSL))
     })?;
     let result = (|| -> Result<Bandwidth> {
         let bind = |src: &wgpu::Buffer, dst: &wgpu::Buffer| {

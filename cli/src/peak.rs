@@ -391,18 +391,7 @@ fn rate_row(gpu: &Gpu, a: &Args, source: &str, flops: impl Fn(u32) -> f64) -> Re
             usage: wgpu::BufferUsages::STORAGE,
             mapped_at_creation: false,
         });
-        let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some("peak rate"),
-            source: wgpu::ShaderSource::Wgsl(source.into()),
-        });
-        let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some("peak rate"),
-            layout: None,
-            module: &module,
-            entry_point: Some("main"),
-            compilation_options: Default::default(),
-            cache: None,
-        });
+        let pipeline = crate::bench_run::wgsl_pipeline(dev, "peak rate", source);
         let group = dev.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("peak rate"),
             layout: &pipeline.get_bind_group_layout(0),
