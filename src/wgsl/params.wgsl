@@ -65,3 +65,14 @@ fn activate(v: f32) -> f32 {
     }
     return v;
 }
+
+// `activate` on four values, tested on the bits: as i32, the negative values but -0.0 lie
+// from i32::MIN + 1 (the smallest negative subnormal) to -inf's bits (-8388608), and the
+// negative NaNs above them.
+fn activate4(v: vec4<f32>) -> vec4<f32> {
+    if ((p.flags & FLAG_RELU) != 0u) {
+        let i = bitcast<vec4<i32>>(v);
+        return select(v, vec4<f32>(0.0), i <= vec4<i32>(-8388608) & i != vec4<i32>(bitcast<i32>(0x80000000u)));
+    }
+    return v;
+}

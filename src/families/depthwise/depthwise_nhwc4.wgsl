@@ -72,10 +72,6 @@ fn tap_vector(k: u32, cv: u32) -> vec4<f32> {
     return weight[grid.taps_at + k * (p.c_out / 4u) + cv];
 }
 
-fn activate4(v: vec4<f32>) -> vec4<f32> {
-    return vec4<f32>(activate(v.x), activate(v.y), activate(v.z), activate(v.w));
-}
-
 #ifdef RANGE_FLAG
 #ifdef F16_TENSORS
 // Whether a block's sums are all finite: their one sum is exactly when they all are (an

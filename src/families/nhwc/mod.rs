@@ -309,7 +309,7 @@ impl NhwcKernel {
                     if quads {
                         return format!(
                             "coopStoreT(acc_{i}_{j}, &c_scratch[scratch], FRAG);\n\
-                             store_quads(blk, warp, lane, wm0 + {m}u, wn0 + {n}u);\n"
+                             store_quads(blk, warp, lane, wm0 + {m}u, wn0 + {n}u, bias_{j});\n"
                         );
                     }
                     if form.f16 {
@@ -333,6 +333,11 @@ impl NhwcKernel {
         );
         generated.push(("config", header));
         generated.push(layout_config(channels_last));
+        if quads {
+            // Each fragment column's bias quad, loaded once before the first store.
+            let bias = (0..fn_).map(|j| format!("let bias_{j} = quad_bias(blk, wn0 + {}u, lane);\n", j * 16)).collect();
+            generated.push(("quad_bias", bias));
+        }
         let operands = self.family.variant.operands();
         let mut defines = tensor_defines(form).to_vec();
         if in_place {

@@ -283,11 +283,25 @@ fn out_channel_stride() -> u32 {
 }
 
 #ifdef QUAD_STORES
+// The bias of the 4 channels from `n_base` + 4·(lane % 4) on: the quad a lane stores in every
+// row of a fragment whose first channel is `n_base` (zeros past the group's channels). Loaded
+// for all of a warp's fragment columns before the epilogue's first barrier, so their latency
+// is paid once, not once per fragment behind a barrier.
+fn quad_bias(blk: Block, n_base: u32, lane: u32) -> vec4<f32> {
+    let nn = blk.n0 + n_base + (lane % 4u) * 4u;
+    if (nn >= p.c_out_per_group) {
+        return vec4<f32>(0.0);
+    }
+    let b = blk.g * p.c_out_per_group + nn;
+    return vec4<f32>(bias[b], bias[b + 1u], bias[b + 2u], bias[b + 3u]);
+}
+
 // The scratch fragment (stored row-major) as quads of neighbouring channels: lane + 32·e takes
 // quad q of row q / 4, so each store instruction writes 8 rows' 32-byte runs of 16 channels
 // with one 8-byte store per lane. Whole quads lie inside or outside the group's channels
 // (its channels and every row's start are multiples of 4: `StagedShaped::grid` checks).
-fn store_quads(blk: Block, warp: u32, lane: u32, m_base: u32, n_base: u32) {
+// `b`: the lane's quad of bias ([`quad_bias`]).
+fn store_quads(blk: Block, warp: u32, lane: u32, m_base: u32, n_base: u32, b: vec4<f32>) {
     workgroupBarrier();
     for (var e = 0u; e < 2u; e++) {
         let q = lane + e * 32u;
@@ -297,12 +311,9 @@ fn store_quads(blk: Block, warp: u32, lane: u32, m_base: u32, n_base: u32) {
         let nn = blk.n0 + n_base + n;
         if (out >= 0 && nn < p.c_out_per_group) {
             let s = warp * 256u + m * FRAG + n;
-            let b = blk.g * p.c_out_per_group + nn;
             let acc = vec4<f32>(c_scratch[s], c_scratch[s + 1u], c_scratch[s + 2u], c_scratch[s + 3u]);
-            let v = vec4<f32>(sums_scale(acc.x), sums_scale(acc.y), sums_scale(acc.z), sums_scale(acc.w))
-                + vec4<f32>(bias[b], bias[b + 1u], bias[b + 2u], bias[b + 3u]);
-            output[(u32(out) + nn) / 4u] =
-                to_f16x4(vec4<f32>(activate(v.x), activate(v.y), activate(v.z), activate(v.w)));
+            let v = vec4<f32>(sums_scale(acc.x), sums_scale(acc.y), sums_scale(acc.z), sums_scale(acc.w)) + b;
+            output[(u32(out) + nn) / 4u] = to_f16x4(activate4(v));
         }
     }
     workgroupBarrier();
@@ -391,6 +402,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     let direct = (p.flags & FLAG_RELU) == 0u && aligned && p.out_offset % 4u == 0u
         && blk.m0 + BM <= p.m_total && blk.n0 + BN <= p.c_out_per_group;
     let scratch = warp * 256u;
+#ifdef QUAD_STORES
+    #import quad_bias
+#endif
     #import fragment_store
 #ifdef IN_PLACE_INPUT
     report_range();

@@ -216,7 +216,7 @@ fn store_output4(b: Block, m_local: u32, n_local: u32, acc: vec4<f32>) {
     let oc = b.g * p.c_out_per_group + n;
     let v = acc * p.out_scale + bias[oc];
     output[(u32(out) + n * p.oh * p.ow) / 4u] =
-        output_value4(vec4<f32>(activate(v.x), activate(v.y), activate(v.z), activate(v.w)));
+        output_value4(activate4(v));
 }
 #else
 fn store_output(b: Block, m_local: u32, n_local: u32, acc: f32) {
