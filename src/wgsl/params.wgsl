@@ -72,7 +72,7 @@ fn activate(v: f32) -> f32 {
 fn activate4(v: vec4<f32>) -> vec4<f32> {
     if ((p.flags & FLAG_RELU) != 0u) {
         let i = bitcast<vec4<i32>>(v);
-        return select(v, vec4<f32>(0.0), i <= vec4<i32>(-8388608) & i != vec4<i32>(bitcast<i32>(0x80000000u)));
+        return select(v, vec4<f32>(0.0), (i <= vec4<i32>(-8388608)) & (i != vec4<i32>(bitcast<i32>(0x80000000u))));
     }
     return v;
 }
