@@ -514,8 +514,21 @@ const CHANNELS_LAST_F16_CONFIGS: [(TileConfig, f64, u64); 4] = [
     (TileConfig::with_thread_tile(128, 128, 64, 8, 8, 1), 1.0, 1),
     (TileConfig::with_thread_tile(128, 128, 32, 16, 8, 1), 1.12, 2),
     (TileConfig::with_thread_tile(64, 128, 32, 8, 8, 2), 0.58, 1),
-    (TileConfig::with_thread_tile(64, 64, 32, 4, 8, 2), 0.6, 1),
+    CHANNELS_LAST_F16_SMALL,
 ];
+/// The 64×64 block of both f16 tables: 4 warps of 2×2 fragments with K steps of 64 in one
+/// buffer (23 KiB of workgroup memory). It took the place of the same block with K steps of
+/// 32 in two buffers, at the same rates: on the H100 (2026-11-27, one sweep of the 77
+/// layers of ResNet-50, ResNeXt-50, MobileNetV2, VGG-16 and AlexNet that take these
+/// tables) it took 2–19 % less time on each of the 10 layers the tables give this block
+/// (ResNet-50's 3×3 and 2048→512 1×1 layers at 7×7, MobileNetV2's projections of 192–960
+/// channels at 14×14 and 7×7), and the one buffer with K steps of 32 took up to 36 % less
+/// than the two on 75 of the 77 (two buffers lose their workgroup memory's second half to
+/// occupancy and gain little: the kernel does not wait on its loads, BENCHMARKS "The f16
+/// channels-last epilogue"). The tables' picks did not move otherwise: the
+/// sum over the 77 layers fell 11.577 → 11.536 ms, where the best of the ten configs
+/// measured per layer would give 11.235.
+const CHANNELS_LAST_F16_SMALL: (TileConfig, f64, u64) = (TileConfig::with_thread_tile(64, 64, 64, 4, 8, 1), 0.6, 1);
 /// The f16 configs for short K (at most [`CHANNELS_LAST_SHORT_K`] as the kernels walk it)
 /// on channels-last f16 tensors (which the kernel reads, in place where it can, and writes
 /// through its scratch fragments): K steps of 16 in one buffer, whose small workgroup memory lets
@@ -534,7 +547,7 @@ const CHANNELS_LAST_F16_CONFIGS: [(TileConfig, f64, u64); 4] = [
 const CHANNELS_LAST_F16_SHORT_K_CONFIGS: [(TileConfig, f64); 3] = [
     (TileConfig::with_thread_tile(128, 128, 16, 8, 8, 1), 1.0),
     (TileConfig::with_thread_tile(128, 64, 16, 8, 8, 1), 0.9),
-    (TileConfig::with_thread_tile(64, 64, 32, 4, 8, 2), 0.85),
+    (CHANNELS_LAST_F16_SMALL.0, 0.85),
 ];
 /// The longest K (taps × each group's channels padded to vectors of 8) that the f16
 /// channels-last rule gives its short-K configs: the longest measured (ResNet-50's 3×3
@@ -1563,7 +1576,8 @@ mod tests {
     /// The channels-last f16 table in whole waves, on the H100's 132 multiprocessors
     /// (channels-last f16 tensors, the layers of the sweeps it was fitted to): the 4-warp
     /// 128×128 block where the reference's 196 tiles leave a second wave part empty, the
-    /// reference where its 392 tiles fill three waves or its 98 fill less than one.
+    /// reference where its 392 tiles fill three waves or its 98 fill less than one, and the
+    /// 64×64 block where 128×128 tiles would be too few.
     #[test]
     fn channels_last_f16_configs_ranked_in_waves() {
         use crate::spec::Shape4;
@@ -1588,6 +1602,13 @@ mod tests {
         assert_eq!(at(128, 128, 3, 28, 32), four_warps, "196 tiles");
         assert_eq!(at(512, 512, 3, 28, 16), reference, "392 tiles");
         assert_eq!(at(256, 256, 3, 14, 32), reference, "98 tiles");
+        // Grids under one wave of 128×128 tiles: the 64×64 block, K steps of 64 in one buffer
+        // (ResNet-50's 512-channel 3×3 layer at 7×7; MobileNetV2's 960→160 projection).
+        let small = "coop-nhwc-f16:m64n64k64-t4x8-w4-s1";
+        assert_eq!(at(512, 512, 3, 7, 32), small, "200 tiles of 64x64");
+        assert_eq!(at(960, 160, 1, 7, 32), small, "75 tiles of 64x64");
+        // Short K (576 here), too: MobileNetV2's 576→160 projection at 7×7.
+        assert_eq!(at(576, 160, 1, 7, 32), small, "short K");
     }
 
     /// Winograd on GPUs where its estimate beats the FMA kernels' and, where rule 5 may run
