@@ -523,11 +523,10 @@ const CHANNELS_LAST_F16_CONFIGS: [(TileConfig, f64, u64); 4] = [
 /// tables) it took 2–19 % less time on each of the 10 layers the tables give this block
 /// (ResNet-50's 3×3 and 2048→512 1×1 layers at 7×7, MobileNetV2's projections of 192–960
 /// channels at 14×14 and 7×7), and the one buffer with K steps of 32 took up to 36 % less
-/// than the two on 75 of the 77 (two buffers lose their workgroup memory's second half to
-/// occupancy and gain little: the kernel does not wait on its loads, BENCHMARKS "The f16
-/// channels-last epilogue"). The tables' picks did not move otherwise: the
-/// sum over the 77 layers fell 11.577 → 11.536 ms, where the best of the ten configs
-/// measured per layer would give 11.235.
+/// than the two on 75 of the 77 (the second buffer costs a workgroup per multiprocessor and
+/// hides little: the kernel does not wait on its loads; BENCHMARKS, "The f16 channels-last
+/// epilogue"). No other pick moved: the sum over the 77 layers fell 11.577 → 11.536 ms,
+/// where the best of the ten configs measured per layer would give 11.235.
 const CHANNELS_LAST_F16_SMALL: (TileConfig, f64, u64) = (TileConfig::with_thread_tile(64, 64, 64, 4, 8, 1), 0.6, 1);
 /// The f16 configs for short K (at most [`CHANNELS_LAST_SHORT_K`] as the kernels walk it)
 /// on channels-last f16 tensors (which the kernel reads, in place where it can, and writes
