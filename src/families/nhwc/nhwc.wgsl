@@ -300,23 +300,53 @@ fn quad_bias(blk: Block, n_base: u32, lane: u32) -> vec4<f32> {
 // quad q of row q / 4, so each store instruction writes 8 rows' 32-byte runs of 16 channels
 // with one 8-byte store per lane. Whole quads lie inside or outside the group's channels
 // (its channels and every row's start are multiples of 4: `StagedShaped::grid` checks).
-// `b`: the lane's quad of bias ([`quad_bias`]).
+// `b`: the lane's quad of bias ([`quad_bias`]). Each quad is stored by the plain conversion,
+// with no branch (a branch per quad to the exact path cost more than the conversions: it kept
+// the stores from being issued together); where any of the lane's values was beyond ±65504
+// or NaN (one test per fragment, after the stores), the plain conversion's result is not
+// defined and its quads are stored again exactly (`to_f16x4`), by the same invocation, so
+// the second store is the one that stays.
 fn store_quads(blk: Block, warp: u32, lane: u32, m_base: u32, n_base: u32, b: vec4<f32>) {
     workgroupBarrier();
+    var beyond = false;
     for (var e = 0u; e < 2u; e++) {
         let q = lane + e * 32u;
-        let m = q / 4u;
-        let n = (q % 4u) * 4u;
-        let out = row_info[m_base + m].y;
-        let nn = blk.n0 + n_base + n;
-        if (out >= 0 && nn < p.c_out_per_group) {
-            let s = warp * 256u + m * FRAG + n;
-            let acc = vec4<f32>(c_scratch[s], c_scratch[s + 1u], c_scratch[s + 2u], c_scratch[s + 3u]);
-            let v = vec4<f32>(sums_scale(acc.x), sums_scale(acc.y), sums_scale(acc.z), sums_scale(acc.w)) + b;
-            output[(u32(out) + nn) / 4u] = to_f16x4(activate4(v));
+        let at = quad_at(blk, q, m_base, n_base);
+        if (at >= 0) {
+            let v = quad_value(warp, q, b);
+            let mag = bitcast<vec4<u32>>(v) & vec4<u32>(0x7fffffffu);
+            // 0x477fe000 = 65504; NaN's bits lie above every finite value's.
+            beyond = beyond || max(max(mag.x, mag.y), max(mag.z, mag.w)) > 0x477fe000u;
+            output[u32(at)] = vec4<f16>(v);
+        }
+    }
+    if (beyond) {
+        for (var e = 0u; e < 2u; e++) {
+            let q = lane + e * 32u;
+            let at = quad_at(blk, q, m_base, n_base);
+            if (at >= 0) {
+                output[u32(at)] = to_f16x4(quad_value(warp, q, b));
+            }
         }
     }
     workgroupBarrier();
+}
+
+// Quad q's vector in the output, or -1 past the problem's rows or the group's channels.
+fn quad_at(blk: Block, q: u32, m_base: u32, n_base: u32) -> i32 {
+    let out = row_info[m_base + q / 4u].y;
+    let nn = blk.n0 + n_base + (q % 4u) * 4u;
+    if (out < 0 || nn >= p.c_out_per_group) {
+        return -1;
+    }
+    return i32((u32(out) + nn) / 4u);
+}
+
+// Quad q's four sums from the scratch fragment, unscaled, with bias and activation.
+fn quad_value(warp: u32, q: u32, b: vec4<f32>) -> vec4<f32> {
+    let s = warp * 256u + (q / 4u) * FRAG + (q % 4u) * 4u;
+    let acc = vec4<f32>(c_scratch[s], c_scratch[s + 1u], c_scratch[s + 2u], c_scratch[s + 3u]);
+    return activate4(vec4<f32>(sums_scale(acc.x), sums_scale(acc.y), sums_scale(acc.z), sums_scale(acc.w)) + b);
 }
 #else
 // Neighbouring lanes take neighbouring positions (NCHW) or channels (channels last), so
