@@ -113,6 +113,17 @@ impl AdapterSummary {
     }
 }
 
+/// Every buffer wgconv creates ([`Gpu::create_buffer`], [`Gpu::buffer_init`]: its weights,
+/// parameters, flags and scratch, and the tensors of [`crate::Conv2d::forward`]) is a whole
+/// number of these bytes. Why: wgpu sub-allocates buffers from larger blocks of device
+/// memory, each at the alignment the driver asks for (16 bytes on NVIDIA), so a buffer whose
+/// size is not a multiple of 32 leaves the next one 16 bytes past a 32-byte memory sector.
+/// A tensor placed there has every 32-byte run of its stores straddle two sectors: on an
+/// H100 a 1×1 layer's channels-last output took twice as long in f32 and 1.3× as long in
+/// f16 (BENCHMARKS.md, "Buffer placement"). Callers that allocate their own tensors should
+/// keep their sizes whole multiples too.
+pub const BUFFER_GRANULE: u64 = 256;
+
 /// A device and queue wgconv runs on, created by wgconv or handed in by the caller.
 /// Cheap to clone: clones share the device, the queue and the pipeline cache.
 ///
@@ -480,7 +491,8 @@ impl Gpu {
     }
 
     /// Creates a buffer in its own error scopes: a device out of memory is
-    /// [`Error::OutOfMemory`] naming `label` and `size`.
+    /// [`Error::OutOfMemory`] naming `label` and `size`. Its size is `size` rounded up to a
+    /// whole number of [`BUFFER_GRANULE`] bytes (see there).
     pub fn create_buffer(&self, label: &str, size: u64, usage: wgpu::BufferUsages) -> Result<wgpu::Buffer> {
         let (scope, buffer) = self.create_scoped(label, size, usage, false);
         scope.finish_buffer(label, size)?;
@@ -504,6 +516,9 @@ impl Gpu {
         mapped_at_creation: bool,
     ) -> (ErrorScope, wgpu::Buffer) {
         let scope = ErrorScope::push(&self.device);
+        // Past the device's largest buffer the creation fails anyway, naming the size asked.
+        let whole = size.next_multiple_of(BUFFER_GRANULE);
+        let size = if whole <= self.device.limits().max_buffer_size { whole } else { size };
         let buffer =
             self.device.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size, usage, mapped_at_creation });
         (scope, buffer)

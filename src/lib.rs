@@ -67,7 +67,7 @@ pub use conv2d::{Conv2d, ConvPlan};
 pub use error::{BufferIssue, Error, Result};
 #[cfg(not(target_arch = "wasm32"))]
 pub use gpu::shared_instance;
-pub use gpu::{AdapterName, Gpu, GpuOptions};
+pub use gpu::{AdapterName, Gpu, GpuOptions, BUFFER_GRANULE};
 /// The `half` this crate is built against: the f16 of [`Conv2d::forward_f16`] and
 /// [`Conv2d::new_f16`].
 pub use half;

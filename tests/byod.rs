@@ -145,3 +145,20 @@ fn gpu_clones_share_the_device() {
     let conv = op(&clone);
     assert!(conv.gpu().device == gpu.device);
 }
+
+/// Every buffer wgconv makes is a whole number of granules, so that the caller's buffers
+/// allocated after it keep their alignment (`BUFFER_GRANULE`'s why); the contents of an
+/// initialised one come first, the rest is zero.
+#[test]
+fn wgconv_buffers_are_whole_granules() {
+    let gpu = gpu();
+    let usage = RW;
+    for bytes in [1, 4, 16, 255, 256, 257, 1000] {
+        let b = gpu.create_buffer("granules", bytes, usage).unwrap();
+        assert_eq!(b.size(), bytes.next_multiple_of(wgconv::BUFFER_GRANULE), "{bytes} B");
+    }
+    let b = gpu.buffer_init("granules", &[1, 2, 3, 4, 5, 6, 7, 8], usage).unwrap();
+    assert_eq!(b.size(), wgconv::BUFFER_GRANULE);
+    let back: Vec<u32> = gpu.read_buffer(&b, 0, 4).unwrap();
+    assert_eq!(back, [u32::from_le_bytes([1, 2, 3, 4]), u32::from_le_bytes([5, 6, 7, 8]), 0, 0]);
+}

@@ -439,7 +439,15 @@ fn storage_misuse_is_refused() {
     );
 
     // Buffers: 2 bytes per element, rounded up to a whole word (75 elements: 152 B).
-    let buffer = |bytes: u64| gpu.create_buffer("test", bytes, wgpu::BufferUsages::STORAGE).unwrap();
+    // Exactly these sizes: `Gpu::create_buffer` would round them up to whole granules.
+    let buffer = |bytes: u64| {
+        gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("test"),
+            size: bytes,
+            usage: wgpu::BufferUsages::STORAGE,
+            mapped_at_creation: false,
+        })
+    };
     let needed_in = (in_len as u64 * 2).next_multiple_of(4);
     assert_eq!(needed_in, 152);
     let y = buffer(out_len as u64 * 2);

@@ -61,8 +61,10 @@ pub fn min_bytes(problem: &ConvProblem, storage: Storage) -> f64 {
 }
 
 /// Bytes of `elems` elements of `storage` in a buffer: whole 32-bit words.
+/// Whole granules as wgconv's own buffers ([`wgconv::BUFFER_GRANULE`]): the tensors of one
+/// problem then keep the alignment of those allocated after them.
 fn buffer_bytes(elems: u64, storage: Storage) -> u64 {
-    (elems * storage.element_bytes()).next_multiple_of(4)
+    (elems * storage.element_bytes()).next_multiple_of(wgconv::BUFFER_GRANULE)
 }
 
 /// Batch used on CPU adapters (lavapipe) when the caller gives none.
@@ -340,14 +342,14 @@ pub fn run(
         wgconv::Layout::Nhwc => reference::to_nhwc(&x, problem.input)?,
         _ => x,
     };
-    let x_bytes: Vec<u8> = match storage {
+    let mut x_bytes: Vec<u8> = match storage {
         Storage::F32 => bytemuck::cast_slice(&x).to_vec(),
         _ => {
-            let mut bits: Vec<u16> = x.iter().map(|&v| f16::from_f32(v).to_bits()).collect();
-            bits.resize(bits.len().next_multiple_of(2), 0);
+            let bits: Vec<u16> = x.iter().map(|&v| f16::from_f32(v).to_bits()).collect();
             bytemuck::cast_slice(&bits).to_vec()
         }
     };
+    x_bytes.resize(buffer_bytes(problem.input.len(), storage) as usize, 0);
     drop(x);
     let dev = &gpu.device;
     let (in_buf, out_buf) = scoped(dev, "bench buffers", || {

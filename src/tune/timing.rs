@@ -59,7 +59,8 @@ pub fn time_plan(gpu: &Gpu, plan: &ConvPlan, warmup: u32, runs: u32) -> Result<(
     });
     let resolve = gpu.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("wgconv timestamps resolve"),
-        size: count as u64 * 8,
+        // Whole granules, as every buffer wgconv makes (`BUFFER_GRANULE`).
+        size: (count as u64 * 8).next_multiple_of(crate::gpu::BUFFER_GRANULE),
         usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
         mapped_at_creation: false,
     });
