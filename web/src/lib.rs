@@ -242,7 +242,8 @@ fn storage(gpu: &Gpu, label: &'static str, bytes: u64) -> Result<wgpu::Buffer, J
     gpu.check_buffer(label, bytes, false).map_err(js)?;
     Ok(gpu.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some(label),
-        size: bytes.max(4),
+        // Whole granules, as wgconv's own buffers (`wgconv::BUFFER_GRANULE`).
+        size: bytes.max(4).next_multiple_of(wgconv::BUFFER_GRANULE),
         usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
         mapped_at_creation: false,
     }))
