@@ -240,6 +240,89 @@ fn channel_vectors_match_the_reference() {
     }
 }
 
+/// Channels-last grouped layers whose groups read and write a multiple of 4 channels run
+/// over vectors of 4 channels with 4×4 tap matrices (`depthwise_nhwc4.wgsl`, `GROUPED`):
+/// random groups of 4–16 input and 4–8 output channels, kernel sizes, strides, dilations,
+/// padding, bias and ReLU, odd maps, batch 1–2; each named config of the sweep in turn on
+/// f32 tensors (through `encode` into NaN-poisoned output; f32 operands, and f16 operands
+/// where the device has `SHADER_F16`) and, there, on f16 tensors (f32 operands).
+#[test]
+fn group_vectors_match_the_reference() {
+    use wgconv::reference::to_nhwc;
+    let gpu = gpu();
+    let seed = test_seed();
+    eprintln!("group vectors: WGCONV_TEST_SEED={seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x4752_5056);
+    let f16 = has_f16(&gpu);
+    let sweep = strip_sweep();
+    for i in 0..16 {
+        let cin_g = [4u32, 8, 4, 12, 16, 8][i % 6];
+        let cout_g = if rng.random_bool(0.5) { cin_g.min(8) } else { 4 * rng.random_range(1..=2u32) };
+        let groups = rng.random_range(1..=3u32);
+        let k = rng.random_range(1..=5u32);
+        let s = rng.random_range(1..=2u32);
+        let d = if rng.random_bool(0.25) { 2 } else { 1 };
+        let pad = |r: &mut rand::rngs::StdRng| r.random_range(0..=2u32);
+        let spec = Conv2dSpec::new(groups * cin_g, groups * cout_g, k)
+            .groups(groups)
+            .stride((s, s))
+            .dilation((d, d))
+            .padding(Padding::new(pad(&mut rng), pad(&mut rng), pad(&mut rng), pad(&mut rng)))
+            .with_bias(rng.random_bool(0.5));
+        let shape = Shape4::new(
+            rng.random_range(1..=2u32),
+            spec.in_channels,
+            rng.random_range(3..=11u32),
+            rng.random_range(3..=13u32),
+        );
+        if spec.problem(shape).is_err() {
+            continue;
+        }
+        let case = Case::with_seed(&format!("groups_{i}"), spec, shape, seed.wrapping_add(i as u64)).replayed_by(seed);
+        let relu = i % 3 == 1;
+        let activation = if relu { Activation::Relu } else { Activation::None };
+        let mut want = to_nhwc(&case.want, case.problem.output).unwrap();
+        if relu {
+            want.iter_mut().for_each(|v| *v = wgconv::reference::relu(*v));
+        }
+        let x = to_nhwc(&case.x, case.shape).unwrap();
+        let config = sweep[i % sweep.len()].name();
+        let families: &[&str] = if f16 { &["depthwise", "depthwise-f16"] } else { &["depthwise"] };
+        for family in families {
+            let named = kernel(&format!("{family}:{config}"));
+            if let Err(e) = named.check(&spec, gpu.caps()) {
+                // A config whose taps would not fit in registers is refused by name.
+                assert!(e.to_string().contains("taps"), "{}: {e}", case.label(family));
+                continue;
+            }
+            let precision = named.precision();
+            let opts = Conv2dOptions::default()
+                .layout(Layout::Nhwc)
+                .precision(precision)
+                .activation(activation)
+                .kernel(Some(named.clone()));
+            let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap();
+            let what = case.label(&format!("NHWC grouped {named}"));
+            let (got, tail) = run_poisoned_with(&gpu, &conv, &x, case.shape, f32::NAN, 7);
+            if precision == Precision::F16Accum32 {
+                assert_f16_operands_close(&what, &got, &want, &case, |r| {
+                    let mut r = to_nhwc(&r, case.problem.output).unwrap();
+                    if relu {
+                        r.iter_mut().for_each(|v| *v = wgconv::reference::relu(*v));
+                    }
+                    r
+                });
+            } else {
+                assert_close(&what, &got, &want, TOL_F32);
+            }
+            assert!(tail.iter().all(|v| v.is_nan()), "{what}: wrote past the output");
+            if f16 && !relu && *family == "depthwise" {
+                check_f16_storage(&gpu, &case, Some(named), Layout::Nhwc);
+            }
+        }
+    }
+}
+
 /// Over channel vectors, a batch split into chunks (each chunk's offset a whole number of
 /// images, so of vectors), f32 and f16 tensors.
 #[test]

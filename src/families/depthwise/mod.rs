@@ -278,8 +278,15 @@ impl KernelConfig for StripKernel {
     }
     fn representative_sources(&self) -> Result<Vec<String>> {
         let dw = |k, s, d| Conv2dSpec::new(32, 32, k).groups(32).stride((s, s)).dilation((d, d));
-        // 6 channels: the channels-last shader of one channel per invocation.
-        let specs = [dw(3, 1, 1), dw(5, 2, 1), dw(3, 1, 2), Conv2dSpec::new(6, 6, 3).groups(6)];
+        // 6 channels: the channels-last shader of one channel per invocation; groups of 8
+        // channels: its grouped form over vectors.
+        let specs = [
+            dw(3, 1, 1),
+            dw(5, 2, 1),
+            dw(3, 1, 2),
+            Conv2dSpec::new(6, 6, 3).groups(6),
+            Conv2dSpec::new(16, 16, 3).groups(2),
+        ];
         let forms = [false, true].map(|f16| [false, true].map(|channels_last| TensorForm { channels_last, f16 }));
         specs.iter().flat_map(|spec| forms.iter().flatten().map(|&form| self.source(spec, form))).collect()
     }
@@ -299,11 +306,11 @@ impl StripKernel {
         match form.channels_last {
             false => Box::new(Strips { cfg: self.cfg, spec: *spec, source }),
             true => Box::new(ChannelsLast {
-                block: match channel_vectors(spec) {
+                block: match over_vectors(spec) {
                     true => self.nhwc4_strip(),
                     false => self.nhwc_strip(spec),
                 },
-                channels_per_invocation: if channel_vectors(spec) { 4 } else { 1 },
+                channels_per_invocation: if over_vectors(spec) { 4 } else { 1 },
                 c_out_pad: c_out_pad(spec, &self.cfg),
                 taps_at: tap_vectors_at(spec, &self.cfg).unwrap_or(0),
                 workgroup: self.cfg.workgroup,
@@ -316,22 +323,28 @@ impl StripKernel {
     /// and dilations are constants, so the tap loops unroll and the segment stays in
     /// registers. Channels last: the family's header for the strip
     /// [`StripKernel::nhwc_strip`] picks (its VX outputs along a row, its segment, the
-    /// config's workgroup size), over vectors of 4 channels where [`channel_vectors`]
-    /// allows (`depthwise_nhwc4.wgsl`), else one channel per invocation
-    /// (`depthwise_nhwc.wgsl`).
+    /// config's workgroup size), over vectors of 4 channels where [`channel_vectors`] or
+    /// [`group_vectors`] allows (`depthwise_nhwc4.wgsl`, `GROUPED` for the latter), else one
+    /// channel per invocation (`depthwise_nhwc.wgsl`).
     fn source(&self, spec: &Conv2dSpec, form: TensorForm) -> Result<String> {
-        let (entry, wgsl, strip) = match (form.channels_last, channel_vectors(spec)) {
+        let (entry, wgsl, strip) = match (form.channels_last, over_vectors(spec)) {
             (false, _) => ("depthwise", DEPTHWISE_WGSL, self.cfg),
             (true, false) => ("depthwise_nhwc", DEPTHWISE_NHWC_WGSL, self.nhwc_strip(spec)),
             (true, true) => ("depthwise_nhwc4", DEPTHWISE_NHWC4_WGSL, self.nhwc4_strip()),
         };
-        let defines: &[&'static str] = if form.f16 { &[F16_TENSORS] } else { &[] };
+        let mut defines: Vec<&'static str> = Vec::new();
+        if form.f16 {
+            defines.push(F16_TENSORS);
+        }
+        if form.channels_last && group_vectors(spec) {
+            defines.push(GROUPED);
+        }
         compose_defined(
             entry,
             &[(entry, wgsl), ("tensors", TENSORS_WGSL)],
             vec![("config", header(&strip, spec))],
             self.family.precision(),
-            defines,
+            &defines,
         )
     }
 
@@ -366,6 +379,34 @@ const NHWC4_MAX_OUTPUTS: u32 = 4;
 /// offset (whole images), are whole vectors.
 pub(crate) fn channel_vectors(spec: &Conv2dSpec) -> bool {
     spec.in_channels_per_group() == 1 && spec.out_channels_per_group() == 1 && spec.in_channels.is_multiple_of(4)
+}
+
+/// Whether the channels-last shaders run a grouped spec over vectors of 4 channels
+/// (`depthwise_nhwc4.wgsl` with `GROUPED`): each group reads and writes a multiple of 4
+/// channels, so that a vector of 4 output channels lies in one group, and the group's input
+/// channels are whole vectors of each pixel. Against one output channel per invocation
+/// (`depthwise_nhwc.wgsl`), which loads each input value once per output channel, one value
+/// at a time, its loads are 4 channels wide and serve 4 outputs each.
+pub(crate) fn group_vectors(spec: &Conv2dSpec) -> bool {
+    let (cin_g, cout_g) = (spec.in_channels_per_group(), spec.out_channels_per_group());
+    cin_g.is_multiple_of(4) && cout_g.is_multiple_of(4) && cin_g <= MAX_CHANNELS_PER_GROUP
+}
+
+/// Either vector form of the channels-last shader ([`channel_vectors`], [`group_vectors`]).
+fn over_vectors(spec: &Conv2dSpec) -> bool {
+    channel_vectors(spec) || group_vectors(spec)
+}
+
+/// The channels-last shader's define for [`group_vectors`]' specs.
+const GROUPED: &str = "GROUPED";
+
+/// Input and output vectors of 4 channels per group under [`group_vectors`] (`IN_VECS`,
+/// `OUT_VECS`), else 1 and 1.
+fn group_vector_counts(spec: &Conv2dSpec) -> (u32, u32) {
+    match group_vectors(spec) {
+        true => (spec.in_channels_per_group() / 4, spec.out_channels_per_group() / 4),
+        false => (1, 1),
+    }
 }
 
 /// The grid uniform of `depthwise_nhwc.wgsl` and `depthwise_nhwc4.wgsl`, in its field order.
@@ -426,6 +467,7 @@ impl Shaped for ChannelsLast {
 
 /// The config and the spec's geometry as WGSL constants.
 fn header(cfg: &StripConfig, spec: &Conv2dSpec) -> String {
+    let (in_vecs, out_vecs) = group_vector_counts(spec);
     format!(
         "// generated from StripConfig {name} and the convolution's geometry\n\
          const VX: u32 = {x}u;\nconst VY: u32 = {y}u;\nconst VC: u32 = {c}u;\nconst WG: u32 = {wg}u;\n\
@@ -433,7 +475,8 @@ fn header(cfg: &StripConfig, spec: &Conv2dSpec) -> String {
          const STRIDE_H: u32 = {sh}u;\nconst STRIDE_W: u32 = {sw}u;\n\
          const DIL_H: u32 = {dh}u;\nconst DIL_W: u32 = {dw}u;\n\
          const SPAN_X: u32 = {span_x}u;\nconst SPAN_Y: u32 = {span_y}u;\n\
-         const HELD_TAPS: u32 = {held}u;\n",
+         const HELD_TAPS: u32 = {held}u;\n\
+         const IN_VECS: u32 = {in_vecs}u;\nconst OUT_VECS: u32 = {out_vecs}u;\n",
         name = cfg.name(),
         x = cfg.x,
         y = cfg.y,
@@ -473,17 +516,18 @@ fn packed_len(spec: &Conv2dSpec, cfg: &StripConfig) -> u64 {
     spec.groups as u64 * c_out_pad(spec, cfg) as u64 * spec.k_total() as u64
 }
 
-/// Where the tap vectors of `depthwise_nhwc4.wgsl` start in [`pack_weights`]' output, in
-/// vectors of 4 (after the family's layout, at a 16-byte boundary), for specs that run
-/// over channel vectors ([`channel_vectors`]).
+/// Where the tap vectors (or matrices) of `depthwise_nhwc4.wgsl` start in [`pack_weights`]'
+/// output, in vectors of 4 (after the family's layout, at a 16-byte boundary), for specs
+/// that run over vectors of channels ([`channel_vectors`], [`group_vectors`]).
 fn tap_vectors_at(spec: &Conv2dSpec, cfg: &StripConfig) -> Option<u64> {
-    channel_vectors(spec).then(|| packed_len(spec, cfg).div_ceil(4))
+    over_vectors(spec).then(|| packed_len(spec, cfg).div_ceil(4))
 }
 
-/// Elements of [`pack_weights`]' output, the tap vectors included.
+/// Elements of [`pack_weights`]' output, the tap vectors or matrices included (as many as
+/// the weights: every output channel's taps of its group's input channels).
 fn packed_len_with_vectors(spec: &Conv2dSpec, cfg: &StripConfig) -> u64 {
     match tap_vectors_at(spec, cfg) {
-        Some(at) => 4 * at + spec.out_channels as u64 * spec.kernel[0] as u64 * spec.kernel[1] as u64,
+        Some(at) => 4 * at + spec.weight_len() as u64,
         None => packed_len(spec, cfg),
     }
 }
@@ -492,7 +536,10 @@ fn packed_len_with_vectors(spec: &Conv2dSpec, cfg: &StripConfig) -> u64 {
 /// order, with each group's output channels padded by zeros to whole blocks of `cfg.c`, so
 /// a block never reads past its group); for specs over channel vectors, then (from
 /// [`tap_vectors_at`]) the same taps as `[KH·KW][C]`, so that `depthwise_nhwc4.wgsl` loads
-/// a tap of 4 neighbouring channels as one vector.
+/// a tap of 4 neighbouring channels as one vector; for specs over group vectors, there the
+/// taps as 4×4 matrices `[C_out/4][KH·KW][C_in/groups/4]`, column-major: column i of the
+/// matrix of output vector `ov`, tap `k` and input vector `j` holds the weights of outputs
+/// `4·ov .. 4·ov + 3` for the group's input channel `4·j + i` at tap `k`.
 pub(crate) fn pack_weights(spec: &Conv2dSpec, weight: &[f32], cfg: &StripConfig) -> Result<Vec<f32>> {
     let k = spec.k_total() as usize;
     let cout_g = spec.out_channels_per_group() as usize;
@@ -503,15 +550,35 @@ pub(crate) fn pack_weights(spec: &Conv2dSpec, weight: &[f32], cfg: &StripConfig)
         let src = &weight[g * cout_g * k..][..cout_g * k];
         packed[g * pad * k..][..cout_g * k].copy_from_slice(src);
     }
-    if let Some(at) = tap_vectors_at(spec, cfg) {
-        // Multiplier 1: channel c's taps are weight[c·k ..].
-        let c = spec.out_channels as usize;
-        let vectors = &mut packed[4 * at as usize..];
-        for (ch, taps) in weight.chunks_exact(k).enumerate() {
-            for (tap, &w) in taps.iter().enumerate() {
-                vectors[tap * c + ch] = w;
+    let taps = (spec.kernel[0] * spec.kernel[1]) as usize;
+    match tap_vectors_at(spec, cfg) {
+        Some(at) if group_vectors(spec) => {
+            // Output channel o's weights are weight[o·k ..], k = C_in/groups · KH·KW, input
+            // channel ci's taps at ci·KH·KW within them.
+            let cin_g = spec.in_channels_per_group() as usize;
+            let in_vecs = cin_g / 4;
+            let matrices = &mut packed[4 * at as usize..];
+            for (o, w) in weight.chunks_exact(k).enumerate() {
+                let (ov, row) = (o / 4, o % 4);
+                for ci in 0..cin_g {
+                    let (j, col) = (ci / 4, ci % 4);
+                    for tap in 0..taps {
+                        matrices[((ov * taps + tap) * in_vecs + j) * 16 + col * 4 + row] = w[ci * taps + tap];
+                    }
+                }
             }
         }
+        Some(at) => {
+            // Multiplier 1: channel c's taps are weight[c·k ..].
+            let c = spec.out_channels as usize;
+            let vectors = &mut packed[4 * at as usize..];
+            for (ch, taps) in weight.chunks_exact(k).enumerate() {
+                for (tap, &w) in taps.iter().enumerate() {
+                    vectors[tap * c + ch] = w;
+                }
+            }
+        }
+        None => {}
     }
     Ok(packed)
 }
