@@ -165,6 +165,27 @@ fn staged_by_default_on_small_maps() {
     }
 }
 
+/// Runs a channels-last op through `encode` into NaN-poisoned output and checks it against
+/// `want` (the reference in NHWC, ReLU applied where `relu`): within 1e-5 for f32 operands,
+/// within the f16-operand bound of the reference of the rounded operands for f16 ones; and
+/// nothing written past the output.
+fn check_channels_last(gpu: &wgconv::Gpu, conv: &Conv2d, case: &Case, x: &[f32], want: &[f32], relu: bool, what: &str) {
+    use wgconv::reference::to_nhwc;
+    let (got, tail) = run_poisoned_with(gpu, conv, x, case.shape, f32::NAN, 7);
+    if conv.kernel().kernel.precision() == Precision::F16Accum32 {
+        assert_f16_operands_close(what, &got, want, case, |r| {
+            let mut r = to_nhwc(&r, case.problem.output).unwrap();
+            if relu {
+                r.iter_mut().for_each(|v| *v = wgconv::reference::relu(*v));
+            }
+            r
+        });
+    } else {
+        assert_close(what, &got, want, TOL_F32);
+    }
+    assert!(tail.iter().all(|v| v.is_nan()), "{what}: wrote past the output");
+}
+
 /// Channels-last depthwise layers of multiplier 1 over a multiple of 4 channels run over
 /// vectors of 4 channels (`depthwise_nhwc4.wgsl`): random kernel sizes, strides, dilations,
 /// padding, bias and ReLU, odd maps, batch 1–2, on f32 tensors (through `encode` into
@@ -220,19 +241,7 @@ fn channel_vectors_match_the_reference() {
             let kind = conv.kernel().kernel.clone();
             assert!(kind.family().starts_with("depthwise"), "{}: {kind}", case.label("default"));
             let what = case.label(&format!("NHWC {precision}, {kind}"));
-            let (got, tail) = run_poisoned_with(&gpu, &conv, &x, case.shape, f32::NAN, 7);
-            if precision == Precision::F16Accum32 {
-                assert_f16_operands_close(&what, &got, &want, &case, |r| {
-                    let mut r = to_nhwc(&r, case.problem.output).unwrap();
-                    if relu {
-                        r.iter_mut().for_each(|v| *v = wgconv::reference::relu(*v));
-                    }
-                    r
-                });
-            } else {
-                assert_close(&what, &got, &want, TOL_F32);
-            }
-            assert!(tail.iter().all(|v| v.is_nan()), "{what}: wrote past the output");
+            check_channels_last(&gpu, &conv, &case, &x, &want, relu, &what);
         }
         if f16 && !relu {
             check_f16_storage(&gpu, &case, None, Layout::Nhwc);
@@ -303,19 +312,7 @@ fn group_vectors_match_the_reference() {
                 .kernel(Some(named.clone()));
             let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap();
             let what = case.label(&format!("NHWC grouped {named}"));
-            let (got, tail) = run_poisoned_with(&gpu, &conv, &x, case.shape, f32::NAN, 7);
-            if precision == Precision::F16Accum32 {
-                assert_f16_operands_close(&what, &got, &want, &case, |r| {
-                    let mut r = to_nhwc(&r, case.problem.output).unwrap();
-                    if relu {
-                        r.iter_mut().for_each(|v| *v = wgconv::reference::relu(*v));
-                    }
-                    r
-                });
-            } else {
-                assert_close(&what, &got, &want, TOL_F32);
-            }
-            assert!(tail.iter().all(|v| v.is_nan()), "{what}: wrote past the output");
+            check_channels_last(&gpu, &conv, &case, &x, &want, relu, &what);
             if f16 && !relu && *family == "depthwise" {
                 check_f16_storage(&gpu, &case, Some(named), Layout::Nhwc);
             }
