@@ -165,6 +165,16 @@ fn staged_by_default_on_small_maps() {
     }
 }
 
+/// A case's input and wanted output in NHWC (ReLU applied to the output where `relu`).
+fn channels_last_case(case: &Case, relu: bool) -> (Vec<f32>, Vec<f32>) {
+    use wgconv::reference::to_nhwc;
+    let mut want = to_nhwc(&case.want, case.problem.output).unwrap();
+    if relu {
+        want.iter_mut().for_each(|v| *v = wgconv::reference::relu(*v));
+    }
+    (to_nhwc(&case.x, case.shape).unwrap(), want)
+}
+
 /// Runs a channels-last op through `encode` into NaN-poisoned output and checks it against
 /// `want` (the reference in NHWC, ReLU applied where `relu`): within 1e-5 for f32 operands,
 /// within the f16-operand bound of the reference of the rounded operands for f16 ones; and
@@ -193,7 +203,6 @@ fn check_channels_last(gpu: &wgconv::Gpu, conv: &Conv2d, case: &Case, x: &[f32],
 /// tensors; 6 channels run the one-channel shader beside them.
 #[test]
 fn channel_vectors_match_the_reference() {
-    use wgconv::reference::to_nhwc;
     let gpu = gpu();
     let seed = test_seed();
     eprintln!("channel vectors: WGCONV_TEST_SEED={seed}");
@@ -220,11 +229,7 @@ fn channel_vectors_match_the_reference() {
         let case = Case::with_seed(&format!("vectors_{i}"), spec, shape, seed.wrapping_add(i as u64)).replayed_by(seed);
         let relu = i % 3 == 1;
         let activation = if relu { Activation::Relu } else { Activation::None };
-        let mut want = to_nhwc(&case.want, case.problem.output).unwrap();
-        if relu {
-            want.iter_mut().for_each(|v| *v = wgconv::reference::relu(*v));
-        }
-        let x = to_nhwc(&case.x, case.shape).unwrap();
+        let (x, want) = channels_last_case(&case, relu);
         let precisions: &[Precision] = if f16 { &[Precision::F32, Precision::F16Accum32] } else { &[Precision::F32] };
         // The default, then a config of the sweep in turn (its columns and rows), counted
         // over the shapes that run over vectors, so that each config meets them.
@@ -257,7 +262,6 @@ fn channel_vectors_match_the_reference() {
 /// where the device has `SHADER_F16`) and, there, on f16 tensors (f32 operands).
 #[test]
 fn group_vectors_match_the_reference() {
-    use wgconv::reference::to_nhwc;
     let gpu = gpu();
     let seed = test_seed();
     eprintln!("group vectors: WGCONV_TEST_SEED={seed}");
@@ -290,11 +294,7 @@ fn group_vectors_match_the_reference() {
         let case = Case::with_seed(&format!("groups_{i}"), spec, shape, seed.wrapping_add(i as u64)).replayed_by(seed);
         let relu = i % 3 == 1;
         let activation = if relu { Activation::Relu } else { Activation::None };
-        let mut want = to_nhwc(&case.want, case.problem.output).unwrap();
-        if relu {
-            want.iter_mut().for_each(|v| *v = wgconv::reference::relu(*v));
-        }
-        let x = to_nhwc(&case.x, case.shape).unwrap();
+        let (x, want) = channels_last_case(&case, relu);
         let config = sweep[i % sweep.len()].name();
         let families: &[&str] = if f16 { &["depthwise", "depthwise-f16"] } else { &["depthwise"] };
         for family in families {
