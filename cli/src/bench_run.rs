@@ -60,9 +60,9 @@ pub fn min_bytes(problem: &ConvProblem, storage: Storage) -> f64 {
     tensors + 4.0 * (problem.spec.weight_len() as u64 + bias) as f64
 }
 
-/// Bytes of `elems` elements of `storage` in a buffer: whole 32-bit words.
-/// Whole granules as wgconv's own buffers ([`wgconv::BUFFER_GRANULE`]): the tensors of one
-/// problem then keep the alignment of those allocated after them.
+/// Bytes of `elems` elements of `storage` in a buffer: whole granules, as wgconv's own
+/// buffers ([`wgconv::BUFFER_GRANULE`]), so that the tensors of one problem keep the
+/// alignment of those allocated after them.
 fn buffer_bytes(elems: u64, storage: Storage) -> u64 {
     (elems * storage.element_bytes()).next_multiple_of(wgconv::BUFFER_GRANULE)
 }
