@@ -11,7 +11,6 @@ use wgconv::{
     reference, Activation, ConfigSource, Conv2d, Conv2dOptions, ConvPlan, ConvProblem, Error, Gpu, Kernel, Precision,
     Result, Selection, Storage, TileConfig,
 };
-use wgpu::util::DeviceExt;
 
 /// Relative L2 error above which a config is marked wrong (fp32 accumulation lands near 1e-7).
 pub const F32_TOLERANCE: f64 = 1e-5;
@@ -60,11 +59,10 @@ pub fn min_bytes(problem: &ConvProblem, storage: Storage) -> f64 {
     tensors + 4.0 * (problem.spec.weight_len() as u64 + bias) as f64
 }
 
-/// Bytes of `elems` elements of `storage` in a buffer: whole granules, as wgconv's own
-/// buffers ([`wgconv::BUFFER_GRANULE`]), so that the tensors of one problem keep the
-/// alignment of those allocated after them.
+/// Bytes of `elems` elements of `storage` in a buffer: whole 32-bit words (`Gpu`'s buffers
+/// round them up to whole granules, [`wgconv::BUFFER_GRANULE`]).
 fn buffer_bytes(elems: u64, storage: Storage) -> u64 {
-    (elems * storage.element_bytes()).next_multiple_of(wgconv::BUFFER_GRANULE)
+    (elems * storage.element_bytes()).next_multiple_of(4)
 }
 
 /// Batch used on CPU adapters (lavapipe) when the caller gives none.
@@ -342,30 +340,23 @@ pub fn run(
         wgconv::Layout::Nhwc => reference::to_nhwc(&x, problem.input)?,
         _ => x,
     };
-    let mut x_bytes: Vec<u8> = match storage {
+    let x_bytes: Vec<u8> = match storage {
         Storage::F32 => bytemuck::cast_slice(&x).to_vec(),
         _ => {
             let bits: Vec<u16> = x.iter().map(|&v| f16::from_f32(v).to_bits()).collect();
             bytemuck::cast_slice(&bits).to_vec()
         }
     };
-    x_bytes.resize(buffer_bytes(problem.input.len(), storage) as usize, 0);
     drop(x);
     let dev = &gpu.device;
-    let (in_buf, out_buf) = scoped(dev, "bench buffers", || {
-        let in_buf = dev.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some("bench input"),
-            contents: &x_bytes,
-            usage: wgpu::BufferUsages::STORAGE,
-        });
-        let out_buf = dev.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("bench output"),
-            size: buffer_bytes(problem.output.len(), storage),
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        (in_buf, out_buf)
-    })?;
+    // Through `Gpu`, whose buffers are whole granules: the timed tensors then start at the
+    // alignment the ones before them left (BENCHMARKS.md, "Buffer placement").
+    let in_buf = gpu.buffer_init("bench input", &x_bytes, wgpu::BufferUsages::STORAGE)?;
+    let out_buf = gpu.create_buffer(
+        "bench output",
+        buffer_bytes(problem.output.len(), storage),
+        wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+    )?;
     drop(x_bytes);
     // A sampled image's output as whole words (with f16 storage an image may start or end
     // mid-word; the neighbour's half is rewritten by the run anyway): the byte range, and
