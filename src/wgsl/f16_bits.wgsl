@@ -34,13 +34,18 @@ fn to_f16(v: f32) -> f16 {
     return f16(unpack2x16float(f16_bits(v)).x);
 }
 
-// Four at a time. The common case is one test on the largest magnitude's bits (NaN's above
-// every finite value's): all four within ±65504 convert as they are, with no clamp; the
-// rest (beyond it, or NaN) go through `to_f16` one by one.
-fn to_f16x4(v: vec4<f32>) -> vec4<f16> {
+// Whether any of four values is beyond ±65504 or NaN: one test on the largest magnitude's
+// bits (NaN's lie above every finite value's).
+fn beyond_f16x4(v: vec4<f32>) -> bool {
     let mag = bitcast<vec4<u32>>(v) & vec4<u32>(0x7fffffffu);
     // 0x477fe000 = 65504.
-    if (max(max(mag.x, mag.y), max(mag.z, mag.w)) <= 0x477fe000u) {
+    return max(max(mag.x, mag.y), max(mag.z, mag.w)) > 0x477fe000u;
+}
+
+// Four at a time. The common case ([`beyond_f16x4`] false): all four convert as they are,
+// with no clamp; the rest (beyond ±65504, or NaN) go through `to_f16` one by one.
+fn to_f16x4(v: vec4<f32>) -> vec4<f16> {
+    if (!beyond_f16x4(v)) {
         return vec4<f16>(v);
     }
     return vec4<f16>(to_f16(v.x), to_f16(v.y), to_f16(v.z), to_f16(v.w));

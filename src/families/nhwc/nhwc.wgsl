@@ -314,9 +314,7 @@ fn store_quads(blk: Block, warp: u32, lane: u32, m_base: u32, n_base: u32, b: ve
         let at = quad_at(blk, q, m_base, n_base);
         if (at >= 0) {
             let v = quad_value(warp, q, b);
-            let mag = bitcast<vec4<u32>>(v) & vec4<u32>(0x7fffffffu);
-            // 0x477fe000 = 65504; NaN's bits lie above every finite value's.
-            beyond = beyond || max(max(mag.x, mag.y), max(mag.z, mag.w)) > 0x477fe000u;
+            beyond = beyond || beyond_f16x4(v);
             output[u32(at)] = vec4<f16>(v);
         }
     }
