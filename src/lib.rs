@@ -98,13 +98,13 @@ pub mod advanced {
     #[cfg(feature = "naga-check")]
     pub use crate::portable::check_portable;
     pub use crate::select::{
-        CHANNELS_LAST_MAX_K_PADDING, DEPTHWISE_F16_COOP_MAX_CHANNELS_PER_GROUP, DEPTHWISE_MAX_CHANNELS_PER_GROUP,
-        DEPTHWISE_SMALL_MAP, F16_SIMT_MAX_K, F16_SIMT_MAX_N, F32_MATRIX_EFFICIENCY, F32_MATRIX_MIN_RATE_RATIO,
-        F32_SIMT_EFFICIENCY, STEM_CHANNELS_LAST_MIN_K, STEM_DEFAULT_MAX_CHANNELS, WINOGRAD_MAX_SCRATCH_PER_IMAGE,
-        WINOGRAD_MIN_CHANNELS,
+        CHANNELS_LAST_MAX_K_PADDING, DEPTHWISE_F16_COOP_CHANNELS_LAST_MAX_CHANNELS_PER_GROUP,
+        DEPTHWISE_F16_COOP_MAX_CHANNELS_PER_GROUP, DEPTHWISE_MAX_CHANNELS_PER_GROUP, DEPTHWISE_SMALL_MAP,
+        F16_SIMT_MAX_K, F16_SIMT_MAX_N, F32_MATRIX_EFFICIENCY, F32_MATRIX_MIN_RATE_RATIO, F32_SIMT_EFFICIENCY,
+        STEM_CHANNELS_LAST_MIN_K, STEM_DEFAULT_MAX_CHANNELS, WINOGRAD_MAX_SCRATCH_PER_IMAGE, WINOGRAD_MIN_CHANNELS,
     };
 
-    use crate::{Conv2dOptions, Conv2dSpec, DeviceCaps, Kernel, Precision, Result, Selection};
+    use crate::{Conv2dOptions, Conv2dSpec, DeviceCaps, Kernel, Layout, Precision, Result, Selection};
 
     /// The names of every kernel family, in the registry's order.
     pub fn family_names() -> Vec<&'static str> {
@@ -158,12 +158,13 @@ pub mod advanced {
     }
 
     /// Whether the depthwise rule applies to this convolution at this precision on this
-    /// device: groups of at most [`DEPTHWISE_MAX_CHANNELS_PER_GROUP`] input channels
-    /// (depthwise and narrow grouped layers; in f16 on cooperative matrices at most
-    /// [`DEPTHWISE_F16_COOP_MAX_CHANNELS_PER_GROUP`]), which run the depthwise family (or,
-    /// where a block does not fit, the direct kernel) in f32 and f16.
-    pub fn depthwise_rule_applies(caps: &DeviceCaps, spec: &Conv2dSpec, precision: Precision) -> bool {
-        crate::select::depthwise_rule_applies(caps, spec, precision)
+    /// device for tensors in `layout`: groups of at most [`DEPTHWISE_MAX_CHANNELS_PER_GROUP`]
+    /// input channels (depthwise and narrow grouped layers; in f16 on cooperative matrices at
+    /// most [`DEPTHWISE_F16_COOP_MAX_CHANNELS_PER_GROUP`], on channels-last tensors
+    /// [`DEPTHWISE_F16_COOP_CHANNELS_LAST_MAX_CHANNELS_PER_GROUP`]), which run the depthwise
+    /// family (or, where a block does not fit, the direct kernel) in f32 and f16.
+    pub fn depthwise_rule_applies(caps: &DeviceCaps, spec: &Conv2dSpec, precision: Precision, layout: Layout) -> bool {
+        crate::select::depthwise_rule_applies(caps, spec, precision, layout)
     }
 
     /// Whether the depthwise rule runs this problem (its input shape known) on the depthwise

@@ -296,15 +296,31 @@ pub const DEPTHWISE_MAX_CHANNELS_PER_GROUP: u32 = 16;
 /// 1.5× faster at stride 2 (H100), while the depthwise family rounds every loaded value.
 pub const DEPTHWISE_F16_COOP_MAX_CHANNELS_PER_GROUP: u32 = 8;
 
-/// Whether the depthwise rule takes this convolution (see [`depthwise_rule`]).
-pub(crate) fn depthwise_rule_applies(caps: &DeviceCaps, spec: &Conv2dSpec, precision: Precision) -> bool {
+/// The same limit in f16 on cooperative matrices for channels-last tensors, where the
+/// depthwise family runs groups of several channels as vectors of 4 with a 4×4 matrix per
+/// tap: on the H100 (f16 tensors) the channels-last matrix kernel's blocks of 16 columns
+/// ([`CHANNELS_LAST_F16_NARROW`]) ran ResNeXt-50's 8-channel groups at 28×28 in 0.090 ms
+/// against 0.130 and at stride 2 as fast (0.136 against 0.134 for the best depthwise config),
+/// while on NCHW tensors the depthwise family's own layout kept the lead (0.083 against 0.117).
+pub const DEPTHWISE_F16_COOP_CHANNELS_LAST_MAX_CHANNELS_PER_GROUP: u32 = 4;
+
+/// Whether the depthwise rule takes this convolution on tensors in `layout` (see
+/// [`depthwise_rule`]).
+pub(crate) fn depthwise_rule_applies(
+    caps: &DeviceCaps,
+    spec: &Conv2dSpec,
+    precision: Precision,
+    layout: Layout,
+) -> bool {
     if precision == Precision::F16x3 && !caps.coop_f16 {
         return false;
     }
-    let most = if precision == Precision::F16Accum32 && caps.coop_f16 {
-        DEPTHWISE_F16_COOP_MAX_CHANNELS_PER_GROUP
-    } else {
-        DEPTHWISE_MAX_CHANNELS_PER_GROUP
+    let most = match (precision, layout) {
+        (Precision::F16Accum32, Layout::Nhwc) if caps.coop_f16 => {
+            DEPTHWISE_F16_COOP_CHANNELS_LAST_MAX_CHANNELS_PER_GROUP
+        }
+        (Precision::F16Accum32, Layout::Nchw) if caps.coop_f16 => DEPTHWISE_F16_COOP_MAX_CHANNELS_PER_GROUP,
+        _ => DEPTHWISE_MAX_CHANNELS_PER_GROUP,
     };
     spec.groups > 1 && spec.in_channels_per_group() <= most
 }
@@ -332,7 +348,7 @@ pub(crate) fn depthwise_rule(
 ) -> Option<(Kernel, String)> {
     let precision = options.precision;
     let f16_tensors = f16_tensors_in_kernels(caps, options.storage);
-    let narrow = depthwise_rule_applies(caps, spec, precision);
+    let narrow = depthwise_rule_applies(caps, spec, precision, options.layout);
     // f16x3 runs these layers in f32: it exists to use the matrix units, which they leave
     // idle, and f32 is at least as accurate (on the H100 the gathering f16x3 kernel ran
     // MobileNetV2's depthwise layers ~8× slower than the depthwise family).
@@ -548,6 +564,33 @@ const CHANNELS_LAST_F16_SHORT_K_CONFIGS: [(TileConfig, f64); 3] = [
     (TileConfig::with_thread_tile(128, 64, 16, 8, 8, 1), 0.9),
     (CHANNELS_LAST_F16_SMALL.0, 0.85),
 ];
+/// Blocks as narrow as a group's output channels, in both f16 tables: 128 rows of 16 or 32
+/// columns on 4 warps (2×1 and 2×2 fragments, about 11 and 13 KiB of workgroup memory),
+/// with their rates per padded multiply-add relative to each table's reference, offered
+/// only where a group has at most `block_n` output channels ([`narrow_configs`]): the wide
+/// blocks pad such groups 2–8× (ResNeXt-50's groups of 8, 16 and 32 channels, MobileNetV2's
+/// 16–32-channel projections and its stem), while on wider groups the narrow block reads
+/// each input row once per block of columns and lost to the 64×64 block at any rate that
+/// keeps its wins. Fitted to one H100 sweep (2026-11-27, f16 tensors, channels last) of the
+/// 53 layers of ResNet-50, ResNeXt-50, MobileNetV2 and VGG-16 that take the short-K table,
+/// with the table's three configs and six narrow ones: picking by the table with these
+/// three took 5.679 ms over the 53 (× multiplicity) against 6.018 without them and 5.619 for
+/// the best of the nine per layer; rates from 0.3 to 0.5 (16 columns), 0.5 to 0.7 and 0.6
+/// to 0.8 (32) made the same picks. On NCHW f32 tensors (the long table) ResNeXt-50's 16-
+/// and 32-channel groups ran fastest on them too (0.142 → 0.051 ms at 14×14).
+const CHANNELS_LAST_F16_NARROW: [(TileConfig, f64); 3] = [
+    (TileConfig::with_thread_tile(128, 16, 16, 4, 4, 1), 0.4),
+    (TileConfig::with_thread_tile(128, 32, 16, 8, 4, 1), 0.6),
+    (TileConfig::with_thread_tile(128, 32, 32, 8, 4, 1), 0.7),
+];
+
+/// The narrow blocks ([`CHANNELS_LAST_F16_NARROW`]) at least as wide as the spec's groups'
+/// output channels.
+fn narrow_configs(spec: &Conv2dSpec) -> impl Iterator<Item = (TileConfig, f64)> {
+    let n = spec.out_channels_per_group();
+    CHANNELS_LAST_F16_NARROW.into_iter().filter(move |(t, _)| n <= t.block_n)
+}
+
 /// The longest K (taps × each group's channels padded to vectors of 8) that the f16
 /// channels-last rule gives its short-K configs: the longest measured (ResNet-50's 3×3
 /// 64-channel layer); VGG-16's 512-channel layers (K = 4608) ran fastest with K steps of 64.
@@ -647,8 +690,15 @@ pub(crate) fn channels_last_rule(
     let make = |t| family.reference().with_tile(t);
     let best = problem.and_then(|p| match precision {
         Precision::F16x3 => split_best(caps, p, k, make),
-        _ if short_k => estimated_best(caps, p, k, &CHANNELS_LAST_F16_SHORT_K_CONFIGS, make),
-        _ => estimated_best_in_waves(caps, p, k, &CHANNELS_LAST_F16_CONFIGS, make),
+        _ if short_k => {
+            let configs: Vec<_> = CHANNELS_LAST_F16_SHORT_K_CONFIGS.into_iter().chain(narrow_configs(spec)).collect();
+            estimated_best(caps, p, k, &configs, make)
+        }
+        _ => {
+            let narrow = narrow_configs(spec).map(|(tile, rate)| (tile, rate, 1));
+            let configs: Vec<_> = CHANNELS_LAST_F16_CONFIGS.into_iter().chain(narrow).collect();
+            estimated_best_in_waves(caps, p, k, &configs, make)
+        }
     });
     if let Some((kernel, tiles, tile, _)) = best {
         let reason = format!(
@@ -870,7 +920,10 @@ fn f32_matrix_estimate(
     finite_weights: bool,
 ) -> Option<MatrixEstimate> {
     let family = &nhwc::COOP_NHWC_F32;
-    if !finite_weights || family.unavailable(caps).is_some() || depthwise_rule_applies(caps, spec, Precision::F32) {
+    if !finite_weights
+        || family.unavailable(caps).is_some()
+        || depthwise_rule_applies(caps, spec, Precision::F32, layout)
+    {
         return None;
     }
     let rates = caps.declared_rates()?;
@@ -1610,6 +1663,47 @@ mod tests {
         assert_eq!(at(576, 160, 1, 7, 32), small, "short K");
     }
 
+    /// Groups of at most 32 output channels on the blocks as narrow as them, in both f16
+    /// tables (H100, the layers of the sweep they were fitted to); 8-channel groups on the
+    /// matrix units on channels-last tensors only; wider groups never on them.
+    #[test]
+    fn narrow_groups_take_narrow_blocks() {
+        use crate::spec::Shape4;
+        let h100 = DeviceCaps {
+            name: "NVIDIA H100 80GB HBM3".into(),
+            ..caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, true)
+        };
+        let at = |c: u32, k: u32, kernel: u32, groups: u32, hw: u32, layout: Layout| {
+            let spec = Conv2dSpec::new(c, k, kernel).groups(groups).padding(Padding::uniform(kernel / 2));
+            let opts = Conv2dOptions {
+                precision: Precision::F16Accum32,
+                layout,
+                storage: match layout {
+                    Layout::Nhwc => crate::options::Storage::F16,
+                    Layout::Nchw => crate::options::Storage::F32,
+                },
+                tuning_key_input: Some(Shape4::new(32, c, hw, hw)),
+                ..Default::default()
+            };
+            select(&h100, &spec, &opts, true, |_| None).unwrap().kernel.to_string()
+        };
+        let (n16, n32) = ("coop-nhwc-f16:m128n16k16-t4x4-w4-s1", "coop-nhwc-f16:m128n32k32-t8x4-w4-s1");
+        for layout in [Layout::Nhwc, Layout::Nchw] {
+            // ResNeXt-50's 16- and 32-channel groups.
+            assert_eq!(at(512, 512, 3, 32, 14, layout), n16, "{layout:?}");
+            assert_eq!(at(1024, 1024, 3, 32, 7, layout), n32, "{layout:?}");
+        }
+        // Its 8-channel groups: the matrix units on channels-last tensors, else the depthwise
+        // family.
+        assert_eq!(at(256, 256, 3, 32, 28, Layout::Nhwc), n16);
+        assert!(at(256, 256, 3, 32, 28, Layout::Nchw).starts_with("depthwise-f16:"));
+        assert!(at(128, 128, 3, 32, 56, Layout::Nhwc).starts_with("depthwise-f16:"), "4-channel groups");
+        // MobileNetV2's 32→16 and 144→32 1×1 layers, not its 192→64 one.
+        assert_eq!(at(32, 16, 1, 1, 112, Layout::Nhwc), n16);
+        assert_eq!(at(144, 32, 1, 1, 28, Layout::Nhwc), n32);
+        assert_eq!(at(192, 64, 1, 1, 14, Layout::Nhwc), "coop-nhwc-f16:m64n64k64-t4x8-w4-s1");
+    }
+
     /// Winograd on GPUs where its estimate beats the FMA kernels' and, where rule 5 may run
     /// the layer, the matrix path's: on the H100 with its matrix units ResNet-50's 512-channel
     /// 3×3 layer at 7×7 and 64→64 at batch 1, not its 256-channel layer at 14×14; without
@@ -1763,6 +1857,7 @@ mod tests {
             .iter()
             .map(|c| c.0)
             .chain(CHANNELS_LAST_F16_SHORT_K_CONFIGS.iter().map(|c| c.0))
+            .chain(CHANNELS_LAST_F16_NARROW.iter().map(|c| c.0))
             .collect();
         let split: Vec<TileConfig> =
             CHANNELS_LAST_SPLIT_CONFIGS.iter().chain(&CHANNELS_LAST_SPLIT_SHORT_K_CONFIGS).map(|c| c.0).collect();

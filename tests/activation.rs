@@ -7,7 +7,8 @@ use common::{direct_kernel, gpu, run_poisoned_with, TOL_F32};
 use rand::{Rng, SeedableRng};
 use wgconv::advanced::depthwise_rule_applies;
 use wgconv::{
-    reference, Activation, ConfigSource, Conv2d, Conv2dOptions, Conv2dSpec, Gpu, Kernel, Padding, Precision, Shape4,
+    reference, Activation, ConfigSource, Conv2d, Conv2dOptions, Conv2dSpec, Gpu, Kernel, Layout, Padding, Precision,
+    Shape4,
 };
 
 fn rand_vec(len: usize, seed: u64) -> Vec<f32> {
@@ -70,7 +71,7 @@ fn bias_and_relu_on_and_off_match_reference() {
                     let (kind, source) = (&conv.kernel().kernel, conv.kernel().source);
                     if !named {
                         // Groups of few channels run the depthwise family; the rest a tiled config.
-                        let narrow = depthwise_rule_applies(gpu.caps(), &spec, Precision::F32);
+                        let narrow = depthwise_rule_applies(gpu.caps(), &spec, Precision::F32, Layout::Nchw);
                         let family = if narrow { "depthwise" } else { "tiled" };
                         assert_eq!(kind.family(), family, "{label}: default kernel is {kind}");
                         assert_ne!(source, ConfigSource::Explicit);

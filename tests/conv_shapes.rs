@@ -9,7 +9,7 @@
 mod common;
 use common::*;
 use wgconv::advanced::{default_sweep, depthwise_rule_applies, stem_is_default};
-use wgconv::{reference, Activation, ConfigSource, Conv2d, Conv2dOptions, Precision, Shape4};
+use wgconv::{reference, Activation, ConfigSource, Conv2d, Conv2dOptions, Layout, Precision, Shape4};
 use wgconv::{Conv2dSpec as S, Padding as P};
 
 /// Runs one shape on the default kernel (a tiled config, or the depthwise family for
@@ -24,7 +24,7 @@ fn check(name: &str, spec: S, [n, h, w]: [u32; 3]) {
     let (kind, source) = (&default.kernel().kernel, default.kernel().source);
     // The depthwise rule runs groups of few input channels on the depthwise family; the rest
     // runs a tiled config.
-    let depthwise = depthwise_rule_applies(gpu.caps(), &spec, Precision::F32);
+    let depthwise = depthwise_rule_applies(gpu.caps(), &spec, Precision::F32, Layout::Nchw);
     let expected = if depthwise { "depthwise" } else { "tiled" };
     assert_eq!(kind.family(), expected, "{name}: default kernel is {kind}");
     assert_ne!(source, ConfigSource::Explicit, "{name}");

@@ -108,7 +108,7 @@ fn selected_by_default() {
         ("grouped_4", Conv2dSpec::new(16, 16, 3).groups(4).padding(Padding::uniform(1)), [1, 9, 8], "x1y4c4"),
     ];
     for (name, spec, [n, h, w], cfg) in cases {
-        assert!(depthwise_rule_applies(gpu.caps(), &spec, Precision::F32));
+        assert!(depthwise_rule_applies(gpu.caps(), &spec, Precision::F32, Layout::Nchw));
         let case = Case::new(name, spec, Shape4::new(n, spec.in_channels, h, w));
         let conv = case.conv(&gpu, None);
         let s = conv.kernel();

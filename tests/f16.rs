@@ -18,7 +18,7 @@ use wgconv::advanced::{
     BandConfig, StemConfig,
 };
 use wgconv::{reference, ConfigSource, Conv2d, Conv2dOptions, Error, Gpu};
-use wgconv::{Conv2dSpec as S, Kernel, Padding as P, Precision, Shape4, TileConfig};
+use wgconv::{Conv2dSpec as S, Kernel, Layout, Padding as P, Precision, Shape4, TileConfig};
 
 /// The f16 bound (the benchmark's `F16_TOLERANCE`).
 const F16_TOLERANCE: f64 = TOL_F16;
@@ -108,7 +108,7 @@ fn f16_default_and_explicit_configs_on_ragged_shapes() {
         // Depthwise and narrow grouped layers run the depthwise family (select's depthwise
         // rule), on every device; the rest the SIMT tiled kernel where there are no
         // cooperative matrices.
-        if depthwise_rule_applies(gpu.caps(), &spec, Precision::F16Accum32) {
+        if depthwise_rule_applies(gpu.caps(), &spec, Precision::F16Accum32, Layout::Nchw) {
             assert_eq!(kind.family(), "depthwise-f16", "{name}: default f16 kernel is {kind}");
         } else if !gpu.has_coop_f16() {
             assert_eq!(kind.family(), "tiled-f16", "{name}: default f16 kernel is {kind}");
@@ -326,7 +326,7 @@ fn coop_kernel_on_ragged_shapes() {
         let stem = stem_is_default(gpu.caps(), &spec);
         let want = if stem {
             "coop-stem-f16"
-        } else if depthwise_rule_applies(gpu.caps(), &spec, Precision::F16Accum32) {
+        } else if depthwise_rule_applies(gpu.caps(), &spec, Precision::F16Accum32, Layout::Nchw) {
             "depthwise-f16"
         } else if f16_small_gemm_applies(gpu.caps(), &spec) {
             "tiled-f16"

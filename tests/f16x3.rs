@@ -10,7 +10,7 @@ mod common;
 use common::*;
 use wgconv::advanced::coop_sweep;
 use wgconv::{reference, ConfigSource, Conv2d, Conv2dOptions, Error, Gpu};
-use wgconv::{Conv2dSpec as S, Kernel, Padding as P, Precision, Shape4};
+use wgconv::{Conv2dSpec as S, Kernel, Layout, Padding as P, Precision, Shape4};
 
 /// The f16x3 bound (the benchmark's `F16X3_TOLERANCE`).
 const F16X3_TOLERANCE: f64 = TOL_F16X3;
@@ -70,7 +70,7 @@ fn f16x3_on_ragged_shapes_at_f32_accuracy() {
     for (name, spec, [n, h, w], relu) in ragged_shapes() {
         let case = Case::new(name, spec, Shape4::new(n, spec.in_channels, h, w));
         let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), options(None, relu)).unwrap();
-        let want = if wgconv::advanced::depthwise_rule_applies(gpu.caps(), &spec, Precision::F16x3) {
+        let want = if wgconv::advanced::depthwise_rule_applies(gpu.caps(), &spec, Precision::F16x3, Layout::Nchw) {
             "depthwise"
         } else if wgconv::advanced::channels_last_rule_applies(gpu.caps(), &spec, Precision::F16x3) {
             "coop-nhwc-f16x3"

@@ -135,8 +135,8 @@ impl Family for Nhwc {
 /// fragments with K steps of 32, small enough in workgroup memory for two workgroups per
 /// multiprocessor (faster where 128×128 tiles fill about one and a half waves of one), then
 /// smaller blocks for small grids (f16: the 64×64 ones in one buffer, which ran faster than
-/// in two on 75 of 77 network layers on the H100), and K steps of 16 in one buffer for
-/// short K.
+/// in two on 75 of 77 network layers on the H100), K steps of 16 in one buffer for
+/// short K, and (f16) blocks of 16 and 32 columns for groups of that few output channels.
 pub fn nhwc_sweep(split: bool) -> Vec<TileConfig> {
     use TileConfig as T;
     match split {
@@ -153,6 +153,9 @@ pub fn nhwc_sweep(split: bool) -> Vec<TileConfig> {
             T::with_thread_tile(128, 128, 16, 8, 8, 1),
             T::with_thread_tile(128, 64, 16, 8, 8, 1),
             T::with_thread_tile(64, 128, 32, 8, 8, 1),
+            T::with_thread_tile(128, 16, 16, 4, 4, 1),
+            T::with_thread_tile(128, 32, 16, 8, 4, 1),
+            T::with_thread_tile(128, 32, 32, 8, 4, 1),
         ],
         true => vec![
             T::with_thread_tile(128, 128, 32, 8, 8, 1),
