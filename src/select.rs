@@ -298,9 +298,9 @@ pub const DEPTHWISE_F16_COOP_MAX_CHANNELS_PER_GROUP: u32 = 8;
 
 /// The same limit in f16 on cooperative matrices for channels-last tensors, where the
 /// depthwise family runs groups of several channels as vectors of 4 with a 4×4 matrix per
-/// tap: on the H100 (f16 tensors) the channels-last matrix kernel's blocks of 16 columns
-/// ([`CHANNELS_LAST_F16_NARROW`]) ran ResNeXt-50's 8-channel groups at 28×28 in 0.090 ms
-/// against 0.130 and at stride 2 as fast (0.136 against 0.134 for the best depthwise config),
+/// tap: on the H100 (f16 tensors) the channels-last matrix kernel's blocks of 128 rows × 16
+/// columns (`coop-nhwc-f16:m128n16k16-t4x4-w4-s1`) ran ResNeXt-50's 8-channel groups at 28×28
+/// in 0.090 ms against 0.130 and at stride 2 as fast (0.136 against 0.134 for the best depthwise config),
 /// while on NCHW tensors the depthwise family's own layout kept the lead (0.083 against 0.117).
 pub const DEPTHWISE_F16_COOP_CHANNELS_LAST_MAX_CHANNELS_PER_GROUP: u32 = 4;
 
