@@ -300,8 +300,9 @@ pub const DEPTHWISE_F16_COOP_MAX_CHANNELS_PER_GROUP: u32 = 8;
 /// depthwise family runs groups of several channels as vectors of 4 with a 4×4 matrix per
 /// tap: on the H100 (f16 tensors) the channels-last matrix kernel's blocks of 128 rows × 16
 /// columns (`coop-nhwc-f16:m128n16k16-t4x4-w4-s1`) ran ResNeXt-50's 8-channel groups at 28×28
-/// in 0.090 ms against 0.130 and at stride 2 as fast (0.136 against 0.134 for the best depthwise config),
-/// while on NCHW tensors the depthwise family's own layout kept the lead (0.083 against 0.117).
+/// in 0.090 ms against 0.130 and at stride 2 as fast (0.136 against 0.134 for the best
+/// depthwise config), while on NCHW tensors the depthwise family's own layout kept the lead
+/// (0.083 against 0.117).
 pub const DEPTHWISE_F16_COOP_CHANNELS_LAST_MAX_CHANNELS_PER_GROUP: u32 = 4;
 
 /// Whether the depthwise rule takes this convolution on tensors in `layout` (see
@@ -565,7 +566,7 @@ const CHANNELS_LAST_F16_SHORT_K_CONFIGS: [(TileConfig, f64); 3] = [
     (CHANNELS_LAST_F16_SMALL.0, 0.85),
 ];
 /// Blocks as narrow as a group's output channels, in both f16 tables: 128 rows of 16 or 32
-/// columns on 4 warps (2×1 and 2×2 fragments, about 11 and 13 KiB of workgroup memory),
+/// columns on 4 warps (2×1 and 2×2 fragments, 12–18 KiB of workgroup memory),
 /// with their rates per padded multiply-add relative to each table's reference, offered
 /// only where a group has at most `block_n` output channels ([`narrow_configs`]): the wide
 /// blocks pad such groups 2–8× (ResNeXt-50's groups of 8, 16 and 32 channels, MobileNetV2's
