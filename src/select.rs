@@ -335,7 +335,8 @@ pub(crate) fn depthwise_rule_applies(
 /// almost all of their work is padding: on the H100 the tiled kernels ran MobileNetV2's
 /// depthwise layers 26–36× slower than even the one-output-per-invocation direct kernel.
 /// The config: blocks of 4 rows of one column (f32) or two columns (f16 operands at stride
-/// 1, f16 tensors read by the kernel at any stride: `f16_tensors`), and as many output
+/// 1, f16 tensors read by the kernel at any stride: `f16_tensors`), or of 2 rows × 2 columns
+/// (f16 operands on NCHW f32 tensors at column strides over 1, on GPUs), and as many output
 /// channels per invocation as the group has, up to 4 (they share the input rows). Where the
 /// spec's rows or taps do not fit in registers (very wide or dilated kernels), the direct
 /// kernel. Where the input shape is known: the staged kernel for small maps
@@ -395,9 +396,21 @@ pub(crate) fn depthwise_rule(
     // MobileNetV2's stride-2 depthwise layers 1.35–1.55× faster than one column).
     let f16_wide = precision == Precision::F16Accum32 && (spec.stride[1] == 1 || caps.is_cpu());
     let wide = (f16_tensors && !small_strided) || f16_wide;
+    // f16 operands on NCHW f32 tensors at column strides over 1 (GPUs): blocks of 2 rows × 2
+    // columns, whatever the channels per invocation (channels-last tensors were not measured
+    // this way and keep the blocks above). On the H100 (2026-11-27) they ran
+    // MobileNetV2's stride-2 depthwise layers 3–10 % faster than one column at 56×56 to 14×14
+    // outputs and 1 % slower at 7×7, and ResNeXt-50's 8-channel grouped one at 28×28 17 %
+    // faster; two columns of 4 rows ran the depthwise ones up to 11 % slower than one column.
+    let f16_strided = precision == Precision::F16Accum32
+        && !f16_tensors
+        && options.layout == Layout::Nchw
+        && spec.stride[1] > 1
+        && !caps.is_cpu();
     let mut refusal = None;
     for c in [widest, 2, 1].into_iter().filter(|&c| c <= widest) {
         let (x, y) = match (wide, c) {
+            _ if f16_strided => (2, 2),
             (false, _) => (1, 4),
             (true, 1) => (2, 4),
             (true, _) => (2, 2),
@@ -1487,7 +1500,12 @@ mod tests {
         assert_eq!(on_f16(&gpu, Precision::F16Accum32), "depthwise-f16:x2y4c1-w128");
         let no_f16 = DeviceCaps { features: wgpu::Features::empty(), ..gpu.clone() };
         assert_eq!(on_f16(&no_f16, Precision::F32), "depthwise:x1y4c1-w128");
-        assert_eq!(pick(&gpu, strided, Precision::F16Accum32).kernel.to_string(), "depthwise-f16:x1y4c1-w128");
+        // f16 operands on NCHW f32 tensors at stride 2: blocks of 2×2 on GPUs (channels-last
+        // tensors keep one column).
+        assert_eq!(pick(&gpu, strided, Precision::F16Accum32).kernel.to_string(), "depthwise-f16:x2y2c1-w128");
+        let nhwc = Conv2dOptions { precision: Precision::F16Accum32, layout: Layout::Nhwc, ..Default::default() };
+        let s = select(&gpu, &strided, &nhwc, true, |_| None).unwrap();
+        assert_eq!(s.kernel.to_string(), "depthwise-f16:x1y4c1-w128", "{s}");
         assert_eq!(pick(&cpu, strided, Precision::F16Accum32).kernel.to_string(), "depthwise-f16:x2y4c1-w128");
         // With the input shape known: the staged kernel for small maps of multiplier 1 at
         // stride 1 (f16 tensors or f16 operands), one column at stride 2 on small maps of
