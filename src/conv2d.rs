@@ -560,6 +560,9 @@ impl Conv2d {
             None => None,
             Some(f) => {
                 let mut b = vec![0, 1, 3, 5];
+                if kernel.precision() != Precision::F32 {
+                    b.push(6);
+                }
                 if f.direct_fallback {
                     b.extend([FINISHING_INPUT_BINDING, FINISHING_WEIGHT_BINDING]);
                 }
@@ -871,6 +874,10 @@ impl Conv2d {
                         wgpu::BindGroupEntry { binding: 3, resource: bound.bias.as_entire_binding() },
                         wgpu::BindGroupEntry { binding: 5, resource: output_range },
                     ];
+                    if bound.selection.kernel.precision() != Precision::F32 {
+                        entries
+                            .push(wgpu::BindGroupEntry { binding: 6, resource: self.range_flag.as_entire_binding() });
+                    }
                     if f.direct_fallback {
                         let weight =
                             bound.extra.iter().find(|(b, _)| *b == FINISHING_WEIGHT_BINDING).ok_or_else(|| {

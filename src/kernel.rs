@@ -238,8 +238,9 @@ pub(crate) trait Shaped: Send + Sync {
 }
 
 /// A kernel's finishing pass (see [`Shaped::finishing`]): its WGSL reads params 0, the
-/// kernel's scratch output 1 and the bias 3, and writes the output at binding 5; one
-/// invocation per `invocations_per_image` unit of each image of a chunk.
+/// kernel's scratch output 1 and the bias 3, writes the output at binding 5, and the range
+/// flag 6 under the f16 precisions; one invocation per `invocations_per_image` unit of each
+/// image of a chunk.
 pub(crate) struct Finishing {
     /// The finishing pass's WGSL.
     pub source: String,

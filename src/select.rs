@@ -1803,7 +1803,15 @@ mod tests {
         assert!(benchmark_families(&cpu, Precision::F16x3).is_empty());
         assert_eq!(
             benchmark_families(&nvidia, Precision::F16Accum32),
-            ["coop-stem-f16", "coop-f16", "coop-nhwc-f16", "coop-band-f16", "tiled-f16", "depthwise-f16"]
+            [
+                "coop-stem-f16",
+                "coop-f16",
+                "coop-nhwc-f16",
+                "coop-winograd-f16",
+                "coop-band-f16",
+                "tiled-f16",
+                "depthwise-f16"
+            ]
         );
         assert_eq!(benchmark_families(&nvidia, Precision::F16x3), ["coop-f16x3", "coop-nhwc-f16x3"]);
         assert_eq!(

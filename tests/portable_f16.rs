@@ -21,11 +21,21 @@ fn coop_sweeps_translate_to_spirv() {
         .into_iter()
         .map(|c| kernel(&format!("coop-band-f16:{c}")))
         .chain(stem_sweep().into_iter().map(|c| kernel(&format!("coop-stem-f16:{c}"))));
-    let channels_last =
-        ["coop-nhwc-f16", "coop-nhwc-f16x3"].into_iter().flat_map(|f| wgconv::advanced::sweep(f).unwrap());
+    let channels_last = ["coop-nhwc-f16", "coop-nhwc-f16x3", "coop-winograd-f16"]
+        .into_iter()
+        .flat_map(|f| wgconv::advanced::sweep(f).unwrap());
     let kinds: Vec<Kernel> = gathering.chain(shaped).chain(channels_last).collect();
     // The families' own sweeps are these kernels.
-    for family in ["coop-f16", "coop-f16x3", "coop-band-f16", "coop-stem-f16", "coop-nhwc-f16", "coop-nhwc-f16x3"] {
+    let families = [
+        "coop-f16",
+        "coop-f16x3",
+        "coop-band-f16",
+        "coop-stem-f16",
+        "coop-nhwc-f16",
+        "coop-nhwc-f16x3",
+        "coop-winograd-f16",
+    ];
+    for family in families {
         for k in wgconv::advanced::sweep(family).unwrap() {
             assert!(kinds.contains(&k), "{k} of the {family} sweep is not checked here");
         }

@@ -3,6 +3,7 @@
 
 pub(crate) mod band;
 pub(crate) mod coop;
+pub(crate) mod coop_winograd;
 pub(crate) mod depthwise;
 pub(crate) mod direct;
 pub(crate) mod nhwc;
@@ -23,6 +24,7 @@ pub(crate) static FAMILIES: &[&dyn Family] = &[
     &nhwc::COOP_NHWC_F16,
     &nhwc::COOP_NHWC_F16X3,
     &nhwc::COOP_NHWC_F32,
+    &coop_winograd::COOP_WINOGRAD_F16,
     &band::BAND,
     &tiled::TILED,
     &tiled::TILED_F16,

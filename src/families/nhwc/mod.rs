@@ -415,6 +415,35 @@ impl NhwcKernel {
     }
 }
 
+/// `coop-nhwc-f16` with `tile` as the GEMM of a family's derived problem: it reads an f16
+/// channels-last input that the family's own pass wrote in the staged layout (in place: the
+/// problem has no padding and whole vectors of channels per group) and writes f16
+/// channels-last output (in quads where the groups allow), which the family's finishing pass
+/// reads.
+pub(crate) fn gemm_over_staged_f16(tile: TileConfig, problem: &ConvProblem) -> Result<Box<dyn Shaped>> {
+    let kernel = NhwcKernel { family: &COOP_NHWC_F16, tile };
+    let form = TensorForm { channels_last: true, f16: true };
+    if !kernel.input_in_place(problem, form) {
+        return Err(crate::error::Error::unsupported(format!(
+            "a derived GEMM read in place needs no padding and whole vectors of {VEC} channels per group, not {:?}",
+            problem.spec
+        )));
+    }
+    let geometry = StagedGeometry::new(&problem.spec, problem.input.h, problem.input.w, tile.block_k);
+    let form = TensorForm { channels_last: true, f16: true };
+    let quads = NhwcKernel::stores_quads(problem, form);
+    Ok(Box::new(StagedShaped {
+        source: kernel.source(form, true, quads),
+        staging: None,
+        spec: problem.spec,
+        geometry,
+        tile,
+        n_pad: kernel.n_pad(&problem.spec),
+        split: false,
+        quads,
+    }))
+}
+
 /// The `layout_config` module: whether the input and output are channels last.
 fn layout_config(channels_last: bool) -> (&'static str, String) {
     ("layout_config", format!("const CHANNELS_LAST: bool = {channels_last};\n"))

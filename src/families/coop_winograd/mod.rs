@@ -1,0 +1,515 @@
+//! Winograd's F(2×2, 3×3) on the matrix units (`coop-winograd-f16`): 3×3 convolutions of
+//! stride 1, no dilation and no groups, with f16 operands and f32 sums, in three passes of
+//! one compute pass. The input transform (`input.wgsl`, the staging pass) rewrites each 4×4
+//! input patch `d` as `V = Bᵀ d B` in f16, laid out as the channels-last kernel's input
+//! (`[n][TH][TW][16][C8]` vectors of 8 channels); the channels-last f16 kernel
+//! (`crate::families::nhwc`, the config's tile) reads it in place as a 1×1 convolution of 16
+//! groups — one GEMM per component against the transformed weights `U = G g Gᵀ` (packed in
+//! f16 at `Conv2d::new`) — and writes f16 products `[n][TH][TW][16][K4]`; the output
+//! transform (`output.wgsl`, the finishing pass) turns each tile's 16 products into its 2×2
+//! outputs `Y = Aᵀ M A` in f32, adds the bias and the activation, and writes the caller's
+//! tensor (NCHW or channels last, f32 or f16) itself.
+//!
+//! Against the channels-last kernel on the convolution itself: 16 multiply-adds per 2×2
+//! outputs instead of 36 (2.25× fewer), for transformed inputs and products of 4× the
+//! input's and the output's elements, each written once and read once between the passes.
+//! Those bytes cost about what the multiply-adds save: on the H100 (f16 channels-last
+//! tensors) it ran ResNet-50's 7×7 512-channel layer at N = 32 in 0.052 ms against the
+//! channels-last kernel's 0.079 (whose grid fills the device poorly there) and VGG-16's
+//! 28×28 512-channel one in 0.288 against 0.293, and lost on every other 3×3 layer of
+//! ResNet-50, VGG-16 and AlexNet (up to 4× on 64-channel layers, where the transforms'
+//! bytes dominate). So no selection rule picks it: it runs where named (or tuned). Products
+//! in f32 instead of f16 were slower on every layer (0.078 ms on the 7×7 one).
+//!
+//! Accuracy: V, U and the products are rounded to f16 (each component of V adds or
+//! subtracts four inputs; U's entries are halves and quarters of sums of up to nine
+//! weights), the sums are f32, the output transform f32. On random inputs the relative L2
+//! error is about 6e-4 against the f64 reference (the direct f16 kernels: about 3e-4),
+//! inside the f16 precision's 1e-3.
+//!
+//! Range: an input beyond f16's range, a component of V that overflows it (inputs above
+//! 16384 in magnitude may) and a product that overflows it are flagged, as the f16 kernels
+//! flag operands (the run's output is then not specified); weights whose transform would
+//! overflow f16 (above [`MAX_WEIGHT`] in magnitude) are refused at packing with
+//! [`crate::Error::F16Range`]. NaN: a NaN input reaches every output of the tiles whose 4×4
+//! patch holds it, up to 4×4 outputs around it, where a direct convolution makes 3×3 of
+//! them NaN.
+
+use crate::alloc;
+use crate::caps::{DeviceCaps, KernelLimits};
+use crate::error::{Error, Result};
+use crate::families::coop::coop_missing;
+use crate::families::nhwc;
+use crate::families::tiled::{DerivedRun, TileConfig};
+use crate::kernel::{
+    compose_operands, ConvParams, Family, Finishing, Kernel, KernelConfig, Operands, Packed, Precision, Shaped,
+    Staging, Target, TensorForm, COOPERATIVE_TARGETS, F16_TENSORS,
+};
+use crate::spec::{Conv2dSpec, ConvProblem, Shape4};
+
+const INPUT_WGSL: &str = include_str!("input.wgsl");
+const OUTPUT_WGSL: &str = include_str!("output.wgsl");
+
+/// Invocations per workgroup of the transforms.
+const TRANSFORM_WG: u32 = 256;
+/// Components of a transformed tile (4×4).
+const COMPONENTS: u32 = 16;
+/// Channels per staged vector.
+const VEC: u32 = 8;
+/// Output channels per invocation of the output transform (and the products' padding).
+const QUAD: u32 = 4;
+
+/// The family.
+#[derive(Debug)]
+pub(crate) struct CoopWinograd;
+
+/// `coop-winograd-f16`.
+pub(crate) static COOP_WINOGRAD_F16: CoopWinograd = CoopWinograd;
+
+/// The GEMM tiles the family's sweep tries: the channels-last f16 kernel's 128×128 blocks
+/// (K steps of 64 on 8 warps, of 32 on 4), 128×64 and 64×64 blocks.
+pub fn coop_winograd_sweep() -> Vec<TileConfig> {
+    use TileConfig as T;
+    vec![
+        T::with_thread_tile(128, 128, 64, 8, 8, 1),
+        T::with_thread_tile(128, 128, 32, 16, 8, 1),
+        T::with_thread_tile(128, 64, 32, 8, 8, 2),
+        T::with_thread_tile(64, 64, 64, 4, 8, 1),
+        T::with_thread_tile(128, 128, 16, 8, 8, 1),
+    ]
+}
+
+impl Family for CoopWinograd {
+    fn name(&self) -> &'static str {
+        "coop-winograd-f16"
+    }
+    fn precision(&self) -> Precision {
+        Precision::F16Accum32
+    }
+    fn unavailable(&self, caps: &DeviceCaps) -> Option<String> {
+        coop_missing(caps)
+    }
+    fn parse(&'static self, config: &str) -> Result<Kernel> {
+        Ok(Kernel::new(CoopWinogradKernel { tile: TileConfig::parse(config)? }))
+    }
+    fn reference(&'static self) -> Kernel {
+        Kernel::new(CoopWinogradKernel { tile: coop_winograd_sweep()[0] })
+    }
+    fn sweep(&'static self) -> Vec<Kernel> {
+        coop_winograd_sweep().into_iter().map(|tile| Kernel::new(CoopWinogradKernel { tile })).collect()
+    }
+    fn targets(&self) -> &'static [Target] {
+        COOPERATIVE_TARGETS
+    }
+}
+
+/// A kernel of the family: the GEMM's tile.
+#[derive(Debug)]
+pub(crate) struct CoopWinogradKernel {
+    tile: TileConfig,
+}
+
+/// Input channels padded to whole vectors of 8 (the GEMM's channels per group).
+fn channels(spec: &Conv2dSpec) -> u32 {
+    spec.in_channels.saturating_add(VEC - 1) / VEC * VEC
+}
+
+/// Output channels padded to whole quads (the products' channels per component).
+fn quads(spec: &Conv2dSpec) -> u32 {
+    spec.out_channels.saturating_add(QUAD - 1) / QUAD * QUAD
+}
+
+/// The GEMM of a spec: a 1×1 convolution of 16 groups from 16·C8 to 16·K4 channels.
+fn gemm_spec(spec: &Conv2dSpec) -> Conv2dSpec {
+    let (c, k) = (COMPONENTS.saturating_mul(channels(spec)), COMPONENTS.saturating_mul(quads(spec)));
+    Conv2dSpec::new(c, k, 1).groups(COMPONENTS)
+}
+
+/// Tiles of 2×2 outputs over an output plane: `[TH, TW]`.
+fn tiles(problem: &ConvProblem) -> [u32; 2] {
+    [problem.output.h.div_ceil(2), problem.output.w.div_ceil(2)]
+}
+
+/// The GEMM's problem: the transformed input as `[N, 16·C8, TH, TW]` (channels last).
+fn gemm_problem(problem: &ConvProblem) -> Result<ConvProblem> {
+    let [th, tw] = tiles(problem);
+    let spec = gemm_spec(&problem.spec);
+    spec.problem(Shape4::new(problem.input.n, spec.in_channels, th, tw))
+}
+
+/// The largest weight magnitude whose transform stays within f16's range: U's largest
+/// entry is a quarter of a sum of nine weights.
+pub(crate) const MAX_WEIGHT: f32 = 65504.0 / 2.25;
+
+/// `U = G g Gᵀ` as the GEMM's weights `[16·K4][C8]` (row ξ·K4 + k for component
+/// ξ = 4·row + col; zeros for the padded channels), from `[C_out, C_in, 3, 3]`.
+fn transform_weights(spec: &Conv2dSpec, weight: &[f32]) -> Result<Vec<f32>> {
+    let (k_out, c_in) = (spec.out_channels as usize, spec.in_channels as usize);
+    let (k4, c8) = (quads(spec) as usize, channels(spec) as usize);
+    let mut u = alloc::zeroed_vec::<f32>(COMPONENTS as usize * k4 * c8, "the transformed weights")?;
+    for k in 0..k_out {
+        for c in 0..c_in {
+            let g = &weight[(k * c_in + c) * 9..][..9];
+            // G g: 4×3, G = [1 0 0; ½ ½ ½; ½ -½ ½; 0 0 1].
+            let mut gg = [[0.0f32; 3]; 4];
+            for j in 0..3 {
+                let (g0, g1, g2) = (g[j], g[3 + j], g[6 + j]);
+                gg[0][j] = g0;
+                gg[1][j] = 0.5 * (g0 + g1 + g2);
+                gg[2][j] = 0.5 * (g0 - g1 + g2);
+                gg[3][j] = g2;
+            }
+            for (i, row) in gg.iter().enumerate() {
+                let (a, b, c2) = (row[0], row[1], row[2]);
+                let t = [a, 0.5 * (a + b + c2), 0.5 * (a - b + c2), c2];
+                for (j, v) in t.into_iter().enumerate() {
+                    u[((i * 4 + j) * k4 + k) * c8 + c] = v;
+                }
+            }
+        }
+    }
+    Ok(u)
+}
+
+impl CoopWinogradKernel {
+    /// The channels-last f16 kernel that runs the GEMM.
+    fn gemm(&self) -> Result<Kernel> {
+        nhwc::COOP_NHWC_F16.parse(&self.tile.name())
+    }
+
+    fn refuse(&self, reason: String) -> Error {
+        Error::KernelRefused { kernel: format!("{}:{}", COOP_WINOGRAD_F16.name(), self.tile.name()), reason }
+    }
+
+    /// The transforms' WGSL for a problem and the caller's tensors in `form`.
+    fn transform_source(&self, problem: &ConvProblem, form: TensorForm, output: bool) -> Result<String> {
+        let [th, tw] = tiles(problem);
+        let s = &problem.spec;
+        let config = format!(
+            "const WG: u32 = {TRANSFORM_WG}u;\nconst C: u32 = {c}u;\nconst K: u32 = {k}u;\n\
+             const H: u32 = {h}u;\nconst W: u32 = {w}u;\nconst OH: u32 = {oh}u;\nconst OW: u32 = {ow}u;\n\
+             const TH: u32 = {th}u;\nconst TW: u32 = {tw}u;\nconst C8: u32 = {c8}u;\nconst K4Q: u32 = {k4q}u;\n\
+             const PT: u32 = {pt}u;\nconst PL: u32 = {pl}u;\n",
+            c = problem.input.c,
+            k = problem.output.c,
+            h = problem.input.h,
+            w = problem.input.w,
+            oh = problem.output.h,
+            ow = problem.output.w,
+            c8 = channels(s) / VEC,
+            k4q = quads(s) / QUAD,
+            pt = s.padding.top,
+            pl = s.padding.left,
+        );
+        let layout = ("layout_config", format!("const CHANNELS_LAST: bool = {};\n", form.channels_last));
+        let generated = vec![("wino_config", config), layout];
+        let mut defines = Vec::new();
+        if form.f16 {
+            defines.push(F16_TENSORS);
+        }
+        // The range flag: the f16 operands' checks, and a product that overflowed f16.
+        let (entry, wgsl) = match output {
+            false => ("input", INPUT_WGSL),
+            true => ("output", OUTPUT_WGSL),
+        };
+        compose_operands(entry, &[(entry, wgsl)], generated, Operands::F16, false, &defines)
+    }
+
+    /// The three passes for the caller's tensors in `form`.
+    fn shaped(&self, problem: &ConvProblem, limits: &KernelLimits, form: TensorForm) -> Result<Box<dyn Shaped>> {
+        self.check_spec(&problem.spec, limits)?;
+        let gemm_problem = gemm_problem(problem)?;
+        let gemm = nhwc::gemm_over_staged_f16(self.tile, &gemm_problem)?;
+        let [th, tw] = tiles(problem);
+        let tiles = th as u64 * tw as u64;
+        let (c8, k4) = (channels(&problem.spec) as u64 / VEC as u64, quads(&problem.spec) as u64);
+        Ok(Box::new(DerivedRun {
+            gemm,
+            params: Box::new(move |p| gemm_params(&gemm_problem, p)),
+            staging: Some(Staging {
+                source: self.transform_source(problem, form, false)?,
+                bytes_per_image: COMPONENTS as u64 * c8 * VEC as u64 * 2 * tiles,
+                invocations_per_image: c8 * tiles,
+                workgroup_size: TRANSFORM_WG,
+                scaled_input: false,
+            }),
+            finishing: Some(Finishing {
+                source: self.transform_source(problem, form, true)?,
+                bytes_per_image: 2 * COMPONENTS as u64 * k4 * tiles,
+                invocations_per_image: k4 / QUAD as u64 * tiles,
+                workgroup_size: TRANSFORM_WG,
+                direct_fallback: false,
+            }),
+        }))
+    }
+}
+
+impl KernelConfig for CoopWinogradKernel {
+    fn family(&self) -> &'static dyn Family {
+        &COOP_WINOGRAD_F16
+    }
+    fn name(&self) -> String {
+        self.tile.name()
+    }
+    fn check_shape(&self) -> Result<()> {
+        self.gemm()?.config().check_shape()
+    }
+    fn check_limits(&self, limits: &KernelLimits) -> Result<()> {
+        self.gemm()?.config().check_limits(limits)?;
+        let most = limits.invocations_per_workgroup.min(limits.workgroup_size_x);
+        if TRANSFORM_WG > most {
+            return Err(self.refuse(format!(
+                "the transforms' {TRANSFORM_WG} invocations per workgroup exceed the device's {most} ({})",
+                limits.invocations_limit_name()
+            )));
+        }
+        Ok(())
+    }
+    fn check_spec(&self, spec: &Conv2dSpec, limits: &KernelLimits) -> Result<()> {
+        let fits = spec.kernel == [3, 3] && spec.stride == [1, 1] && spec.dilation == [1, 1] && spec.groups == 1;
+        if !fits {
+            return Err(self.refuse(format!(
+                "F(2×2, 3×3) runs 3×3 kernels of stride 1, no dilation and no groups, not {}x{} stride {}x{} \
+                 dilation {}x{} groups {}",
+                spec.kernel[0],
+                spec.kernel[1],
+                spec.stride[0],
+                spec.stride[1],
+                spec.dilation[0],
+                spec.dilation[1],
+                spec.groups
+            )));
+        }
+        self.gemm()?.config().check_spec(&gemm_spec(spec), limits)
+    }
+    fn packed_bytes(&self, spec: &Conv2dSpec) -> u64 {
+        self.gemm().map_or(u64::MAX, |g| g.config().packed_bytes(&gemm_spec(spec)))
+    }
+    fn pack(&self, spec: &Conv2dSpec, weight: &[f32], bias: &[f32]) -> Result<Packed> {
+        if let Some(v) = weight.iter().find(|v| v.abs() > MAX_WEIGHT) {
+            return Err(Error::F16Range {
+                what: "the weights' Winograd transform",
+                detail: format!(
+                    ", from a weight of {v}: coop-winograd-f16 takes weights up to {MAX_WEIGHT} in magnitude"
+                ),
+            });
+        }
+        let gemm = gemm_spec(spec);
+        let u = transform_weights(spec, weight)?;
+        let zeros = alloc::zeroed_vec::<f32>(gemm.out_channels as usize, "the GEMM's zero bias")?;
+        let mut packed = self.gemm()?.config().pack(&gemm, &u, &zeros)?;
+        // The GEMM adds the first 16·K4 (zeros); the output transform reads the K4 after.
+        let mut b = zeros;
+        b.extend_from_slice(bias);
+        b.resize(gemm.out_channels as usize + quads(spec) as usize, 0.0);
+        packed.bias = Some(alloc::bytes_of(&b, "the bias")?);
+        Ok(packed)
+    }
+    fn extra_bindings(&self) -> &'static [u32] {
+        nhwc::COOP_NHWC_F16.reference().config().extra_bindings()
+    }
+    fn shape(&self, problem: &ConvProblem, limits: &KernelLimits) -> Result<Box<dyn Shaped>> {
+        self.shaped(problem, limits, TensorForm::NCHW_F32)
+    }
+    fn shape_native(
+        &self,
+        problem: &ConvProblem,
+        limits: &KernelLimits,
+        form: TensorForm,
+    ) -> Option<Result<Box<dyn Shaped>>> {
+        // Every form: the transforms read and write either layout and element type.
+        Some(self.shaped(problem, limits, form))
+    }
+    fn representative_sources(&self) -> Result<Vec<String>> {
+        let spec = Conv2dSpec::new(20, 24, 3).padding(crate::spec::Padding::uniform(1));
+        let limits = KernelLimits::with_workgroup_bytes(49152);
+        let problem = spec.problem(Shape4::new(2, 20, 7, 8))?;
+        let mut sources = Vec::new();
+        for channels_last in [false, true] {
+            for f16 in [false, true] {
+                let form = TensorForm { channels_last, f16 };
+                let shaped = self.shaped(&problem, &limits, form)?;
+                if !channels_last && !f16 {
+                    sources.push(shaped.source()?);
+                }
+                sources.extend(shaped.staging().map(|s| s.source.clone()));
+                sources.extend(shaped.finishing().map(|f| f.source.clone()));
+            }
+        }
+        Ok(sources)
+    }
+    fn invocations(&self) -> u32 {
+        self.tile.invocations()
+    }
+    fn workgroup_bytes(&self) -> Option<u64> {
+        self.gemm().ok().and_then(|g| g.config().workgroup_bytes())
+    }
+    fn tile(&self) -> Option<TileConfig> {
+        Some(self.tile)
+    }
+    fn with_tile(&self, tile: TileConfig) -> Option<Kernel> {
+        Some(Kernel::new(CoopWinogradKernel { tile }))
+    }
+    fn operand_halves(&self) -> Option<u32> {
+        Some(1)
+    }
+}
+
+/// The channels-last kernel's parameters for the GEMM: a 1×1 convolution of 16 groups over
+/// the transformed input (the staging scratch, from its start) into the products (the
+/// finishing pass's scratch), no activation (the output transform applies it).
+fn gemm_params(g: &ConvProblem, p: &ConvParams) -> ConvParams {
+    let (c, th, tw) = (g.input.c, g.input.h, g.input.w);
+    ConvParams {
+        c_in: c,
+        h: th,
+        w: tw,
+        c_out: g.output.c,
+        oh: th,
+        ow: tw,
+        batch: p.batch,
+        m_total: p.batch * th * tw,
+        kh: 1,
+        kw: 1,
+        stride_h: 1,
+        stride_w: 1,
+        pad_top: 0,
+        pad_left: 0,
+        dil_h: 1,
+        dil_w: 1,
+        c_in_per_group: c / COMPONENTS,
+        c_out_per_group: g.output.c / COMPONENTS,
+        groups: COMPONENTS,
+        k_total: c / COMPONENTS,
+        in_offset: 0,
+        out_offset: 0,
+        flags: 0,
+        out_scale: p.out_scale,
+    }
+}
+
+/// The CPU twin of the three passes on an NCHW problem: V as `input.wgsl` computes it
+/// (zeros outside the image) rounded to f16, U rounded to f16, the 16 GEMMs summed exactly
+/// and rounded to f16, the output transform in f32 as `output.wgsl`.
+#[cfg(test)]
+fn coop_winograd_twin(problem: &ConvProblem, input: &[f32], weight: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+    let f16 = |v: f32| half::f16::from_f32(v).to_f32();
+    let spec = &problem.spec;
+    let (n, c, h, w) =
+        (problem.input.n as usize, problem.input.c as usize, problem.input.h as i64, problem.input.w as i64);
+    let (k_out, oh, ow) = (problem.output.c as usize, problem.output.h as usize, problem.output.w as usize);
+    let [th, tw] = tiles(problem).map(|t| t as usize);
+    let (k4, c8) = (quads(spec) as usize, channels(spec) as usize);
+    let u: Vec<f32> = transform_weights(spec, weight).unwrap().into_iter().map(f16).collect();
+    let mut out = vec![f32::NAN; problem.output.len() as usize];
+    for img in 0..n {
+        for ty in 0..th {
+            for tx in 0..tw {
+                let y0 = (2 * ty) as i64 - spec.padding.top as i64;
+                let x0 = (2 * tx) as i64 - spec.padding.left as i64;
+                let v: Vec<[f32; 16]> = (0..c)
+                    .map(|ci| {
+                        let at = |i: i64, j: i64| {
+                            let (iy, ix) = (y0 + i, x0 + j);
+                            match (0..h).contains(&iy) && (0..w).contains(&ix) {
+                                true => input[((img * c + ci) as i64 * h * w + iy * w + ix) as usize],
+                                false => 0.0,
+                            }
+                        };
+                        let mut b = [[0.0f32; 4]; 4];
+                        for j in 0..4 {
+                            let col = [at(0, j), at(1, j), at(2, j), at(3, j)];
+                            b[0][j as usize] = col[0] - col[2];
+                            b[1][j as usize] = col[1] + col[2];
+                            b[2][j as usize] = col[2] - col[1];
+                            b[3][j as usize] = col[1] - col[3];
+                        }
+                        let mut v = [0.0f32; 16];
+                        for i in 0..4 {
+                            v[i * 4] = f16(b[i][0] - b[i][2]);
+                            v[i * 4 + 1] = f16(b[i][1] + b[i][2]);
+                            v[i * 4 + 2] = f16(b[i][2] - b[i][1]);
+                            v[i * 4 + 3] = f16(b[i][1] - b[i][3]);
+                        }
+                        v
+                    })
+                    .collect();
+                for k in 0..k_out {
+                    let mut m = [0.0f32; 16];
+                    for (xi, mv) in m.iter_mut().enumerate() {
+                        let row = &u[(xi * k4 + k) * c8..][..c];
+                        *mv = f16(row.iter().zip(&v).map(|(&uw, vc)| uw as f64 * vc[xi] as f64).sum::<f64>() as f32);
+                    }
+                    let mut t = [[0.0f32; 4]; 2];
+                    for j in 0..4 {
+                        t[0][j] = m[j] + m[4 + j] + m[8 + j];
+                        t[1][j] = m[4 + j] - m[8 + j] - m[12 + j];
+                    }
+                    let b = bias.map_or(0.0, |b| b[k]);
+                    for (r, row) in t.iter().enumerate() {
+                        let ys = [row[0] + row[1] + row[2] + b, row[1] - row[2] - row[3] + b];
+                        for (s, y) in ys.into_iter().enumerate() {
+                            let (oy, ox) = (2 * ty + r, 2 * tx + s);
+                            if oy < oh && ox < ow {
+                                out[((img * k_out + k) * oh + oy) * ow + ox] = y;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::Padding;
+
+    /// The twin against the f64 reference on random data: within the f16 precision's 1e-3
+    /// (odd and even sizes, asymmetric and no padding, channels not whole vectors or quads).
+    #[test]
+    fn twin_within_f16_accuracy() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let cases = [
+            (Conv2dSpec::new(64, 24, 3).padding(Padding::uniform(1)).with_bias(true), [2, 9, 11]),
+            (Conv2dSpec::new(5, 7, 3), [1, 8, 7]),
+            (Conv2dSpec::new(19, 6, 3).padding(Padding::new(2, 0, 1, 3)).with_bias(true), [2, 6, 5]),
+        ];
+        for (spec, [n, h, w]) in cases {
+            let problem = spec.problem(Shape4::new(n, spec.in_channels, h, w)).unwrap();
+            let x: Vec<f32> = (0..problem.input.len()).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let wt: Vec<f32> = (0..spec.weight_len()).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let b: Vec<f32> = (0..spec.out_channels).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let bias = spec.bias.then_some(b.as_slice());
+            let got = coop_winograd_twin(&problem, &x, &wt, bias);
+            let want = crate::reference::conv2d(&problem, &x, &wt, bias).unwrap();
+            let err = crate::reference::relative_l2(&got, &want);
+            eprintln!("{spec:?}: rel L2 {err:.2e}");
+            assert!(err < 1e-3, "{spec:?}: rel L2 {err}");
+        }
+    }
+
+    #[test]
+    fn refusals_name_the_limit() {
+        let k = COOP_WINOGRAD_F16.reference();
+        let limits = KernelLimits::with_workgroup_bytes(49152);
+        for (spec, what) in [
+            (Conv2dSpec::new(4, 4, 5), "not 5x5"),
+            (Conv2dSpec::new(4, 4, 3).stride((2, 2)), "stride 2x2"),
+            (Conv2dSpec::new(4, 4, 3).dilation((2, 2)), "dilation 2x2"),
+            (Conv2dSpec::new(4, 4, 3).groups(2), "groups 2"),
+        ] {
+            let e = k.config().check_spec(&spec, &limits).unwrap_err().to_string();
+            assert!(e.contains(what) && e.contains("F(2×2, 3×3)"), "{e}");
+        }
+        assert!(k.config().check_spec(&Conv2dSpec::new(4, 4, 3), &limits).is_ok());
+        let spec = Conv2dSpec::new(1, 1, 3);
+        let mut w = vec![1.0f32; 9];
+        w[4] = 40000.0;
+        let e = k.config().pack(&spec, &w, &[0.0]).err().unwrap().to_string();
+        assert!(e.contains("Winograd transform") && e.contains("40000"), "{e}");
+    }
+}

@@ -1,0 +1,180 @@
+//! Winograd's F(2×2, 3×3) on the matrix units (`coop-winograd-f16`: input transform, the
+//! channels-last f16 kernel as 16 GEMMs, output transform) against the f64 CPU reference: a
+//! seeded random-shape property test over channel counts (whole vectors and quads or not),
+//! odd and even sizes, asymmetric padding, batch 1, bias and ReLU, on every config of its
+//! sweep in turn, through `encode` into NaN-poisoned output and `forward`; every tensor form
+//! (NCHW and channels last, f32 and f16), which the transforms read and write themselves;
+//! batch chunks; the range flag; refused weights; how far a NaN input reaches.
+//!
+//! Cooperative-matrix devices only (the H100 through Vulkan): on others each test says it
+//! was skipped. Lavapipe checks the family's SPIR-V (tests/portable_f16.rs) and its CPU twin.
+
+mod common;
+use common::*;
+use rand::Rng;
+use wgconv::half::f16;
+use wgconv::{reference, Conv2d, Conv2dSpec, Error, Layout, Padding, Precision, Shape4, Storage};
+
+const FAMILY: &str = "coop-winograd-f16";
+
+/// A random 3×3 stride-1 convolution and input from `rng`.
+fn random_case(rng: &mut rand::rngs::StdRng, i: usize, seed: u64) -> Case {
+    loop {
+        let pad = |r: &mut rand::rngs::StdRng| r.random_range(0..=2u32);
+        let padding = Padding::new(pad(rng), pad(rng), pad(rng), pad(rng));
+        let spec = Conv2dSpec::new(rng.random_range(1..=40u32), rng.random_range(1..=40u32), 3)
+            .padding(padding)
+            .with_bias(rng.random_bool(0.5));
+        let n = if rng.random_bool(0.5) { 1 } else { 2 };
+        let shape = Shape4::new(n, spec.in_channels, rng.random_range(1..=19u32), rng.random_range(1..=19u32));
+        if spec.problem(shape).is_ok() {
+            return Case::with_seed(&format!("random_{i}"), spec, shape, seed.wrapping_add(i as u64)).replayed_by(seed);
+        }
+    }
+}
+
+/// 30 random shapes, one config of the sweep on each in turn, within the f16 bound of the
+/// reference; ReLU on every third.
+#[test]
+fn random_shapes_match_the_reference() {
+    let Some(gpu) = coop_gpu() else { return };
+    let (seed, mut rng) = seeded_rng("coop-winograd random shapes");
+    let sweep = wgconv::advanced::sweep(FAMILY).unwrap();
+    for i in 0..30 {
+        let mut case = random_case(&mut rng, i, seed);
+        let relu = i % 3 == 0;
+        if relu {
+            case.want.iter_mut().for_each(|v| *v = reference::relu(*v));
+        }
+        let k = sweep[i % sweep.len()].clone();
+        let opts = options_at(Precision::F16Accum32, Some(k.clone()), relu);
+        let conv = Conv2d::new(&gpu, case.spec, &case.w, case.b.as_deref(), opts)
+            .unwrap_or_else(|e| panic!("{}: {e}", case.label(&k.to_string())));
+        check_encode_and_forward(&gpu, &case, &conv, &case.want, TOL_F16);
+    }
+}
+
+/// NCHW and channels last, f32 and f16 tensors: the transforms read and write each form.
+#[test]
+fn every_tensor_form() {
+    let Some(gpu) = coop_gpu() else { return };
+    let spec = Conv2dSpec::new(24, 36, 3).padding(Padding::uniform(1)).with_bias(true);
+    let case = Case::new("wino_forms", spec, Shape4::new(2, 24, 9, 12));
+    let rounded: Vec<f32> = case.x.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
+    let want16 = reference_out(&case.problem, &rounded, &case.w, case.b.as_deref());
+    for layout in [Layout::Nchw, Layout::Nhwc] {
+        let (x, want, x16, want16) = match layout {
+            Layout::Nhwc => (
+                reference::to_nhwc(&case.x, case.shape).unwrap(),
+                reference::to_nhwc(&case.want, case.problem.output).unwrap(),
+                reference::to_nhwc(&rounded, case.shape).unwrap(),
+                reference::to_nhwc(&want16, case.problem.output).unwrap(),
+            ),
+            _ => (case.x.clone(), case.want.clone(), rounded.clone(), want16.clone()),
+        };
+        for storage in [Storage::F32, Storage::F16] {
+            let opts = options_at(Precision::F16Accum32, Some(kernel(FAMILY)), false).layout(layout).storage(storage);
+            let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap();
+            let what = case.label(&format!("{layout:?} {storage:?}"));
+            match storage {
+                Storage::F32 => {
+                    let got = conv.forward(&x, case.shape).unwrap_or_else(|e| panic!("{what}: {e}"));
+                    assert_close(&what, &got, &want, TOL_F16);
+                }
+                _ => {
+                    let x: Vec<f16> = x16.iter().map(|&v| f16::from_f32(v)).collect();
+                    let got = conv.forward_f16(&x, case.shape).unwrap_or_else(|e| panic!("{what}: {e}"));
+                    let got: Vec<f32> = got.iter().map(|v| v.to_f32()).collect();
+                    assert_close(&what, &got, &want16, TOL_F16);
+                }
+            }
+            assert!(!conv.take_range_flag().unwrap(), "{what}: range flag on normal data");
+        }
+    }
+}
+
+/// A binding limit that holds two images' transformed inputs: chunks of two, each through
+/// its own three passes, within the f16 bound.
+#[test]
+fn batch_chunks() {
+    let _serial = serial();
+    // Transformed input per image: 16 components × 16 channels × 10 × 10 tiles × 2 bytes
+    // = 51,200 B; products (at most) 16 × 8 × 100 × 4 = 51,200 B.
+    let Some(gpu) = coop_gpu_with_limits(|l| l.max_storage_buffer_binding_size = 131_072) else { return };
+    let spec = Conv2dSpec::new(16, 8, 3).padding(Padding::uniform(1)).with_bias(true);
+    let case = Case::new("wino_chunked", spec, Shape4::new(5, 16, 20, 19));
+    // K steps of 32 and 64 columns: 16 × 32 × 64 f16 packed weights, 65,536 B.
+    let k = kernel(&format!("{FAMILY}:m128n64k32-t8x8-w4-s2"));
+    let opts = options_at(Precision::F16Accum32, Some(k), false);
+    let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap();
+    check_encode_and_forward(&gpu, &case, &conv, &case.want, TOL_F16);
+}
+
+/// An input beyond f16's range is flagged, and so is a transformed component that overflows
+/// f16 (inputs of ±30000 whose differences reach 60000 twice over); 16000 is not.
+#[test]
+fn range_flag() {
+    let Some(gpu) = coop_gpu() else { return };
+    let spec = Conv2dSpec::new(8, 8, 3).padding(Padding::uniform(1));
+    let shape = Shape4::new(1, 8, 6, 6);
+    let (w, _) = params(&spec, 3);
+    let opts = options_at(Precision::F16Accum32, Some(kernel(FAMILY)), false);
+    let conv = Conv2d::new(&gpu, spec, &w, None, opts).unwrap();
+    let mut x = randn(shape.len() as usize, 4);
+    x[7] = 16000.0;
+    let _ = run_poisoned(&gpu, &conv, &x, shape);
+    assert!(!conv.take_range_flag().unwrap(), "16000 flagged");
+    x[7] = 7.0e4;
+    let _ = run_poisoned(&gpu, &conv, &x, shape);
+    assert!(conv.take_range_flag().unwrap(), "7e4 not flagged");
+    // Rows 0–3 of a patch: d0 − d2 with d0 = 30000 and d2 = −30000, then again across
+    // columns: 120000 in V's first component.
+    x = vec![0.0; shape.len() as usize];
+    for (y, xx, v) in [(1, 1, 30000.0), (3, 1, -30000.0), (1, 3, -30000.0), (3, 3, 30000.0)] {
+        x[y * 6 + xx] = v;
+    }
+    let _ = run_poisoned(&gpu, &conv, &x, shape);
+    assert!(conv.take_range_flag().unwrap(), "an overflowing transform not flagged");
+}
+
+/// Weights whose transform would overflow f16 are refused when the op is built, naming it.
+#[test]
+fn weights_beyond_the_transform_s_range_are_refused() {
+    let Some(gpu) = coop_gpu() else { return };
+    let spec = Conv2dSpec::new(2, 2, 3);
+    let mut w = vec![0.5f32; spec.weight_len()];
+    w[4] = 40000.0;
+    let opts = options_at(Precision::F16Accum32, Some(kernel(FAMILY)), false);
+    match Conv2d::new(&gpu, spec, &w, None, opts) {
+        Err(Error::F16Range { what, detail }) => {
+            assert!(what.contains("Winograd") && detail.contains("40000"), "{what}{detail}")
+        }
+        other => panic!("expected F16Range, got {:?}", other.map(|c| c.kernel().kernel.to_string())),
+    }
+}
+
+/// A NaN input makes NaN of every output the reference makes NaN, and of none outside the
+/// 4×4 patches of the tiles that read it.
+#[test]
+fn nan_reaches_at_most_its_tiles() {
+    let Some(gpu) = coop_gpu() else { return };
+    let spec = Conv2dSpec::new(8, 4, 3).padding(Padding::uniform(1));
+    let (h, w) = (12usize, 13usize);
+    let mut case = Case::new("wino_nan", spec, Shape4::new(1, 8, h as u32, w as u32));
+    let (ny, nx) = (5usize, 8usize);
+    case.x[(2 * h + ny) * w + nx] = f32::NAN;
+    let want = reference_out(&case.problem, &case.x, &case.w, None);
+    let conv =
+        Conv2d::new(&gpu, spec, &case.w, None, options_at(Precision::F16Accum32, Some(kernel(FAMILY)), false)).unwrap();
+    let (got, _) = run_poisoned_with(&gpu, &conv, &case.x, case.shape, 7.0, 0);
+    for (i, (&g, &r)) in got.iter().zip(&want).enumerate() {
+        let (oy, ox) = ((i / w) % h, i % w);
+        // Tile (ty, tx) reads input rows 2·ty − 1 … 2·ty + 2 (padding 1).
+        let reads = |o: usize, n: usize| (2 * (o / 2)) as i64 - 1 <= n as i64 && n as i64 <= (2 * (o / 2)) as i64 + 2;
+        if r.is_nan() {
+            assert!(g.is_nan(), "output {i}: reference NaN, got {g}");
+        } else if !(reads(oy, ny) && reads(ox, nx)) {
+            assert!(!g.is_nan(), "output {i} (oy {oy}, ox {ox}): NaN outside the tiles that read the NaN");
+        }
+    }
+}
