@@ -260,6 +260,7 @@ pub(crate) struct Finishing {
 /// A kernel's staging pass (see [`Shaped::staging`]): its WGSL reads params 0 and the
 /// input 1, writes the scratch buffer at binding 5, and the range flag 6 under the f16
 /// precisions; one invocation per `invocations_per_image` unit of each image of a chunk.
+#[derive(Clone)]
 pub(crate) struct Staging {
     /// The staging pass's WGSL.
     pub source: String,

@@ -11,7 +11,7 @@
 
 use crate::caps::{DeclaredRates, DeviceCaps};
 use crate::error::{Error, Result};
-use crate::families::{coop, depthwise, direct, nhwc, splitk, stem, tiled, winograd};
+use crate::families::{coop, coop_splitk, depthwise, direct, nhwc, splitk, stem, tiled, winograd};
 use crate::gpu::Gpu;
 use crate::kernel::{Family, Kernel, Precision};
 use crate::options::{ConfigSource, Conv2dOptions, Layout, Selection, Storage};
@@ -714,7 +714,29 @@ pub(crate) fn channels_last_rule(
             estimated_best_in_waves(caps, p, k, &configs, make)
         }
     });
-    if let Some((kernel, tiles, tile, _)) = best {
+    if let Some((kernel, tiles, tile, cost)) = best {
+        if let Some(split) =
+            problem.filter(|_| precision == Precision::F16Accum32).and_then(|p| coop_split_estimate(caps, p))
+        {
+            let unsplit = coop_f16_seconds(caps, cost);
+            if unsplit.is_some_and(|unsplit| split.seconds * COOP_SPLITK_MIN_GAIN < unsplit) {
+                let reason = format!(
+                    "{what} on {tiles} workgroup tiles of {}x{}, too few to fill the device over K = {k}: split-K on \
+                     the matrix units, {} slices of {} input channels ({} tiles of {}x{}) and a reduction, \
+                     estimated {:.3} ms against {:.3} ms unsplit",
+                    tile.block_m,
+                    tile.block_n,
+                    split.cfg.slices,
+                    spec.in_channels / split.cfg.slices,
+                    split.tiles,
+                    split.cfg.tile.block_m,
+                    split.cfg.tile.block_n,
+                    split.seconds * 1e3,
+                    unsplit.unwrap_or(0.0) * 1e3
+                );
+                return Some((coop_splitk::COOP_SPLITK_F16.with(split.cfg), reason));
+            }
+        }
         let reason = format!(
             "{what}, the config with the least estimated time ({tiles} workgroup tiles of {}x{})",
             tile.block_m, tile.block_n
@@ -724,6 +746,77 @@ pub(crate) fn channels_last_rule(
     let kernel = family.reference();
     kernel.check(spec, caps).ok()?;
     Some((kernel, format!("{what}, its reference config")))
+}
+
+/// The share of the declared f16-matrix rate at which the channels-last f16 kernel runs the
+/// padded work its tables count (`estimated_best`, `estimated_best_in_waves`, at the
+/// reference config's rate), and its fixed cost per dispatch; with split-K on the matrix
+/// units, the reduction's extra fixed cost and the share of the declared bandwidth at which
+/// the partial sums move (the slices write them in f32, the reduction reads them and writes
+/// the output). Fitted jointly on the H100 (Vulkan 580.159.04, 2026-11-27, f16 channels-last
+/// tensors) to 84 dense layers of ResNet-50 at batch 1 and 32, VGG-16, MobileNetV2 and
+/// AlexNet at batch 1, timed with the table's pick and seven split-K configs each (2–16
+/// slices): relative errors of about 14 % (median) on both kernels' times, and picking by
+/// these estimates took each network within 3 % of the best of the eight per layer
+/// (ResNet-50 at batch 1: 1.009 → 0.780 ms, where the best per layer gives 0.779).
+pub const F16_MATRIX_EFFICIENCY: f64 = 0.205;
+/// See [`F16_MATRIX_EFFICIENCY`].
+const F16_MATRIX_DISPATCH_SECONDS: f64 = 10.3e-6;
+/// See [`F16_MATRIX_EFFICIENCY`].
+const COOP_SPLITK_PASS_SECONDS: f64 = 3.9e-6;
+/// See [`F16_MATRIX_EFFICIENCY`].
+const COOP_SPLITK_BANDWIDTH_SHARE: f64 = 0.67;
+/// How much faster than the unsplit kernel split-K's estimate must be for the rule to take
+/// it: the estimates' median error is 14 %. With any gain, ResNet-50's 2048→512 1×1 layer at
+/// N = 32 went to split-K by an estimated 6 % and ran 3 % slower on f16 channels-last tensors
+/// and 1.46× slower on NCHW f32 ones (H100, 2026-11-27); at 1.1 it stays unsplit, and over
+/// the fitted layers only ResNet-50 at batch 1 loses (0.780 → 0.804 ms of 1.009).
+const COOP_SPLITK_MIN_GAIN: f64 = 1.1;
+/// Split-K's tiles on the matrix units, with their rates and workgroups per multiprocessor
+/// as the f16 table has them: the 128×128 block on 4 warps and the 64×64 block.
+const COOP_SPLITK_TILE_RATES: [(TileConfig, f64, u64); 2] = [CHANNELS_LAST_F16_CONFIGS[1], CHANNELS_LAST_F16_SMALL];
+
+/// Seconds for `cost` padded multiply-adds at the channels-last f16 kernel's reference rate
+/// ([`F16_MATRIX_EFFICIENCY`]) on a GPU of declared rates, with its fixed cost.
+fn coop_f16_seconds(caps: &DeviceCaps, cost: f64) -> Option<f64> {
+    let rates = caps.declared_rates().filter(|_| !caps.is_cpu())?;
+    Some(seconds_at(2.0 * cost, rates.f16_matrix_tflops, F16_MATRIX_EFFICIENCY) + F16_MATRIX_DISPATCH_SECONDS)
+}
+
+/// What split-K on the matrix units would run and its estimated time.
+struct CoopSplitEstimate {
+    cfg: coop_splitk::CoopSplitConfig,
+    tiles: u64,
+    seconds: f64,
+}
+
+/// Split-K on the matrix units' best config by estimate, on a GPU of declared rates: for
+/// each config of its sweep that the device and the layer accept, the sliced problem's
+/// padded work in whole waves at its tile's rate, plus the partial sums' bytes
+/// (`4 B × (2·S + 1) × outputs`) and the reduction's dispatch ([`F16_MATRIX_EFFICIENCY`]).
+fn coop_split_estimate(caps: &DeviceCaps, problem: &ConvProblem) -> Option<CoopSplitEstimate> {
+    let rates = caps.declared_rates().filter(|_| !caps.is_cpu())?;
+    let fill = fill_workgroups(caps);
+    let outputs = problem.output.len() as f64;
+    let bandwidth = rates.bandwidth_gbs * 1e9 * COOP_SPLITK_BANDWIDTH_SHARE;
+    coop_splitk::coop_split_sweep()
+        .into_iter()
+        .filter_map(|cfg| {
+            let &(_, rate, per_multiprocessor) = COOP_SPLITK_TILE_RATES.iter().find(|c| c.0 == cfg.tile)?;
+            coop_splitk::COOP_SPLITK_F16.with(cfg).check(&problem.spec, caps).ok()?;
+            if !scratch_fits(caps, 4 * cfg.slices as u64 * problem.output.per_image()) {
+                return None;
+            }
+            let sliced = splitk::sliced_problem(problem, cfg.slices).ok()?;
+            let k = nhwc::channels_last_k(&sliced.spec);
+            let (tiles, per_tile) = tiles_and_work(&sliced, k, cfg.tile);
+            let cost = work_in_waves(tiles, per_tile, rate, per_multiprocessor * fill);
+            let seconds = coop_f16_seconds(caps, cost)?
+                + COOP_SPLITK_PASS_SECONDS
+                + 4.0 * (2 * cfg.slices as u64 + 1) as f64 * outputs / bandwidth;
+            Some(CoopSplitEstimate { cfg, tiles, seconds })
+        })
+        .min_by(|a, b| a.seconds.total_cmp(&b.seconds))
 }
 
 /// Among `configs` (tile, relative rate), the kernel `make` builds with the least estimated
@@ -1674,9 +1767,9 @@ mod tests {
         assert_eq!(at(512, 512, 3, 28, 16), reference, "392 tiles");
         assert_eq!(at(256, 256, 3, 14, 32), reference, "98 tiles");
         // Grids under one wave of 128×128 tiles: the 64×64 block, K steps of 64 in one buffer
-        // (ResNet-50's 512-channel 3×3 layer at 7×7; MobileNetV2's 960→160 projection).
+        // (MobileNetV2's 960→160 projection; ResNet-50's 512-channel 3×3 layer at 7×7, whose
+        // 200 tiles of 64×64 split-K now takes: `f16_split_k_where_the_grid_is_small`).
         let small = "coop-nhwc-f16:m64n64k64-t4x8-w4-s1";
-        assert_eq!(at(512, 512, 3, 7, 32), small, "200 tiles of 64x64");
         assert_eq!(at(960, 160, 1, 7, 32), small, "75 tiles of 64x64");
         // Short K (576 here), too: MobileNetV2's 576→160 projection at 7×7.
         assert_eq!(at(576, 160, 1, 7, 32), small, "short K");
@@ -1721,6 +1814,42 @@ mod tests {
         assert_eq!(at(32, 16, 1, 1, 112, Layout::Nhwc), n16);
         assert_eq!(at(144, 32, 1, 1, 28, Layout::Nhwc), n32);
         assert_eq!(at(192, 64, 1, 1, 14, Layout::Nhwc), "coop-nhwc-f16:m64n64k64-t4x8-w4-s1");
+    }
+
+    /// f16 split-K on the matrix units where its estimate beats the unsplit kernel's: on the
+    /// H100 ResNet-50's deep layers at batch 1 (the 512-channel 3×3 in 16 slices) and its
+    /// 512-channel 3×3 at N = 32, not its 64-channel layers nor its 2048→512 1×1 at N = 32,
+    /// nor any layer without declared rates (an unknown NVIDIA adapter).
+    #[test]
+    fn f16_split_k_where_the_grid_is_small() {
+        use crate::spec::Shape4;
+        let named = |name: &str| DeviceCaps {
+            name: name.into(),
+            ..caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, true)
+        };
+        let at = |caps: &DeviceCaps, c: u32, k: u32, kernel: u32, hw: u32, n: u32| {
+            let spec = Conv2dSpec::new(c, k, kernel).padding(Padding::uniform(kernel / 2));
+            let opts = Conv2dOptions {
+                precision: Precision::F16Accum32,
+                layout: Layout::Nhwc,
+                storage: crate::options::Storage::F16,
+                tuning_key_input: Some(Shape4::new(n, c, hw, hw)),
+                ..Default::default()
+            };
+            select(caps, &spec, &opts, true, |_| None).unwrap()
+        };
+        let h100 = named("NVIDIA H100 80GB HBM3");
+        let s = at(&h100, 512, 512, 3, 7, 1);
+        assert_eq!(s.kernel.to_string(), "coop-splitk-f16:m64n64k64-t4x8-w4-s1-k16", "{s}");
+        assert!(s.reason.contains("split-K") && s.reason.contains("16 slices of 32"), "{s}");
+        assert_eq!(at(&h100, 2048, 512, 1, 7, 1).kernel.family(), "coop-splitk-f16");
+        assert_eq!(at(&h100, 512, 512, 3, 7, 32).kernel.family(), "coop-splitk-f16");
+        // Estimated 6 % faster split at N = 32, under the rule's margin (measured slower).
+        let unsplit = [(64, 64, 3, 56, 1), (64, 256, 1, 56, 1), (256, 256, 3, 14, 32), (2048, 512, 1, 7, 32)];
+        for (c, k, kernel, hw, n) in unsplit {
+            assert_eq!(at(&h100, c, k, kernel, hw, n).kernel.family(), "coop-nhwc-f16", "{c}->{k} {hw} N={n}");
+        }
+        assert_eq!(at(&named("NVIDIA X"), 512, 512, 3, 7, 1).kernel.family(), "coop-nhwc-f16");
     }
 
     /// Winograd on GPUs where its estimate beats the FMA kernels' and, where rule 5 may run
@@ -1808,6 +1937,7 @@ mod tests {
                 "coop-f16",
                 "coop-nhwc-f16",
                 "coop-winograd-f16",
+                "coop-splitk-f16",
                 "coop-band-f16",
                 "tiled-f16",
                 "depthwise-f16"

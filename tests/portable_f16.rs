@@ -21,7 +21,7 @@ fn coop_sweeps_translate_to_spirv() {
         .into_iter()
         .map(|c| kernel(&format!("coop-band-f16:{c}")))
         .chain(stem_sweep().into_iter().map(|c| kernel(&format!("coop-stem-f16:{c}"))));
-    let channels_last = ["coop-nhwc-f16", "coop-nhwc-f16x3", "coop-winograd-f16"]
+    let channels_last = ["coop-nhwc-f16", "coop-nhwc-f16x3", "coop-winograd-f16", "coop-splitk-f16"]
         .into_iter()
         .flat_map(|f| wgconv::advanced::sweep(f).unwrap());
     let kinds: Vec<Kernel> = gathering.chain(shaped).chain(channels_last).collect();
@@ -34,6 +34,7 @@ fn coop_sweeps_translate_to_spirv() {
         "coop-nhwc-f16",
         "coop-nhwc-f16x3",
         "coop-winograd-f16",
+        "coop-splitk-f16",
     ];
     for family in families {
         for k in wgconv::advanced::sweep(family).unwrap() {

@@ -219,7 +219,8 @@ impl CoopWinogradKernel {
     fn shaped(&self, problem: &ConvProblem, limits: &KernelLimits, form: TensorForm) -> Result<Box<dyn Shaped>> {
         self.check_spec(&problem.spec, limits)?;
         let gemm_problem = gemm_problem(problem)?;
-        let gemm = nhwc::gemm_over_staged_f16(self.tile, &gemm_problem)?;
+        let staged = TensorForm { channels_last: true, f16: true };
+        let gemm = nhwc::f16_gemm(self.tile, &gemm_problem, staged, true, true)?;
         let [th, tw] = tiles(problem);
         let tiles = th as u64 * tw as u64;
         let (c8, k4) = (channels(&problem.spec) as u64 / VEC as u64, quads(&problem.spec) as u64);

@@ -385,13 +385,19 @@ impl NhwcKernel {
     /// The kernel composed for a problem: the staging pass and the GEMM, reading and
     /// writing tensors in `form` (NCHW f32 between the op's passes, else the caller's).
     fn shaped(&self, problem: &ConvProblem, form: TensorForm) -> Result<Box<dyn Shaped>> {
+        self.shaped_forms(problem, form, form)
+    }
+
+    /// [`NhwcKernel::shaped`] reading the input in `input`'s form and writing the output in
+    /// `output`'s (a derived problem's GEMM writing a family's scratch).
+    fn shaped_forms(&self, problem: &ConvProblem, input: TensorForm, output: TensorForm) -> Result<Box<dyn Shaped>> {
         let geometry = StagedGeometry::new(&problem.spec, problem.input.h, problem.input.w, self.tile.block_k);
-        let in_place = self.input_in_place(problem, form);
-        let quads = Self::stores_quads(problem, form);
+        let in_place = self.input_in_place(problem, input);
+        let quads = Self::stores_quads(problem, output);
         let staging = match in_place {
             true => None,
             false => Some(Staging {
-                source: stage_source(problem, &geometry, self.family.variant.operands(), form)?,
+                source: stage_source(problem, &geometry, self.family.variant.operands(), input)?,
                 bytes_per_image: geometry.bytes_per_image() * self.family.halves(),
                 invocations_per_image: geometry.hp as u64 * geometry.wp as u64 * geometry.c8 as u64,
                 workgroup_size: STAGE_WG,
@@ -399,7 +405,7 @@ impl NhwcKernel {
             }),
         };
         Ok(Box::new(StagedShaped {
-            source: self.source(form, in_place, quads),
+            source: self.source(output, in_place, quads),
             staging,
             spec: problem.spec,
             geometry,
@@ -415,33 +421,28 @@ impl NhwcKernel {
     }
 }
 
-/// `coop-nhwc-f16` with `tile` as the GEMM of a family's derived problem: it reads an f16
-/// channels-last input that the family's own pass wrote in the staged layout (in place: the
-/// problem has no padding and whole vectors of channels per group) and writes f16
-/// channels-last output (in quads where the groups allow), which the family's finishing pass
-/// reads.
-pub(crate) fn gemm_over_staged_f16(tile: TileConfig, problem: &ConvProblem) -> Result<Box<dyn Shaped>> {
+/// `coop-nhwc-f16` with `tile` as the GEMM of a family's derived problem, reading the input
+/// in `input`'s form and writing channels-last output, f16 (`f16_output`; in quads where
+/// the groups allow) or f32, into the family's scratch. Where `staged_in_place`, the input is
+/// the f16 channels-last layout a family's own pass wrote, read in place (the problem must
+/// have no padding and whole vectors of channels per group; there is no staging pass).
+pub(crate) fn f16_gemm(
+    tile: TileConfig,
+    problem: &ConvProblem,
+    input: TensorForm,
+    f16_output: bool,
+    staged_in_place: bool,
+) -> Result<Box<dyn Shaped>> {
     let kernel = NhwcKernel { family: &COOP_NHWC_F16, tile };
-    let form = TensorForm { channels_last: true, f16: true };
-    if !kernel.input_in_place(problem, form) {
+    let staged = TensorForm { channels_last: true, f16: true };
+    if staged_in_place && !kernel.input_in_place(problem, staged) {
         return Err(crate::error::Error::unsupported(format!(
             "a derived GEMM read in place needs no padding and whole vectors of {VEC} channels per group, not {:?}",
             problem.spec
         )));
     }
-    let geometry = StagedGeometry::new(&problem.spec, problem.input.h, problem.input.w, tile.block_k);
-    let form = TensorForm { channels_last: true, f16: true };
-    let quads = NhwcKernel::stores_quads(problem, form);
-    Ok(Box::new(StagedShaped {
-        source: kernel.source(form, true, quads),
-        staging: None,
-        spec: problem.spec,
-        geometry,
-        tile,
-        n_pad: kernel.n_pad(&problem.spec),
-        split: false,
-        quads,
-    }))
+    let input = if staged_in_place { staged } else { input };
+    kernel.shaped_forms(problem, input, TensorForm { channels_last: true, f16: f16_output })
 }
 
 /// The `layout_config` module: whether the input and output are channels last.

@@ -155,7 +155,7 @@ pub(crate) fn sliced_problem(problem: &ConvProblem, slices: u32) -> Result<ConvP
 
 /// The weights of [`sliced_spec`]: group s's output k over its input channel c' is weight
 /// `[k][s·C/S + c'][kh][kw]` of `[K, C, KH, KW]`.
-fn slice_weights(spec: &Conv2dSpec, weight: &[f32], slices: u32) -> Result<Vec<f32>> {
+pub(crate) fn slice_weights(spec: &Conv2dSpec, weight: &[f32], slices: u32) -> Result<Vec<f32>> {
     let (k_out, c) = (spec.out_channels as usize, spec.in_channels as usize);
     let (s, taps) = (slices as usize, (spec.kernel[0] * spec.kernel[1]) as usize);
     let cs = c / s;

@@ -1,0 +1,362 @@
+//! Split-K on the matrix units (`coop-splitk-f16`): f16 convolutions whose output grid is
+//! too small to fill the device (deep layers, small batches: at batch 1 ResNet-50's 3×3
+//! layers make 16–49 workgroup tiles of 64×64 on a GPU of 132 multiprocessors, each
+//! walking all of K). As the f32 split-K family (`crate::families::splitk`), K is cut into
+//! S slices of whole input channels: the channels-last f16 kernel (`crate::families::nhwc`,
+//! the config's tile; its staging pass reads the caller's tensor in any form) runs them as
+//! one convolution of S groups, group s reading input channels s·C/S … (s+1)·C/S − 1 and
+//! writing f32 partial sums of all K outputs (S× the tiles, each 1/S of the work), and a
+//! finishing pass (`reduce.wgsl`) sums each output's S partial sums in a fixed order, adds
+//! the bias and the activation and writes the caller's tensor (NCHW or channels last, f32
+//! or f16): deterministic, no atomics. The operands are the f16 kernel's (rounded to f16,
+//! range-checked and flagged), the sums f32: the f16 precision's accuracy.
+//!
+//! Configs are a channels-last tile config and the slices: `m64n64k64-t4x8-w4-s1-k4`. The
+//! family runs ungrouped convolutions whose input channels are a multiple of 8·S (whole
+//! vectors of 8 per slice) and whose output channels are a multiple of 4 (the reduction
+//! reads and writes quads).
+
+use crate::alloc;
+use crate::caps::{DeviceCaps, KernelLimits};
+use crate::error::{Error, Result};
+use crate::families::coop::coop_missing;
+use crate::families::nhwc;
+use crate::families::splitk::{slice_weights, sliced_problem, sliced_spec, MAX_SLICES};
+use crate::families::tiled::{DerivedRun, TileConfig};
+use crate::kernel::{
+    compose_operands, ConvParams, Family, Finishing, Kernel, KernelConfig, Operands, Packed, Precision, Shaped, Target,
+    TensorForm, COOPERATIVE_TARGETS, F16_TENSORS, FLAG_RELU,
+};
+use crate::spec::{Conv2dSpec, ConvProblem, Shape4};
+
+const REDUCE_WGSL: &str = include_str!("reduce.wgsl");
+
+/// Invocations per workgroup of the reduction.
+const REDUCE_WG: u32 = 256;
+/// Channels per staged vector: each slice holds whole vectors.
+const VEC: u32 = 8;
+/// Output channels per invocation of the reduction.
+const QUAD: u32 = 4;
+
+/// The family.
+#[derive(Debug)]
+pub(crate) struct CoopSplitK;
+
+/// `coop-splitk-f16`.
+pub(crate) static COOP_SPLITK_F16: CoopSplitK = CoopSplitK;
+
+/// A config: the channels-last kernel's tile and the slices of K.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CoopSplitConfig {
+    /// The channels-last kernel's tile.
+    pub tile: TileConfig,
+    /// Slices of whole input channels K is cut into (2 to 64).
+    pub slices: u32,
+}
+
+impl CoopSplitConfig {
+    /// The family's reference config: the 64×64 block in 4 slices.
+    pub const REFERENCE: CoopSplitConfig =
+        CoopSplitConfig { tile: TileConfig::with_thread_tile(64, 64, 64, 4, 8, 1), slices: 4 };
+
+    /// The config's name, e.g. `m64n64k64-t4x8-w4-s1-k4`.
+    pub fn name(&self) -> String {
+        format!("{}-k{}", self.tile.name(), self.slices)
+    }
+
+    /// Parses a name of [`CoopSplitConfig::name`]'s form (syntax and slices only: the tile's
+    /// checks are the channels-last kernel's, at `check_shape`).
+    pub fn parse(s: &str) -> Result<CoopSplitConfig> {
+        let bad = || {
+            Error::ConfigParse(format!(
+                "split-K config {s:?}: expected <tile config>-k<slices>, e.g. m64n64k64-t4x8-w4-s1-k4"
+            ))
+        };
+        let (tile, slices) = s.rsplit_once("-k").ok_or_else(bad)?;
+        let cfg = CoopSplitConfig { tile: TileConfig::parse(tile)?, slices: slices.parse().map_err(|_| bad())? };
+        if !(2..=MAX_SLICES).contains(&cfg.slices) {
+            return Err(Error::KernelRefused {
+                kernel: format!("{}:{}", COOP_SPLITK_F16.name(), cfg.name()),
+                reason: format!("{} slices of K: from 2 to {MAX_SLICES}", cfg.slices),
+            });
+        }
+        Ok(cfg)
+    }
+}
+
+/// The configs the benchmark and the tuner try, the reference first: the channels-last
+/// kernel's 64×64 block (K steps of 64, 4 warps) in 2, 4, 8 and 16 slices and its 128×128
+/// block (K steps of 32, 4 warps) in 2, 4 and 8.
+pub fn coop_split_sweep() -> Vec<CoopSplitConfig> {
+    let small = TileConfig::with_thread_tile(64, 64, 64, 4, 8, 1);
+    let large = TileConfig::with_thread_tile(128, 128, 32, 16, 8, 1);
+    let mut sweep = vec![CoopSplitConfig::REFERENCE];
+    for (tile, slices) in [(small, 2), (small, 8), (small, 16), (large, 2), (large, 4), (large, 8)] {
+        sweep.push(CoopSplitConfig { tile, slices });
+    }
+    sweep
+}
+
+impl Family for CoopSplitK {
+    fn name(&self) -> &'static str {
+        "coop-splitk-f16"
+    }
+    fn precision(&self) -> Precision {
+        Precision::F16Accum32
+    }
+    fn unavailable(&self, caps: &DeviceCaps) -> Option<String> {
+        coop_missing(caps)
+    }
+    fn parse(&'static self, config: &str) -> Result<Kernel> {
+        Ok(self.with(CoopSplitConfig::parse(config)?))
+    }
+    fn reference(&'static self) -> Kernel {
+        self.with(CoopSplitConfig::REFERENCE)
+    }
+    fn sweep(&'static self) -> Vec<Kernel> {
+        coop_split_sweep().into_iter().map(|cfg| self.with(cfg)).collect()
+    }
+    fn targets(&self) -> &'static [Target] {
+        COOPERATIVE_TARGETS
+    }
+}
+
+impl CoopSplitK {
+    /// This family's kernel of a config.
+    pub(crate) fn with(&'static self, cfg: CoopSplitConfig) -> Kernel {
+        Kernel::new(CoopSplitKernel { cfg })
+    }
+}
+
+/// A kernel of the family.
+#[derive(Debug)]
+pub(crate) struct CoopSplitKernel {
+    cfg: CoopSplitConfig,
+}
+
+impl CoopSplitKernel {
+    /// The channels-last f16 kernel that runs the slices.
+    fn gemm(&self) -> Result<Kernel> {
+        nhwc::COOP_NHWC_F16.parse(&self.cfg.tile.name())
+    }
+
+    fn refuse(&self, reason: String) -> Error {
+        Error::KernelRefused { kernel: format!("{}:{}", COOP_SPLITK_F16.name(), self.cfg.name()), reason }
+    }
+
+    /// The reduction's WGSL, writing the caller's tensor in `form`.
+    fn reduce_source(&self, problem: &ConvProblem, form: TensorForm) -> Result<String> {
+        let config = format!(
+            "const WG: u32 = {REDUCE_WG}u;\nconst S: u32 = {s}u;\nconst KQ: u32 = {kq}u;\nconst PLANE: u32 = {plane}u;\n",
+            s = self.cfg.slices,
+            kq = problem.output.c / QUAD,
+            plane = problem.output.h * problem.output.w,
+        );
+        let layout = ("layout_config", format!("const CHANNELS_LAST: bool = {};\n", form.channels_last));
+        let defines: &[&str] = if form.f16 { &[F16_TENSORS] } else { &[] };
+        compose_operands(
+            "reduce",
+            &[("reduce", REDUCE_WGSL)],
+            vec![("reduce_config", config), layout],
+            Operands::F32,
+            false,
+            defines,
+        )
+    }
+
+    /// The slices and the reduction for the caller's tensors in `form`.
+    fn shaped(&self, problem: &ConvProblem, limits: &KernelLimits, form: TensorForm) -> Result<Box<dyn Shaped>> {
+        self.check_spec(&problem.spec, limits)?;
+        let sliced = sliced_problem(problem, self.cfg.slices)?;
+        let gemm = nhwc::f16_gemm(self.cfg.tile, &sliced, form, false, false)?;
+        let staging = gemm.staging().cloned();
+        let outputs = problem.output.per_image();
+        let slices = self.cfg.slices;
+        Ok(Box::new(DerivedRun {
+            gemm,
+            params: Box::new(move |p| slice_params(p, slices)),
+            staging,
+            finishing: Some(Finishing {
+                source: self.reduce_source(problem, form)?,
+                bytes_per_image: 4 * slices as u64 * outputs,
+                invocations_per_image: outputs / QUAD as u64,
+                workgroup_size: REDUCE_WG,
+                direct_fallback: false,
+            }),
+        }))
+    }
+}
+
+impl KernelConfig for CoopSplitKernel {
+    fn family(&self) -> &'static dyn Family {
+        &COOP_SPLITK_F16
+    }
+    fn name(&self) -> String {
+        self.cfg.name()
+    }
+    fn check_shape(&self) -> Result<()> {
+        self.gemm()?.config().check_shape()
+    }
+    fn check_limits(&self, limits: &KernelLimits) -> Result<()> {
+        self.gemm()?.config().check_limits(limits)?;
+        let most = limits.invocations_per_workgroup.min(limits.workgroup_size_x);
+        if REDUCE_WG > most {
+            return Err(self.refuse(format!(
+                "the reduction's {REDUCE_WG} invocations per workgroup exceed the device's {most} ({})",
+                limits.invocations_limit_name()
+            )));
+        }
+        Ok(())
+    }
+    fn check_spec(&self, spec: &Conv2dSpec, limits: &KernelLimits) -> Result<()> {
+        let s = self.cfg.slices;
+        if spec.groups != 1 || !spec.in_channels.is_multiple_of(VEC * s) || !spec.out_channels.is_multiple_of(QUAD) {
+            return Err(self.refuse(format!(
+                "split-K on the matrix units cuts the input channels of ungrouped convolutions into {s} slices of \
+                 whole vectors of {VEC}, over output channels in whole quads: not {} input and {} output \
+                 channels in {} group(s)",
+                spec.in_channels, spec.out_channels, spec.groups
+            )));
+        }
+        self.gemm()?.config().check_spec(&sliced_spec(spec, s), limits)
+    }
+    fn packed_bytes(&self, spec: &Conv2dSpec) -> u64 {
+        self.gemm().map_or(u64::MAX, |g| g.config().packed_bytes(&sliced_spec(spec, self.cfg.slices)))
+    }
+    fn pack(&self, spec: &Conv2dSpec, weight: &[f32], bias: &[f32]) -> Result<Packed> {
+        let sliced = sliced_spec(spec, self.cfg.slices);
+        let w = slice_weights(spec, weight, self.cfg.slices)?;
+        let zeros = alloc::zeroed_vec::<f32>(sliced.out_channels as usize, "the slices' zero bias")?;
+        let mut packed = self.gemm()?.config().pack(&sliced, &w, &zeros)?;
+        // The kernel adds the first S·K (zeros); the reduction reads the rest.
+        let mut b = zeros;
+        b.extend_from_slice(bias);
+        packed.bias = Some(alloc::bytes_of(&b, "the bias")?);
+        Ok(packed)
+    }
+    fn extra_bindings(&self) -> &'static [u32] {
+        nhwc::COOP_NHWC_F16.reference().config().extra_bindings()
+    }
+    fn shape(&self, problem: &ConvProblem, limits: &KernelLimits) -> Result<Box<dyn Shaped>> {
+        self.shaped(problem, limits, TensorForm::NCHW_F32)
+    }
+    fn shape_native(
+        &self,
+        problem: &ConvProblem,
+        limits: &KernelLimits,
+        form: TensorForm,
+    ) -> Option<Result<Box<dyn Shaped>>> {
+        // Every form: the staging pass reads either layout and element type, the reduction
+        // writes either.
+        Some(self.shaped(problem, limits, form))
+    }
+    fn representative_sources(&self) -> Result<Vec<String>> {
+        let spec = Conv2dSpec::new(16 * self.cfg.slices, 24, 3).padding(crate::spec::Padding::uniform(1));
+        let limits = KernelLimits::with_workgroup_bytes(49152);
+        let problem = spec.problem(Shape4::new(2, spec.in_channels, 7, 8))?;
+        let mut sources = Vec::new();
+        for channels_last in [false, true] {
+            for f16 in [false, true] {
+                let shaped = self.shaped(&problem, &limits, TensorForm { channels_last, f16 })?;
+                if !channels_last && !f16 {
+                    sources.push(shaped.source()?);
+                }
+                sources.extend(shaped.staging().map(|s| s.source.clone()));
+                sources.extend(shaped.finishing().map(|f| f.source.clone()));
+            }
+        }
+        Ok(sources)
+    }
+    fn invocations(&self) -> u32 {
+        self.cfg.tile.invocations()
+    }
+    fn workgroup_bytes(&self) -> Option<u64> {
+        self.gemm().ok().and_then(|g| g.config().workgroup_bytes())
+    }
+    fn tile(&self) -> Option<TileConfig> {
+        Some(self.cfg.tile)
+    }
+    fn with_tile(&self, tile: TileConfig) -> Option<Kernel> {
+        Some(COOP_SPLITK_F16.with(CoopSplitConfig { tile, ..self.cfg }))
+    }
+    fn operand_halves(&self) -> Option<u32> {
+        Some(1)
+    }
+}
+
+/// The channels-last kernel's parameters for the slices: S groups of C/S input channels
+/// each writing every output (to the reduction's scratch, from its start), no activation
+/// (the reduction applies it).
+fn slice_params(p: &ConvParams, s: u32) -> ConvParams {
+    ConvParams {
+        c_out: p.c_out * s,
+        c_in_per_group: p.c_in / s,
+        c_out_per_group: p.c_out,
+        groups: s,
+        k_total: p.k_total / s,
+        out_offset: 0,
+        flags: p.flags & !FLAG_RELU,
+        ..*p
+    }
+}
+
+/// The CPU twin: each slice's partial sums of the f16-rounded operands in f64, rounded to
+/// f32 as the kernel stores them, summed in slice order in f32 as `reduce.wgsl` sums them,
+/// plus the bias.
+#[cfg(test)]
+fn coop_splitk_twin(
+    problem: &ConvProblem,
+    slices: u32,
+    input: &[f32],
+    weight: &[f32],
+    bias: Option<&[f32]>,
+) -> Vec<f32> {
+    let f16 = |v: &[f32]| -> Vec<f32> { v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect() };
+    crate::families::splitk::splitk_twin(problem, slices, &f16(input), &f16(weight), bias)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::Padding;
+
+    /// The twin within the f16 precision's bound of the reference on random data.
+    #[test]
+    fn twin_within_f16_accuracy() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        for (spec, slices, [n, h, w]) in [
+            (Conv2dSpec::new(64, 24, 3).padding(Padding::uniform(1)).with_bias(true), 4, [2, 7, 9]),
+            (Conv2dSpec::new(32, 8, 1).stride(2), 2, [1, 9, 8]),
+        ] {
+            let problem = spec.problem(Shape4::new(n, spec.in_channels, h, w)).unwrap();
+            let x: Vec<f32> = (0..problem.input.len()).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let wt: Vec<f32> = (0..spec.weight_len()).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let b: Vec<f32> = (0..spec.out_channels).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let bias = spec.bias.then_some(b.as_slice());
+            let got = coop_splitk_twin(&problem, slices, &x, &wt, bias);
+            let want = crate::reference::conv2d(&problem, &x, &wt, bias).unwrap();
+            let err = crate::reference::relative_l2(&got, &want);
+            assert!(err < 1e-3, "{spec:?}: rel L2 {err}");
+        }
+    }
+
+    /// Names round-trip; slices out of range and channels that do not divide are refused by
+    /// name.
+    #[test]
+    fn names_and_refusals() {
+        for cfg in coop_split_sweep() {
+            assert_eq!(CoopSplitConfig::parse(&cfg.name()).unwrap(), cfg);
+            COOP_SPLITK_F16.with(cfg).config().check_shape().unwrap();
+        }
+        assert!(CoopSplitConfig::parse("m64n64k64-t4x8-w4-s1-k1").is_err());
+        assert!(CoopSplitConfig::parse("m64n64k64-t4x8-w4-s1").is_err());
+        let limits = KernelLimits::with_workgroup_bytes(48 * 1024);
+        let k = COOP_SPLITK_F16.reference();
+        for spec in [Conv2dSpec::new(48, 8, 3), Conv2dSpec::new(64, 6, 3), Conv2dSpec::new(64, 8, 3).groups(2)] {
+            let e = k.config().check_spec(&spec, &limits).unwrap_err().to_string();
+            assert!(e.contains("4 slices of whole vectors of 8"), "{e}");
+        }
+        k.config().check_spec(&Conv2dSpec::new(64, 8, 3), &limits).unwrap();
+    }
+}

@@ -1,0 +1,112 @@
+//! Split-K on the matrix units (`coop-splitk-f16`: the channels-last f16 kernel on S slices
+//! of the input channels, then a reduction) against the f64 CPU reference: a seeded
+//! random-shape property test over kernels, strides, padding, dilation, slices, odd sizes,
+//! batch 1, bias and ReLU, on every config of its sweep in turn, through `encode` into
+//! NaN-poisoned output and `forward`; every tensor form (NCHW and channels last, f32 and
+//! f16), which its passes read and write themselves; refusals of the channels it cannot cut.
+//!
+//! Cooperative-matrix devices only (the H100 through Vulkan): on others each test says it
+//! was skipped. Lavapipe checks the family's SPIR-V (tests/portable_f16.rs) and its CPU twin.
+
+mod common;
+use common::*;
+use rand::Rng;
+use wgconv::half::f16;
+use wgconv::{reference, Conv2d, Conv2dSpec, Layout, Padding, Precision, Shape4, Storage};
+
+const FAMILY: &str = "coop-splitk-f16";
+
+/// 30 random convolutions whose channels the config's slices divide, one config of the sweep
+/// on each in turn, within the f16 bound of the reference; ReLU on every third.
+#[test]
+fn random_shapes_match_the_reference() {
+    let Some(gpu) = coop_gpu() else { return };
+    let (seed, mut rng) = seeded_rng("coop-splitk random shapes");
+    let sweep = wgconv::advanced::sweep(FAMILY).unwrap();
+    for i in 0..30 {
+        let k = sweep[i % sweep.len()].clone();
+        let slices: u32 = k.to_string().rsplit_once("-k").unwrap().1.parse().unwrap();
+        let mut case = loop {
+            let kernel = [1u32, 3, 5][rng.random_range(0..3)];
+            let spec =
+                Conv2dSpec::new(8 * slices * rng.random_range(1..=3u32), 4 * rng.random_range(1..=12u32), kernel)
+                    .stride(rng.random_range(1..=2u32))
+                    .dilation(rng.random_range(1..=2u32))
+                    .padding(Padding::new(rng.random_range(0..=2), rng.random_range(0..=2), rng.random_range(0..=2), 1))
+                    .with_bias(rng.random_bool(0.5));
+            let n = if rng.random_bool(0.5) { 1 } else { 2 };
+            let shape = Shape4::new(n, spec.in_channels, rng.random_range(3..=14u32), rng.random_range(3..=14u32));
+            if spec.problem(shape).is_ok() {
+                break Case::with_seed(&format!("random_{i}"), spec, shape, seed.wrapping_add(i as u64))
+                    .replayed_by(seed);
+            }
+        };
+        let relu = i % 3 == 0;
+        if relu {
+            case.want.iter_mut().for_each(|v| *v = reference::relu(*v));
+        }
+        let opts = options_at(Precision::F16Accum32, Some(k.clone()), relu);
+        let conv = Conv2d::new(&gpu, case.spec, &case.w, case.b.as_deref(), opts)
+            .unwrap_or_else(|e| panic!("{}: {e}", case.label(&k.to_string())));
+        check_encode_and_forward(&gpu, &case, &conv, &case.want, TOL_F16);
+    }
+}
+
+/// NCHW and channels last, f32 and f16 tensors, with unpadded 1×1 (read in place on f16
+/// channels-last tensors) and padded 3×3 layers.
+#[test]
+fn every_tensor_form() {
+    let Some(gpu) = coop_gpu() else { return };
+    for (name, spec) in [
+        ("splitk_3x3", Conv2dSpec::new(64, 36, 3).padding(Padding::uniform(1)).with_bias(true)),
+        ("splitk_1x1", Conv2dSpec::new(64, 20, 1).with_bias(true)),
+    ] {
+        let case = Case::new(name, spec, Shape4::new(2, 64, 7, 9));
+        let rounded: Vec<f32> = case.x.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
+        let want16 = reference_out(&case.problem, &rounded, &case.w, case.b.as_deref());
+        for layout in [Layout::Nchw, Layout::Nhwc] {
+            let (x, want, x16, want16) = match layout {
+                Layout::Nhwc => (
+                    reference::to_nhwc(&case.x, case.shape).unwrap(),
+                    reference::to_nhwc(&case.want, case.problem.output).unwrap(),
+                    reference::to_nhwc(&rounded, case.shape).unwrap(),
+                    reference::to_nhwc(&want16, case.problem.output).unwrap(),
+                ),
+                _ => (case.x.clone(), case.want.clone(), rounded.clone(), want16.clone()),
+            };
+            for storage in [Storage::F32, Storage::F16] {
+                let opts =
+                    options_at(Precision::F16Accum32, Some(kernel(FAMILY)), false).layout(layout).storage(storage);
+                let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap();
+                let what = case.label(&format!("{layout:?} {storage:?}"));
+                if storage == Storage::F32 {
+                    let got = conv.forward(&x, case.shape).unwrap_or_else(|e| panic!("{what}: {e}"));
+                    assert_close(&what, &got, &want, TOL_F16);
+                } else {
+                    let x: Vec<f16> = x16.iter().map(|&v| f16::from_f32(v)).collect();
+                    let got = conv.forward_f16(&x, case.shape).unwrap_or_else(|e| panic!("{what}: {e}"));
+                    let got: Vec<f32> = got.iter().map(|v| v.to_f32()).collect();
+                    assert_close(&what, &got, &want16, TOL_F16);
+                }
+                assert!(!conv.take_range_flag().unwrap(), "{what}: range flag on normal data");
+            }
+        }
+    }
+}
+
+/// An input beyond f16's range is flagged (the staging pass checks the slices' operands).
+#[test]
+fn range_flag() {
+    let Some(gpu) = coop_gpu() else { return };
+    let spec = Conv2dSpec::new(32, 8, 3).padding(Padding::uniform(1));
+    let shape = Shape4::new(1, 32, 6, 6);
+    let (w, _) = params(&spec, 3);
+    let opts = options_at(Precision::F16Accum32, Some(kernel(FAMILY)), false);
+    let conv = Conv2d::new(&gpu, spec, &w, None, opts).unwrap();
+    let mut x = randn(shape.len() as usize, 4);
+    let _ = run_poisoned(&gpu, &conv, &x, shape);
+    assert!(!conv.take_range_flag().unwrap(), "flag on normal data");
+    x[100] = 7.0e4;
+    let _ = run_poisoned(&gpu, &conv, &x, shape);
+    assert!(conv.take_range_flag().unwrap(), "7e4 not flagged");
+}
