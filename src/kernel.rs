@@ -533,6 +533,7 @@ const PRECISION_WGSL: &str = include_str!("wgsl/precision.wgsl");
 const ROW_GRID_WGSL: &str = include_str!("wgsl/row_grid.wgsl");
 const LAYOUT_WGSL: &str = include_str!("wgsl/layout.wgsl");
 const F16_BITS_WGSL: &str = include_str!("wgsl/f16_bits.wgsl");
+const OUTPUT_TENSOR_WGSL: &str = include_str!("wgsl/output_tensor.wgsl");
 const BLOCK_WGSL: &str = include_str!("wgsl/block.wgsl");
 const INPUT_SCALE_WGSL: &str = include_str!("wgsl/input_scale.wgsl");
 const INPUT_MAX_WGSL: &str = include_str!("wgsl/input_max.wgsl");
@@ -692,6 +693,7 @@ pub(crate) fn compose_operands(
     modules.insert("block", BLOCK_WGSL);
     modules.insert("input_scale", INPUT_SCALE_WGSL);
     modules.insert("f16_bits", F16_BITS_WGSL);
+    modules.insert("output_tensor", OUTPUT_TENSOR_WGSL);
     for (name, text) in generated {
         modules.insert(name, text);
     }

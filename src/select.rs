@@ -3,7 +3,8 @@
 //! grouped layers); the f16 small-GEMM rule (`tiled-f16` on NCHW); for f32, the Winograd
 //! rule (input shape known), the f32 matrix rule and the split-K rule (input shape known),
 //! each weighing its estimate against the others' on GPUs; the tuner's cached decision; the
-//! channels-last rule (f16 and f16x3 on cooperative matrices); the f32 shape rule (input
+//! channels-last rule (f16 and f16x3 on cooperative matrices; f16 split-K on them where the
+//! grid is small, input shape known); the f32 shape rule (input
 //! shape known); the precision's default family with the config its rule picks for the
 //! device; else a fallback. Each names itself in [`Selection::reason`]. Every rule asks only the device's
 //! capabilities ([`DeviceCaps`]), the spec, the input shape where known and the precision;
@@ -679,7 +680,9 @@ const CHANNELS_LAST_SPLIT_SHORT_K_CONFIGS: [(TileConfig, f64); 4] = [
 /// input shape known, the config with the least estimated time among the precision's table
 /// ([`estimated_best`]; the f16 table in whole waves, [`estimated_best_in_waves`]; for f16 on
 /// channels-last f16 tensors, `f16_tensors`, with K up to [`CHANNELS_LAST_SHORT_K`]: the
-/// short-K table); else the 128×128 reference.
+/// short-K table); else the 128×128 reference. In f16 with the input shape known, split-K on
+/// the matrix units (`coop-splitk-f16`) instead where its estimate is at least
+/// [`COOP_SPLITK_MIN_GAIN`] times below that config's ([`coop_split_estimate`]).
 pub(crate) fn channels_last_rule(
     caps: &DeviceCaps,
     spec: &Conv2dSpec,
@@ -785,7 +788,7 @@ fn coop_f16_seconds(caps: &DeviceCaps, cost: f64) -> Option<f64> {
 
 /// What split-K on the matrix units would run and its estimated time.
 struct CoopSplitEstimate {
-    cfg: coop_splitk::CoopSplitConfig,
+    cfg: splitk::SplitConfig,
     tiles: u64,
     seconds: f64,
 }
@@ -1737,6 +1740,20 @@ mod tests {
         assert_eq!(select(&cpu, &same(64, 64), &options, false, |_| None).unwrap().kernel.family(), "tiled");
     }
 
+    /// The selection for f16 on channels-last f16 tensors, `N×C×hw×hw` input, a same-padded
+    /// `kernel`×`kernel` convolution of `c` to `k` channels.
+    fn f16_nhwc_pick(caps: &DeviceCaps, c: u32, k: u32, kernel: u32, hw: u32, n: u32) -> Selection {
+        let spec = Conv2dSpec::new(c, k, kernel).padding(Padding::uniform(kernel / 2));
+        let opts = Conv2dOptions {
+            precision: Precision::F16Accum32,
+            layout: Layout::Nhwc,
+            storage: crate::options::Storage::F16,
+            tuning_key_input: Some(crate::spec::Shape4::new(n, c, hw, hw)),
+            ..Default::default()
+        };
+        select(caps, &spec, &opts, true, |_| None).unwrap()
+    }
+
     /// The channels-last f16 table in whole waves, on the H100's 132 multiprocessors
     /// (channels-last f16 tensors, the layers of the sweeps it was fitted to): the 4-warp
     /// 128×128 block where the reference's 196 tiles leave a second wave part empty, the
@@ -1744,22 +1761,11 @@ mod tests {
     /// 64×64 block where 128×128 tiles would be too few.
     #[test]
     fn channels_last_f16_configs_ranked_in_waves() {
-        use crate::spec::Shape4;
         let h100 = DeviceCaps {
             name: "NVIDIA H100 80GB HBM3".into(),
             ..caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, true)
         };
-        let at = |c: u32, k: u32, kernel: u32, hw: u32, n: u32| {
-            let spec = Conv2dSpec::new(c, k, kernel).padding(Padding::uniform(kernel / 2));
-            let opts = Conv2dOptions {
-                precision: Precision::F16Accum32,
-                layout: Layout::Nhwc,
-                storage: crate::options::Storage::F16,
-                tuning_key_input: Some(Shape4::new(n, c, hw, hw)),
-                ..Default::default()
-            };
-            select(&h100, &spec, &opts, true, |_| None).unwrap().kernel.to_string()
-        };
+        let at = |c, k, kernel, hw, n| f16_nhwc_pick(&h100, c, k, kernel, hw, n).kernel.to_string();
         let four_warps = "coop-nhwc-f16:m128n128k32-t16x8-w4-s1";
         let reference = "coop-nhwc-f16:m128n128k64-t8x8-w8-s1";
         assert_eq!(at(1024, 512, 1, 14, 32), four_warps, "196 tiles");
@@ -1822,22 +1828,11 @@ mod tests {
     /// nor any layer without declared rates (an unknown NVIDIA adapter).
     #[test]
     fn f16_split_k_where_the_grid_is_small() {
-        use crate::spec::Shape4;
         let named = |name: &str| DeviceCaps {
             name: name.into(),
             ..caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, true)
         };
-        let at = |caps: &DeviceCaps, c: u32, k: u32, kernel: u32, hw: u32, n: u32| {
-            let spec = Conv2dSpec::new(c, k, kernel).padding(Padding::uniform(kernel / 2));
-            let opts = Conv2dOptions {
-                precision: Precision::F16Accum32,
-                layout: Layout::Nhwc,
-                storage: crate::options::Storage::F16,
-                tuning_key_input: Some(Shape4::new(n, c, hw, hw)),
-                ..Default::default()
-            };
-            select(caps, &spec, &opts, true, |_| None).unwrap()
-        };
+        let at = f16_nhwc_pick;
         let h100 = named("NVIDIA H100 80GB HBM3");
         let s = at(&h100, 512, 512, 3, 7, 1);
         assert_eq!(s.kernel.to_string(), "coop-splitk-f16:m64n64k64-t4x8-w4-s1-k16", "{s}");

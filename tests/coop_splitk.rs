@@ -11,8 +11,7 @@
 mod common;
 use common::*;
 use rand::Rng;
-use wgconv::half::f16;
-use wgconv::{reference, Conv2d, Conv2dSpec, Layout, Padding, Precision, Shape4, Storage};
+use wgconv::{reference, Conv2d, Conv2dSpec, Padding, Precision, Shape4};
 
 const FAMILY: &str = "coop-splitk-f16";
 
@@ -62,35 +61,7 @@ fn every_tensor_form() {
         ("splitk_1x1", Conv2dSpec::new(64, 20, 1).with_bias(true)),
     ] {
         let case = Case::new(name, spec, Shape4::new(2, 64, 7, 9));
-        let rounded: Vec<f32> = case.x.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
-        let want16 = reference_out(&case.problem, &rounded, &case.w, case.b.as_deref());
-        for layout in [Layout::Nchw, Layout::Nhwc] {
-            let (x, want, x16, want16) = match layout {
-                Layout::Nhwc => (
-                    reference::to_nhwc(&case.x, case.shape).unwrap(),
-                    reference::to_nhwc(&case.want, case.problem.output).unwrap(),
-                    reference::to_nhwc(&rounded, case.shape).unwrap(),
-                    reference::to_nhwc(&want16, case.problem.output).unwrap(),
-                ),
-                _ => (case.x.clone(), case.want.clone(), rounded.clone(), want16.clone()),
-            };
-            for storage in [Storage::F32, Storage::F16] {
-                let opts =
-                    options_at(Precision::F16Accum32, Some(kernel(FAMILY)), false).layout(layout).storage(storage);
-                let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap();
-                let what = case.label(&format!("{layout:?} {storage:?}"));
-                if storage == Storage::F32 {
-                    let got = conv.forward(&x, case.shape).unwrap_or_else(|e| panic!("{what}: {e}"));
-                    assert_close(&what, &got, &want, TOL_F16);
-                } else {
-                    let x: Vec<f16> = x16.iter().map(|&v| f16::from_f32(v)).collect();
-                    let got = conv.forward_f16(&x, case.shape).unwrap_or_else(|e| panic!("{what}: {e}"));
-                    let got: Vec<f32> = got.iter().map(|v| v.to_f32()).collect();
-                    assert_close(&what, &got, &want16, TOL_F16);
-                }
-                assert!(!conv.take_range_flag().unwrap(), "{what}: range flag on normal data");
-            }
-        }
+        check_f16_in_every_form(&gpu, &case, &kernel(FAMILY));
     }
 }
 

@@ -11,27 +11,9 @@
 
 mod common;
 use common::*;
-use rand::Rng;
-use wgconv::half::f16;
-use wgconv::{reference, Conv2d, Conv2dSpec, Error, Layout, Padding, Precision, Shape4, Storage};
+use wgconv::{reference, Conv2d, Conv2dSpec, Error, Padding, Precision, Shape4};
 
 const FAMILY: &str = "coop-winograd-f16";
-
-/// A random 3×3 stride-1 convolution and input from `rng`.
-fn random_case(rng: &mut rand::rngs::StdRng, i: usize, seed: u64) -> Case {
-    loop {
-        let pad = |r: &mut rand::rngs::StdRng| r.random_range(0..=2u32);
-        let padding = Padding::new(pad(rng), pad(rng), pad(rng), pad(rng));
-        let spec = Conv2dSpec::new(rng.random_range(1..=40u32), rng.random_range(1..=40u32), 3)
-            .padding(padding)
-            .with_bias(rng.random_bool(0.5));
-        let n = if rng.random_bool(0.5) { 1 } else { 2 };
-        let shape = Shape4::new(n, spec.in_channels, rng.random_range(1..=19u32), rng.random_range(1..=19u32));
-        if spec.problem(shape).is_ok() {
-            return Case::with_seed(&format!("random_{i}"), spec, shape, seed.wrapping_add(i as u64)).replayed_by(seed);
-        }
-    }
-}
 
 /// 30 random shapes, one config of the sweep on each in turn, within the f16 bound of the
 /// reference; ReLU on every third.
@@ -41,7 +23,7 @@ fn random_shapes_match_the_reference() {
     let (seed, mut rng) = seeded_rng("coop-winograd random shapes");
     let sweep = wgconv::advanced::sweep(FAMILY).unwrap();
     for i in 0..30 {
-        let mut case = random_case(&mut rng, i, seed);
+        let mut case = random_3x3_case(&mut rng, i, seed, 40);
         let relu = i % 3 == 0;
         if relu {
             case.want.iter_mut().for_each(|v| *v = reference::relu(*v));
@@ -60,37 +42,7 @@ fn every_tensor_form() {
     let Some(gpu) = coop_gpu() else { return };
     let spec = Conv2dSpec::new(24, 36, 3).padding(Padding::uniform(1)).with_bias(true);
     let case = Case::new("wino_forms", spec, Shape4::new(2, 24, 9, 12));
-    let rounded: Vec<f32> = case.x.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
-    let want16 = reference_out(&case.problem, &rounded, &case.w, case.b.as_deref());
-    for layout in [Layout::Nchw, Layout::Nhwc] {
-        let (x, want, x16, want16) = match layout {
-            Layout::Nhwc => (
-                reference::to_nhwc(&case.x, case.shape).unwrap(),
-                reference::to_nhwc(&case.want, case.problem.output).unwrap(),
-                reference::to_nhwc(&rounded, case.shape).unwrap(),
-                reference::to_nhwc(&want16, case.problem.output).unwrap(),
-            ),
-            _ => (case.x.clone(), case.want.clone(), rounded.clone(), want16.clone()),
-        };
-        for storage in [Storage::F32, Storage::F16] {
-            let opts = options_at(Precision::F16Accum32, Some(kernel(FAMILY)), false).layout(layout).storage(storage);
-            let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap();
-            let what = case.label(&format!("{layout:?} {storage:?}"));
-            match storage {
-                Storage::F32 => {
-                    let got = conv.forward(&x, case.shape).unwrap_or_else(|e| panic!("{what}: {e}"));
-                    assert_close(&what, &got, &want, TOL_F16);
-                }
-                _ => {
-                    let x: Vec<f16> = x16.iter().map(|&v| f16::from_f32(v)).collect();
-                    let got = conv.forward_f16(&x, case.shape).unwrap_or_else(|e| panic!("{what}: {e}"));
-                    let got: Vec<f32> = got.iter().map(|v| v.to_f32()).collect();
-                    assert_close(&what, &got, &want16, TOL_F16);
-                }
-            }
-            assert!(!conv.take_range_flag().unwrap(), "{what}: range flag on normal data");
-        }
-    }
+    check_f16_in_every_form(&gpu, &case, &kernel(FAMILY));
 }
 
 /// A binding limit that holds two images' transformed inputs: chunks of two, each through
@@ -99,7 +51,7 @@ fn every_tensor_form() {
 fn batch_chunks() {
     let _serial = serial();
     // Transformed input per image: 16 components × 16 channels × 10 × 10 tiles × 2 bytes
-    // = 51,200 B; products (at most) 16 × 8 × 100 × 4 = 51,200 B.
+    // = 51,200 B (the largest scratch); f16 products 16 × 8 × 100 × 2 = 25,600 B.
     let Some(gpu) = coop_gpu_with_limits(|l| l.max_storage_buffer_binding_size = 131_072) else { return };
     let spec = Conv2dSpec::new(16, 8, 3).padding(Padding::uniform(1)).with_bias(true);
     let case = Case::new("wino_chunked", spec, Shape4::new(5, 16, 20, 19));

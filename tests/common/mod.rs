@@ -463,3 +463,56 @@ pub fn check_f16_storage(gpu: &Gpu, case: &Case, kernel: Option<Kernel>, layout:
     assert_close(&what, &got, &want, TOL_STORAGE);
     conv
 }
+
+/// A random 3×3 stride-1 convolution (1 to `max_channels` input and output channels, 0–2
+/// padding per side, bias or not) and input (batch 1 or 2, 1–19 rows and columns) from
+/// `rng`: the Winograd families' property tests.
+pub fn random_3x3_case(rng: &mut rand::rngs::StdRng, i: usize, seed: u64, max_channels: u32) -> Case {
+    loop {
+        let pad = |r: &mut rand::rngs::StdRng| r.random_range(0..=2u32);
+        let padding = Padding::new(pad(rng), pad(rng), pad(rng), pad(rng));
+        let spec = Conv2dSpec::new(rng.random_range(1..=max_channels), rng.random_range(1..=max_channels), 3)
+            .padding(padding)
+            .with_bias(rng.random_bool(0.5));
+        let n = if rng.random_bool(0.5) { 1 } else { 2 };
+        let shape = Shape4::new(n, spec.in_channels, rng.random_range(1..=19u32), rng.random_range(1..=19u32));
+        if spec.problem(shape).is_ok() {
+            return Case::with_seed(&format!("random_{i}"), spec, shape, seed.wrapping_add(i as u64)).replayed_by(seed);
+        }
+    }
+}
+
+/// `kernel` at f16 precision on the case's tensors in every form — NCHW and channels last,
+/// f32 and f16 — through `forward` (`forward_f16`), within the f16 bound of the reference
+/// (of the f16-rounded input for f16 tensors), and no range flag raised.
+pub fn check_f16_in_every_form(gpu: &Gpu, case: &Case, kernel: &Kernel) {
+    use wgconv::half::f16;
+    let rounded: Vec<f32> = case.x.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
+    let want16 = reference_out(&case.problem, &rounded, &case.w, case.b.as_deref());
+    for layout in [Layout::Nchw, Layout::Nhwc] {
+        let (x, want, x16, want16) = match layout {
+            Layout::Nhwc => (
+                reference::to_nhwc(&case.x, case.shape).unwrap(),
+                reference::to_nhwc(&case.want, case.problem.output).unwrap(),
+                reference::to_nhwc(&rounded, case.shape).unwrap(),
+                reference::to_nhwc(&want16, case.problem.output).unwrap(),
+            ),
+            _ => (case.x.clone(), case.want.clone(), rounded.clone(), want16.clone()),
+        };
+        for storage in [Storage::F32, Storage::F16] {
+            let opts = options_at(Precision::F16Accum32, Some(kernel.clone()), false).layout(layout).storage(storage);
+            let conv = Conv2d::new(gpu, case.spec, &case.w, case.b.as_deref(), opts).unwrap();
+            let what = case.label(&format!("{kernel}, {layout:?} {storage:?}"));
+            if storage == Storage::F32 {
+                let got = conv.forward(&x, case.shape).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_close(&what, &got, &want, TOL_F16);
+            } else {
+                let x: Vec<f16> = x16.iter().map(|&v| f16::from_f32(v)).collect();
+                let got = conv.forward_f16(&x, case.shape).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let got: Vec<f32> = got.iter().map(|v| v.to_f32()).collect();
+                assert_close(&what, &got, &want16, TOL_F16);
+            }
+            assert!(!conv.take_range_flag().unwrap(), "{what}: range flag on normal data");
+        }
+    }
+}

@@ -1,9 +1,10 @@
 //! Split-K on the matrix units (`coop-splitk-f16`): f16 convolutions whose output grid is
 //! too small to fill the device (deep layers, small batches: at batch 1 ResNet-50's 3×3
-//! layers make 16–49 workgroup tiles of 64×64 on a GPU of 132 multiprocessors, each
+//! layers make 8–49 workgroup tiles of 64×64 on a GPU of 132 multiprocessors, each
 //! walking all of K). As the f32 split-K family (`crate::families::splitk`), K is cut into
 //! S slices of whole input channels: the channels-last f16 kernel (`crate::families::nhwc`,
-//! the config's tile; its staging pass reads the caller's tensor in any form) runs them as
+//! the config's tile; its staging pass reads the caller's tensor in any form, and an
+//! unpadded f16 channels-last one it reads in place) runs them as
 //! one convolution of S groups, group s reading input channels s·C/S … (s+1)·C/S − 1 and
 //! writing f32 partial sums of all K outputs (S× the tiles, each 1/S of the work), and a
 //! finishing pass (`reduce.wgsl`) sums each output's S partial sums in a fixed order, adds
@@ -11,7 +12,8 @@
 //! or f16): deterministic, no atomics. The operands are the f16 kernel's (rounded to f16,
 //! range-checked and flagged), the sums f32: the f16 precision's accuracy.
 //!
-//! Configs are a channels-last tile config and the slices: `m64n64k64-t4x8-w4-s1-k4`. The
+//! Configs are the split-K family's ([`SplitConfig`]) with a channels-last tile config:
+//! `m64n64k64-t4x8-w4-s1-k4`. The
 //! family runs ungrouped convolutions whose input channels are a multiple of 8·S (whole
 //! vectors of 8 per slice) and whose output channels are a multiple of 4 (the reduction
 //! reads and writes quads).
@@ -21,11 +23,11 @@ use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
 use crate::families::coop::coop_missing;
 use crate::families::nhwc;
-use crate::families::splitk::{slice_weights, sliced_problem, sliced_spec, MAX_SLICES};
-use crate::families::tiled::{DerivedRun, TileConfig};
+use crate::families::splitk::{slice_params, slice_weights, sliced_problem, sliced_spec, SplitConfig};
+use crate::families::tiled::{pass_workgroup_refusal, sources_in_every_form, DerivedRun, TileConfig};
 use crate::kernel::{
-    compose_operands, ConvParams, Family, Finishing, Kernel, KernelConfig, Operands, Packed, Precision, Shaped, Target,
-    TensorForm, COOPERATIVE_TARGETS, F16_TENSORS, FLAG_RELU,
+    compose_operands, Family, Finishing, Kernel, KernelConfig, Operands, Packed, Precision, Shaped, Target, TensorForm,
+    COOPERATIVE_TARGETS, F16_TENSORS,
 };
 use crate::spec::{Conv2dSpec, ConvProblem, Shape4};
 
@@ -45,54 +47,19 @@ pub(crate) struct CoopSplitK;
 /// `coop-splitk-f16`.
 pub(crate) static COOP_SPLITK_F16: CoopSplitK = CoopSplitK;
 
-/// A config: the channels-last kernel's tile and the slices of K.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct CoopSplitConfig {
-    /// The channels-last kernel's tile.
-    pub tile: TileConfig,
-    /// Slices of whole input channels K is cut into (2 to 64).
-    pub slices: u32,
-}
-
-impl CoopSplitConfig {
-    /// The family's reference config: the 64×64 block in 4 slices.
-    pub const REFERENCE: CoopSplitConfig =
-        CoopSplitConfig { tile: TileConfig::with_thread_tile(64, 64, 64, 4, 8, 1), slices: 4 };
-
-    /// The config's name, e.g. `m64n64k64-t4x8-w4-s1-k4`.
-    pub fn name(&self) -> String {
-        format!("{}-k{}", self.tile.name(), self.slices)
-    }
-
-    /// Parses a name of [`CoopSplitConfig::name`]'s form (syntax and slices only: the tile's
-    /// checks are the channels-last kernel's, at `check_shape`).
-    pub fn parse(s: &str) -> Result<CoopSplitConfig> {
-        let bad = || {
-            Error::ConfigParse(format!(
-                "split-K config {s:?}: expected <tile config>-k<slices>, e.g. m64n64k64-t4x8-w4-s1-k4"
-            ))
-        };
-        let (tile, slices) = s.rsplit_once("-k").ok_or_else(bad)?;
-        let cfg = CoopSplitConfig { tile: TileConfig::parse(tile)?, slices: slices.parse().map_err(|_| bad())? };
-        if !(2..=MAX_SLICES).contains(&cfg.slices) {
-            return Err(Error::KernelRefused {
-                kernel: format!("{}:{}", COOP_SPLITK_F16.name(), cfg.name()),
-                reason: format!("{} slices of K: from 2 to {MAX_SLICES}", cfg.slices),
-            });
-        }
-        Ok(cfg)
-    }
-}
+/// The family's reference config: the channels-last kernel's 64×64 block in 4 slices.
+pub const COOP_SPLIT_REFERENCE: SplitConfig =
+    SplitConfig { tile: TileConfig::with_thread_tile(64, 64, 64, 4, 8, 1), slices: 4 };
 
 /// The configs the benchmark and the tuner try, the reference first: the channels-last
 /// kernel's 64×64 block (K steps of 64, 4 warps) in 2, 4, 8 and 16 slices and its 128×128
 /// block (K steps of 32, 4 warps) in 2, 4 and 8.
-pub fn coop_split_sweep() -> Vec<CoopSplitConfig> {
+pub fn coop_split_sweep() -> Vec<SplitConfig> {
     let small = TileConfig::with_thread_tile(64, 64, 64, 4, 8, 1);
     let large = TileConfig::with_thread_tile(128, 128, 32, 16, 8, 1);
-    let mut sweep = vec![CoopSplitConfig::REFERENCE];
+    let mut sweep = vec![COOP_SPLIT_REFERENCE];
     for (tile, slices) in [(small, 2), (small, 8), (small, 16), (large, 2), (large, 4), (large, 8)] {
-        sweep.push(CoopSplitConfig { tile, slices });
+        sweep.push(SplitConfig { tile, slices });
     }
     sweep
 }
@@ -108,10 +75,10 @@ impl Family for CoopSplitK {
         coop_missing(caps)
     }
     fn parse(&'static self, config: &str) -> Result<Kernel> {
-        Ok(self.with(CoopSplitConfig::parse(config)?))
+        Ok(self.with(SplitConfig::parse_slices(config)?))
     }
     fn reference(&'static self) -> Kernel {
-        self.with(CoopSplitConfig::REFERENCE)
+        self.with(COOP_SPLIT_REFERENCE)
     }
     fn sweep(&'static self) -> Vec<Kernel> {
         coop_split_sweep().into_iter().map(|cfg| self.with(cfg)).collect()
@@ -123,7 +90,7 @@ impl Family for CoopSplitK {
 
 impl CoopSplitK {
     /// This family's kernel of a config.
-    pub(crate) fn with(&'static self, cfg: CoopSplitConfig) -> Kernel {
+    pub(crate) fn with(&'static self, cfg: SplitConfig) -> Kernel {
         Kernel::new(CoopSplitKernel { cfg })
     }
 }
@@ -131,7 +98,7 @@ impl CoopSplitK {
 /// A kernel of the family.
 #[derive(Debug)]
 pub(crate) struct CoopSplitKernel {
-    cfg: CoopSplitConfig,
+    cfg: SplitConfig,
 }
 
 impl CoopSplitKernel {
@@ -199,14 +166,10 @@ impl KernelConfig for CoopSplitKernel {
     }
     fn check_limits(&self, limits: &KernelLimits) -> Result<()> {
         self.gemm()?.config().check_limits(limits)?;
-        let most = limits.invocations_per_workgroup.min(limits.workgroup_size_x);
-        if REDUCE_WG > most {
-            return Err(self.refuse(format!(
-                "the reduction's {REDUCE_WG} invocations per workgroup exceed the device's {most} ({})",
-                limits.invocations_limit_name()
-            )));
+        match pass_workgroup_refusal(limits, REDUCE_WG, "the reduction's") {
+            Some(reason) => Err(self.refuse(reason)),
+            None => Ok(()),
         }
-        Ok(())
     }
     fn check_spec(&self, spec: &Conv2dSpec, limits: &KernelLimits) -> Result<()> {
         let s = self.cfg.slices;
@@ -254,17 +217,12 @@ impl KernelConfig for CoopSplitKernel {
         let spec = Conv2dSpec::new(16 * self.cfg.slices, 24, 3).padding(crate::spec::Padding::uniform(1));
         let limits = KernelLimits::with_workgroup_bytes(49152);
         let problem = spec.problem(Shape4::new(2, spec.in_channels, 7, 8))?;
-        let mut sources = Vec::new();
-        for channels_last in [false, true] {
-            for f16 in [false, true] {
-                let shaped = self.shaped(&problem, &limits, TensorForm { channels_last, f16 })?;
-                if !channels_last && !f16 {
-                    sources.push(shaped.source()?);
-                }
-                sources.extend(shaped.staging().map(|s| s.source.clone()));
-                sources.extend(shaped.finishing().map(|f| f.source.clone()));
-            }
-        }
+        let mut sources = sources_in_every_form(|form| self.shaped(&problem, &limits, form))?;
+        // An unpadded 1×1 layer on f16 channels-last tensors: the kernel reads them in place
+        // (no staging pass) and writes f32 partial sums.
+        let pointwise = Conv2dSpec::new(spec.in_channels, 24, 1).problem(Shape4::new(2, spec.in_channels, 7, 8))?;
+        let in_place = self.shaped(&pointwise, &limits, TensorForm { channels_last: true, f16: true })?;
+        sources.push(in_place.source()?);
         Ok(sources)
     }
     fn invocations(&self) -> u32 {
@@ -277,26 +235,10 @@ impl KernelConfig for CoopSplitKernel {
         Some(self.cfg.tile)
     }
     fn with_tile(&self, tile: TileConfig) -> Option<Kernel> {
-        Some(COOP_SPLITK_F16.with(CoopSplitConfig { tile, ..self.cfg }))
+        Some(COOP_SPLITK_F16.with(SplitConfig { tile, ..self.cfg }))
     }
     fn operand_halves(&self) -> Option<u32> {
         Some(1)
-    }
-}
-
-/// The channels-last kernel's parameters for the slices: S groups of C/S input channels
-/// each writing every output (to the reduction's scratch, from its start), no activation
-/// (the reduction applies it).
-fn slice_params(p: &ConvParams, s: u32) -> ConvParams {
-    ConvParams {
-        c_out: p.c_out * s,
-        c_in_per_group: p.c_in / s,
-        c_out_per_group: p.c_out,
-        groups: s,
-        k_total: p.k_total / s,
-        out_offset: 0,
-        flags: p.flags & !FLAG_RELU,
-        ..*p
     }
 }
 
@@ -346,11 +288,11 @@ mod tests {
     #[test]
     fn names_and_refusals() {
         for cfg in coop_split_sweep() {
-            assert_eq!(CoopSplitConfig::parse(&cfg.name()).unwrap(), cfg);
+            assert_eq!(SplitConfig::parse_slices(&cfg.name()).unwrap(), cfg);
             COOP_SPLITK_F16.with(cfg).config().check_shape().unwrap();
         }
-        assert!(CoopSplitConfig::parse("m64n64k64-t4x8-w4-s1-k1").is_err());
-        assert!(CoopSplitConfig::parse("m64n64k64-t4x8-w4-s1").is_err());
+        assert!(SplitConfig::parse_slices("m64n64k64-t4x8-w4-s1-k1").is_err());
+        assert!(SplitConfig::parse_slices("m64n64k64-t4x8-w4-s1").is_err());
         let limits = KernelLimits::with_workgroup_bytes(48 * 1024);
         let k = COOP_SPLITK_F16.reference();
         for spec in [Conv2dSpec::new(48, 8, 3), Conv2dSpec::new(64, 6, 3), Conv2dSpec::new(64, 8, 3).groups(2)] {

@@ -9,25 +9,12 @@
 #import reduce_config
 #import layout_config
 #import params
-#ifdef F16_TENSORS
-#import f16_bits
-#endif
 
 @group(0) @binding(1) var<storage, read> partials: array<vec4<f32>>;
 // The family's bias buffer: S·K zeros, which the kernel adds to the partial sums, then the
 // K biases.
 @group(0) @binding(3) var<storage, read> bias: array<vec4<f32>>;
-#ifdef F16_TENSORS
-@group(0) @binding(5) var<storage, read_write> output: array<f16>;
-fn output_value(v: f32) -> f16 {
-    return to_f16(v);
-}
-#else
-@group(0) @binding(5) var<storage, read_write> output: array<f32>;
-fn output_value(v: f32) -> f32 {
-    return v;
-}
-#endif
+#import output_tensor
 
 // Quads fastest on a channels-last output (a warp reads and writes runs of channels),
 // positions fastest on an NCHW one (a warp writes runs of a channel's positions).

@@ -40,10 +40,11 @@ use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
 use crate::families::coop::coop_missing;
 use crate::families::nhwc;
-use crate::families::tiled::{DerivedRun, TileConfig};
+use crate::families::tiled::{pass_workgroup_refusal, sources_in_every_form, DerivedRun, TileConfig};
+use crate::families::winograd::{self, COMPONENTS};
 use crate::kernel::{
-    compose_operands, ConvParams, Family, Finishing, Kernel, KernelConfig, Operands, Packed, Precision, Shaped,
-    Staging, Target, TensorForm, COOPERATIVE_TARGETS, F16_TENSORS,
+    compose_operands, Family, Finishing, Kernel, KernelConfig, Operands, Packed, Precision, Shaped, Staging, Target,
+    TensorForm, COOPERATIVE_TARGETS, F16_TENSORS,
 };
 use crate::spec::{Conv2dSpec, ConvProblem, Shape4};
 
@@ -52,8 +53,6 @@ const OUTPUT_WGSL: &str = include_str!("output.wgsl");
 
 /// Invocations per workgroup of the transforms.
 const TRANSFORM_WG: u32 = 256;
-/// Components of a transformed tile (4×4).
-const COMPONENTS: u32 = 16;
 /// Channels per staged vector.
 const VEC: u32 = 8;
 /// Output channels per invocation of the output transform (and the products' padding).
@@ -125,14 +124,9 @@ fn gemm_spec(spec: &Conv2dSpec) -> Conv2dSpec {
     Conv2dSpec::new(c, k, 1).groups(COMPONENTS)
 }
 
-/// Tiles of 2×2 outputs over an output plane: `[TH, TW]`.
-fn tiles(problem: &ConvProblem) -> [u32; 2] {
-    [problem.output.h.div_ceil(2), problem.output.w.div_ceil(2)]
-}
-
 /// The GEMM's problem: the transformed input as `[N, 16·C8, TH, TW]` (channels last).
 fn gemm_problem(problem: &ConvProblem) -> Result<ConvProblem> {
-    let [th, tw] = tiles(problem);
+    let [th, tw] = winograd::tiles(problem);
     let spec = gemm_spec(&problem.spec);
     spec.problem(Shape4::new(problem.input.n, spec.in_channels, th, tw))
 }
@@ -140,36 +134,6 @@ fn gemm_problem(problem: &ConvProblem) -> Result<ConvProblem> {
 /// The largest weight magnitude whose transform stays within f16's range: U's largest
 /// entry is a quarter of a sum of nine weights.
 pub(crate) const MAX_WEIGHT: f32 = 65504.0 / 2.25;
-
-/// `U = G g Gᵀ` as the GEMM's weights `[16·K4][C8]` (row ξ·K4 + k for component
-/// ξ = 4·row + col; zeros for the padded channels), from `[C_out, C_in, 3, 3]`.
-fn transform_weights(spec: &Conv2dSpec, weight: &[f32]) -> Result<Vec<f32>> {
-    let (k_out, c_in) = (spec.out_channels as usize, spec.in_channels as usize);
-    let (k4, c8) = (quads(spec) as usize, channels(spec) as usize);
-    let mut u = alloc::zeroed_vec::<f32>(COMPONENTS as usize * k4 * c8, "the transformed weights")?;
-    for k in 0..k_out {
-        for c in 0..c_in {
-            let g = &weight[(k * c_in + c) * 9..][..9];
-            // G g: 4×3, G = [1 0 0; ½ ½ ½; ½ -½ ½; 0 0 1].
-            let mut gg = [[0.0f32; 3]; 4];
-            for j in 0..3 {
-                let (g0, g1, g2) = (g[j], g[3 + j], g[6 + j]);
-                gg[0][j] = g0;
-                gg[1][j] = 0.5 * (g0 + g1 + g2);
-                gg[2][j] = 0.5 * (g0 - g1 + g2);
-                gg[3][j] = g2;
-            }
-            for (i, row) in gg.iter().enumerate() {
-                let (a, b, c2) = (row[0], row[1], row[2]);
-                let t = [a, 0.5 * (a + b + c2), 0.5 * (a - b + c2), c2];
-                for (j, v) in t.into_iter().enumerate() {
-                    u[((i * 4 + j) * k4 + k) * c8 + c] = v;
-                }
-            }
-        }
-    }
-    Ok(u)
-}
 
 impl CoopWinogradKernel {
     /// The channels-last f16 kernel that runs the GEMM.
@@ -183,7 +147,7 @@ impl CoopWinogradKernel {
 
     /// The transforms' WGSL for a problem and the caller's tensors in `form`.
     fn transform_source(&self, problem: &ConvProblem, form: TensorForm, output: bool) -> Result<String> {
-        let [th, tw] = tiles(problem);
+        let [th, tw] = winograd::tiles(problem);
         let s = &problem.spec;
         let config = format!(
             "const WG: u32 = {TRANSFORM_WG}u;\nconst C: u32 = {c}u;\nconst K: u32 = {k}u;\n\
@@ -221,12 +185,12 @@ impl CoopWinogradKernel {
         let gemm_problem = gemm_problem(problem)?;
         let staged = TensorForm { channels_last: true, f16: true };
         let gemm = nhwc::f16_gemm(self.tile, &gemm_problem, staged, true, true)?;
-        let [th, tw] = tiles(problem);
+        let [th, tw] = winograd::tiles(problem);
         let tiles = th as u64 * tw as u64;
         let (c8, k4) = (channels(&problem.spec) as u64 / VEC as u64, quads(&problem.spec) as u64);
         Ok(Box::new(DerivedRun {
             gemm,
-            params: Box::new(move |p| gemm_params(&gemm_problem, p)),
+            params: Box::new(move |p| winograd::gemm_params(&gemm_problem, p)),
             staging: Some(Staging {
                 source: self.transform_source(problem, form, false)?,
                 bytes_per_image: COMPONENTS as u64 * c8 * VEC as u64 * 2 * tiles,
@@ -257,29 +221,14 @@ impl KernelConfig for CoopWinogradKernel {
     }
     fn check_limits(&self, limits: &KernelLimits) -> Result<()> {
         self.gemm()?.config().check_limits(limits)?;
-        let most = limits.invocations_per_workgroup.min(limits.workgroup_size_x);
-        if TRANSFORM_WG > most {
-            return Err(self.refuse(format!(
-                "the transforms' {TRANSFORM_WG} invocations per workgroup exceed the device's {most} ({})",
-                limits.invocations_limit_name()
-            )));
+        match pass_workgroup_refusal(limits, TRANSFORM_WG, "the transforms'") {
+            Some(reason) => Err(self.refuse(reason)),
+            None => Ok(()),
         }
-        Ok(())
     }
     fn check_spec(&self, spec: &Conv2dSpec, limits: &KernelLimits) -> Result<()> {
-        let fits = spec.kernel == [3, 3] && spec.stride == [1, 1] && spec.dilation == [1, 1] && spec.groups == 1;
-        if !fits {
-            return Err(self.refuse(format!(
-                "F(2×2, 3×3) runs 3×3 kernels of stride 1, no dilation and no groups, not {}x{} stride {}x{} \
-                 dilation {}x{} groups {}",
-                spec.kernel[0],
-                spec.kernel[1],
-                spec.stride[0],
-                spec.stride[1],
-                spec.dilation[0],
-                spec.dilation[1],
-                spec.groups
-            )));
+        if let Some(reason) = winograd::shape_refusal(spec) {
+            return Err(self.refuse(reason));
         }
         self.gemm()?.config().check_spec(&gemm_spec(spec), limits)
     }
@@ -296,7 +245,7 @@ impl KernelConfig for CoopWinogradKernel {
             });
         }
         let gemm = gemm_spec(spec);
-        let u = transform_weights(spec, weight)?;
+        let u = winograd::transform_weights_padded(spec, weight, quads(spec), channels(spec))?;
         let zeros = alloc::zeroed_vec::<f32>(gemm.out_channels as usize, "the GEMM's zero bias")?;
         let mut packed = self.gemm()?.config().pack(&gemm, &u, &zeros)?;
         // The GEMM adds the first 16·K4 (zeros); the output transform reads the K4 after.
@@ -325,19 +274,7 @@ impl KernelConfig for CoopWinogradKernel {
         let spec = Conv2dSpec::new(20, 24, 3).padding(crate::spec::Padding::uniform(1));
         let limits = KernelLimits::with_workgroup_bytes(49152);
         let problem = spec.problem(Shape4::new(2, 20, 7, 8))?;
-        let mut sources = Vec::new();
-        for channels_last in [false, true] {
-            for f16 in [false, true] {
-                let form = TensorForm { channels_last, f16 };
-                let shaped = self.shaped(&problem, &limits, form)?;
-                if !channels_last && !f16 {
-                    sources.push(shaped.source()?);
-                }
-                sources.extend(shaped.staging().map(|s| s.source.clone()));
-                sources.extend(shaped.finishing().map(|f| f.source.clone()));
-            }
-        }
-        Ok(sources)
+        sources_in_every_form(|form| self.shaped(&problem, &limits, form))
     }
     fn invocations(&self) -> u32 {
         self.tile.invocations()
@@ -356,111 +293,12 @@ impl KernelConfig for CoopWinogradKernel {
     }
 }
 
-/// The channels-last kernel's parameters for the GEMM: a 1×1 convolution of 16 groups over
-/// the transformed input (the staging scratch, from its start) into the products (the
-/// finishing pass's scratch), no activation (the output transform applies it).
-fn gemm_params(g: &ConvProblem, p: &ConvParams) -> ConvParams {
-    let (c, th, tw) = (g.input.c, g.input.h, g.input.w);
-    ConvParams {
-        c_in: c,
-        h: th,
-        w: tw,
-        c_out: g.output.c,
-        oh: th,
-        ow: tw,
-        batch: p.batch,
-        m_total: p.batch * th * tw,
-        kh: 1,
-        kw: 1,
-        stride_h: 1,
-        stride_w: 1,
-        pad_top: 0,
-        pad_left: 0,
-        dil_h: 1,
-        dil_w: 1,
-        c_in_per_group: c / COMPONENTS,
-        c_out_per_group: g.output.c / COMPONENTS,
-        groups: COMPONENTS,
-        k_total: c / COMPONENTS,
-        in_offset: 0,
-        out_offset: 0,
-        flags: 0,
-        out_scale: p.out_scale,
-    }
-}
-
-/// The CPU twin of the three passes on an NCHW problem: V as `input.wgsl` computes it
-/// (zeros outside the image) rounded to f16, U rounded to f16, the 16 GEMMs summed exactly
-/// and rounded to f16, the output transform in f32 as `output.wgsl`.
+/// The CPU twin of the three passes on an NCHW problem: the f32 family's, with V, U and the
+/// products rounded to f16.
 #[cfg(test)]
 fn coop_winograd_twin(problem: &ConvProblem, input: &[f32], weight: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
     let f16 = |v: f32| half::f16::from_f32(v).to_f32();
-    let spec = &problem.spec;
-    let (n, c, h, w) =
-        (problem.input.n as usize, problem.input.c as usize, problem.input.h as i64, problem.input.w as i64);
-    let (k_out, oh, ow) = (problem.output.c as usize, problem.output.h as usize, problem.output.w as usize);
-    let [th, tw] = tiles(problem).map(|t| t as usize);
-    let (k4, c8) = (quads(spec) as usize, channels(spec) as usize);
-    let u: Vec<f32> = transform_weights(spec, weight).unwrap().into_iter().map(f16).collect();
-    let mut out = vec![f32::NAN; problem.output.len() as usize];
-    for img in 0..n {
-        for ty in 0..th {
-            for tx in 0..tw {
-                let y0 = (2 * ty) as i64 - spec.padding.top as i64;
-                let x0 = (2 * tx) as i64 - spec.padding.left as i64;
-                let v: Vec<[f32; 16]> = (0..c)
-                    .map(|ci| {
-                        let at = |i: i64, j: i64| {
-                            let (iy, ix) = (y0 + i, x0 + j);
-                            match (0..h).contains(&iy) && (0..w).contains(&ix) {
-                                true => input[((img * c + ci) as i64 * h * w + iy * w + ix) as usize],
-                                false => 0.0,
-                            }
-                        };
-                        let mut b = [[0.0f32; 4]; 4];
-                        for j in 0..4 {
-                            let col = [at(0, j), at(1, j), at(2, j), at(3, j)];
-                            b[0][j as usize] = col[0] - col[2];
-                            b[1][j as usize] = col[1] + col[2];
-                            b[2][j as usize] = col[2] - col[1];
-                            b[3][j as usize] = col[1] - col[3];
-                        }
-                        let mut v = [0.0f32; 16];
-                        for i in 0..4 {
-                            v[i * 4] = f16(b[i][0] - b[i][2]);
-                            v[i * 4 + 1] = f16(b[i][1] + b[i][2]);
-                            v[i * 4 + 2] = f16(b[i][2] - b[i][1]);
-                            v[i * 4 + 3] = f16(b[i][1] - b[i][3]);
-                        }
-                        v
-                    })
-                    .collect();
-                for k in 0..k_out {
-                    let mut m = [0.0f32; 16];
-                    for (xi, mv) in m.iter_mut().enumerate() {
-                        let row = &u[(xi * k4 + k) * c8..][..c];
-                        *mv = f16(row.iter().zip(&v).map(|(&uw, vc)| uw as f64 * vc[xi] as f64).sum::<f64>() as f32);
-                    }
-                    let mut t = [[0.0f32; 4]; 2];
-                    for j in 0..4 {
-                        t[0][j] = m[j] + m[4 + j] + m[8 + j];
-                        t[1][j] = m[4 + j] - m[8 + j] - m[12 + j];
-                    }
-                    let b = bias.map_or(0.0, |b| b[k]);
-                    for (r, row) in t.iter().enumerate() {
-                        let ys = [row[0] + row[1] + row[2] + b, row[1] - row[2] - row[3] + b];
-                        for (s, y) in ys.into_iter().enumerate() {
-                            let (oy, ox) = (2 * ty + r, 2 * tx + s);
-                            if oy < oh && ox < ow {
-                                out[((img * k_out + k) * oh + oy) * ow + ox] = y;
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-    out
+    winograd::winograd_twin_rounded(problem, input, weight, bias, f16)
 }
 
 #[cfg(test)]
@@ -497,15 +335,9 @@ mod tests {
     fn refusals_name_the_limit() {
         let k = COOP_WINOGRAD_F16.reference();
         let limits = KernelLimits::with_workgroup_bytes(49152);
-        for (spec, what) in [
-            (Conv2dSpec::new(4, 4, 5), "not 5x5"),
-            (Conv2dSpec::new(4, 4, 3).stride((2, 2)), "stride 2x2"),
-            (Conv2dSpec::new(4, 4, 3).dilation((2, 2)), "dilation 2x2"),
-            (Conv2dSpec::new(4, 4, 3).groups(2), "groups 2"),
-        ] {
-            let e = k.config().check_spec(&spec, &limits).unwrap_err().to_string();
-            assert!(e.contains(what) && e.contains("F(2×2, 3×3)"), "{e}");
-        }
+        // The shapes F(2×2, 3×3) refuses (`winograd::shape_refusal`, tested there).
+        let e = k.config().check_spec(&Conv2dSpec::new(4, 4, 3).stride((2, 2)), &limits).unwrap_err().to_string();
+        assert!(e.contains("stride 2x2") && e.contains("F(2×2, 3×3)") && e.contains("coop-winograd-f16"), "{e}");
         assert!(k.config().check_spec(&Conv2dSpec::new(4, 4, 3), &limits).is_ok());
         let spec = Conv2dSpec::new(1, 1, 3);
         let mut w = vec![1.0f32; 9];

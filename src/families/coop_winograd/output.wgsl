@@ -10,9 +10,6 @@
 #import layout_config
 #import params
 #import precision
-#ifdef F16_TENSORS
-#import f16_bits
-#endif
 
 // Four f16 products per element.
 @group(0) @binding(1) var<storage, read> products: array<vec2<u32>>;
@@ -27,17 +24,7 @@ fn product(i: u32) -> vec4<f32> {
 // The family's bias buffer: 16·K4 zeros, which the GEMM adds to the products, then the K
 // biases (K4 of them, padded with zeros).
 @group(0) @binding(3) var<storage, read> bias: array<vec4<f32>>;
-#ifdef F16_TENSORS
-@group(0) @binding(5) var<storage, read_write> output: array<f16>;
-fn output_value(v: f32) -> f16 {
-    return to_f16(v);
-}
-#else
-@group(0) @binding(5) var<storage, read_write> output: array<f32>;
-fn output_value(v: f32) -> f32 {
-    return v;
-}
-#endif
+#import output_tensor
 
 // Quads fastest: a warp reads 32 neighbouring quads of each component.
 @compute @workgroup_size(WG)

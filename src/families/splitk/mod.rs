@@ -13,7 +13,7 @@
 use crate::alloc;
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
-use crate::families::tiled::{self, DerivedRun, TileConfig};
+use crate::families::tiled::{self, pass_workgroup_refusal, DerivedRun, TileConfig};
 use crate::kernel::{
     compose, ConvParams, Family, Finishing, Kernel, KernelConfig, Packed, Precision, Shaped, Target, ALL_TARGETS,
     FLAG_RELU,
@@ -56,6 +56,15 @@ impl SplitConfig {
 
     /// Parses a name of [`SplitConfig::name`]'s form.
     pub fn parse(s: &str) -> Result<SplitConfig> {
+        let cfg = SplitConfig::parse_slices(s)?;
+        cfg.check_shape()?;
+        Ok(cfg)
+    }
+
+    /// Parses the name and checks the slices, not the tile (whose checks are those of the
+    /// kernel that runs the slices: the tiled kernel's, or the channels-last one's for
+    /// `coop-splitk-f16`).
+    pub(crate) fn parse_slices(s: &str) -> Result<SplitConfig> {
         let bad = || {
             Error::ConfigParse(format!(
                 "split-K config {s:?}: expected <tile config>-k<slices>, e.g. m32n32k32-t4x4-w2-s2-k8"
@@ -63,13 +72,18 @@ impl SplitConfig {
         };
         let (tile, slices) = s.rsplit_once("-k").ok_or_else(bad)?;
         let cfg = SplitConfig { tile: TileConfig::parse(tile)?, slices: slices.parse().map_err(|_| bad())? };
-        cfg.check_shape()?;
+        cfg.check_slices()?;
         Ok(cfg)
     }
 
     /// Device-independent checks.
     pub fn check_shape(&self) -> Result<()> {
         self.tile.check_shape()?;
+        self.check_slices()
+    }
+
+    /// The slices are in range.
+    fn check_slices(&self) -> Result<()> {
         if !(2..=MAX_SLICES).contains(&self.slices) {
             return Err(Error::KernelRefused {
                 kernel: self.name(),
@@ -205,14 +219,10 @@ impl KernelConfig for SplitKernel {
     fn check_limits(&self, limits: &KernelLimits) -> Result<()> {
         self.cfg.check_shape()?;
         self.gemm().config().check_limits(limits)?;
-        let most = limits.invocations_per_workgroup.min(limits.workgroup_size_x);
-        if REDUCE_WG > most {
-            return Err(self.refuse(format!(
-                "the reduction's {REDUCE_WG} invocations per workgroup exceed the device's {most} ({})",
-                limits.invocations_limit_name()
-            )));
+        match pass_workgroup_refusal(limits, REDUCE_WG, "the reduction's") {
+            Some(reason) => Err(self.refuse(reason)),
+            None => Ok(()),
         }
-        Ok(())
     }
     fn check_spec(&self, spec: &Conv2dSpec, limits: &KernelLimits) -> Result<()> {
         let s = self.cfg.slices;
@@ -285,10 +295,10 @@ impl KernelConfig for SplitKernel {
     }
 }
 
-/// The tiled kernel's parameters for the slices: S groups of C/S input channels each writing
+/// The GEMM kernel's parameters for the slices: S groups of C/S input channels each writing
 /// every output (to the reduction's scratch, from its start), no activation (the reduction
 /// applies it).
-fn slice_params(p: &ConvParams, s: u32) -> ConvParams {
+pub(crate) fn slice_params(p: &ConvParams, s: u32) -> ConvParams {
     ConvParams {
         c_out: p.c_out * s,
         c_in_per_group: p.c_in / s,

@@ -48,17 +48,7 @@ fn output_value4(v: vec4<f32>) -> vec4<f32> {
 }
 #endif
 #else
-#ifdef F16_TENSORS
-@group(0) @binding(5) var<storage, read_write> output: array<f16>;
-fn output_value(v: f32) -> f16 {
-    return to_f16(v);
-}
-#else
-@group(0) @binding(5) var<storage, read_write> output: array<f32>;
-fn output_value(v: f32) -> f32 {
-    return v;
-}
-#endif
+#import output_tensor
 #endif
 
 // The grid, written by the host (`GatherGrid`, same field order): `block_m × block_n` tiles

@@ -6,7 +6,7 @@
 pub use crate::tile::{default_sweep, TileConfig};
 
 mod derived;
-pub(crate) use derived::DerivedRun;
+pub(crate) use derived::{pass_workgroup_refusal, sources_in_every_form, DerivedRun};
 
 use crate::alloc;
 use crate::caps::{DeviceCaps, KernelLimits};

@@ -16,7 +16,7 @@
 use crate::alloc;
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
-use crate::families::tiled::{self, default_sweep, DerivedRun, TileConfig};
+use crate::families::tiled::{self, default_sweep, pass_workgroup_refusal, DerivedRun, TileConfig};
 use crate::kernel::{
     compose, ConvParams, Family, Finishing, Kernel, KernelConfig, Packed, Precision, Shaped, Staging, Target,
     ALL_TARGETS, FINISHING_WEIGHT_BINDING,
@@ -30,7 +30,7 @@ const OUTPUT_TRANSFORM_WGSL: &str = include_str!("output_transform.wgsl");
 const TRANSFORM_WG: u32 = 256;
 
 /// Components of a transformed tile (4×4).
-const COMPONENTS: u32 = 16;
+pub(crate) const COMPONENTS: u32 = 16;
 
 /// The family.
 #[derive(Debug)]
@@ -83,8 +83,27 @@ fn gemm_spec(spec: &Conv2dSpec) -> Conv2dSpec {
     Conv2dSpec::new(c, k, 1).groups(COMPONENTS)
 }
 
+/// Why F(2×2, 3×3) cannot run a spec's shape (3×3 kernels of stride 1, no dilation, no
+/// groups only), or `None`.
+pub(crate) fn shape_refusal(spec: &Conv2dSpec) -> Option<String> {
+    let fits = spec.kernel == [3, 3] && spec.stride == [1, 1] && spec.dilation == [1, 1] && spec.groups == 1;
+    (!fits).then(|| {
+        format!(
+            "F(2×2, 3×3) runs 3×3 kernels of stride 1, no dilation and no groups, not {}x{} stride {}x{} \
+             dilation {}x{} groups {}",
+            spec.kernel[0],
+            spec.kernel[1],
+            spec.stride[0],
+            spec.stride[1],
+            spec.dilation[0],
+            spec.dilation[1],
+            spec.groups
+        )
+    })
+}
+
 /// Tiles of 2×2 outputs over an output plane: `[TH, TW]`.
-fn tiles(problem: &ConvProblem) -> [u32; 2] {
+pub(crate) fn tiles(problem: &ConvProblem) -> [u32; 2] {
     [problem.output.h.div_ceil(2), problem.output.w.div_ceil(2)]
 }
 
@@ -97,8 +116,15 @@ pub(crate) fn gemm_problem(problem: &ConvProblem) -> Result<ConvProblem> {
 /// `U = G g Gᵀ` per output and input channel, as the GEMM's weights `[16·C_out][C_in]`
 /// (row ξ·C_out + k for component ξ = 4·row + col), from `[C_out, C_in, 3, 3]`.
 pub(crate) fn transform_weights(spec: &Conv2dSpec, weight: &[f32]) -> Result<Vec<f32>> {
+    transform_weights_padded(spec, weight, spec.out_channels, spec.in_channels)
+}
+
+/// [`transform_weights`] with the rows of each component padded to `rows` output channels and
+/// the columns to `columns` input channels (zeros), `[16·rows][columns]`.
+pub(crate) fn transform_weights_padded(spec: &Conv2dSpec, weight: &[f32], rows: u32, columns: u32) -> Result<Vec<f32>> {
     let (k_out, c_in) = (spec.out_channels as usize, spec.in_channels as usize);
-    let mut u = alloc::zeroed_vec::<f32>(COMPONENTS as usize * k_out * c_in, "the transformed weights")?;
+    let (rows, columns) = (rows as usize, columns as usize);
+    let mut u = alloc::zeroed_vec::<f32>(COMPONENTS as usize * rows * columns, "the transformed weights")?;
     for k in 0..k_out {
         for c in 0..c_in {
             let g = &weight[(k * c_in + c) * 9..][..9];
@@ -115,7 +141,7 @@ pub(crate) fn transform_weights(spec: &Conv2dSpec, weight: &[f32]) -> Result<Vec
                 let (a, b, c2) = (row[0], row[1], row[2]);
                 let t = [a, 0.5 * (a + b + c2), 0.5 * (a - b + c2), c2];
                 for (j, v) in t.into_iter().enumerate() {
-                    u[((i * 4 + j) * k_out + k) * c_in + c] = v;
+                    u[((i * 4 + j) * rows + k) * columns + c] = v;
                 }
             }
         }
@@ -168,29 +194,14 @@ impl KernelConfig for WinogradKernel {
     }
     fn check_limits(&self, limits: &KernelLimits) -> Result<()> {
         self.gemm().config().check_limits(limits)?;
-        let most = limits.invocations_per_workgroup.min(limits.workgroup_size_x);
-        if TRANSFORM_WG > most {
-            return Err(self.refuse(format!(
-                "the transforms' {TRANSFORM_WG} invocations per workgroup exceed the device's {most} ({})",
-                limits.invocations_limit_name()
-            )));
+        match pass_workgroup_refusal(limits, TRANSFORM_WG, "the transforms'") {
+            Some(reason) => Err(self.refuse(reason)),
+            None => Ok(()),
         }
-        Ok(())
     }
     fn check_spec(&self, spec: &Conv2dSpec, limits: &KernelLimits) -> Result<()> {
-        let fits = spec.kernel == [3, 3] && spec.stride == [1, 1] && spec.dilation == [1, 1] && spec.groups == 1;
-        if !fits {
-            return Err(self.refuse(format!(
-                "F(2×2, 3×3) runs 3×3 kernels of stride 1, no dilation and no groups, not {}x{} stride {}x{} \
-                 dilation {}x{} groups {}",
-                spec.kernel[0],
-                spec.kernel[1],
-                spec.stride[0],
-                spec.stride[1],
-                spec.dilation[0],
-                spec.dilation[1],
-                spec.groups
-            )));
+        if let Some(reason) = shape_refusal(spec) {
+            return Err(self.refuse(reason));
         }
         self.gemm().config().check_spec(&gemm_spec(spec), limits)
     }
@@ -282,10 +293,10 @@ impl KernelConfig for WinogradKernel {
     }
 }
 
-/// The tiled kernel's parameters for the GEMM: a 1×1 convolution of 16 groups over the
-/// transformed input (the staging scratch, from its start) into the products (the finishing
-/// pass's scratch), no activation (the output transform applies it).
-fn gemm_params(g: &ConvProblem, p: &ConvParams) -> ConvParams {
+/// The GEMM kernel's parameters: a 1×1 convolution of 16 groups over the transformed input
+/// `g` (the staging scratch, from its start) into the products (the finishing pass's
+/// scratch), no activation (the output transform applies it).
+pub(crate) fn gemm_params(g: &ConvProblem, p: &ConvParams) -> ConvParams {
     let (c, th, tw) = (g.input.c, g.input.h, g.input.w);
     ConvParams {
         c_in: c,
@@ -321,12 +332,25 @@ fn gemm_params(g: &ConvProblem, p: &ConvParams) -> ConvParams {
 /// weights of [`transform_weights`].
 #[cfg(test)]
 pub(crate) fn winograd_twin(problem: &ConvProblem, input: &[f32], weight: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+    winograd_twin_rounded(problem, input, weight, bias, |v| v)
+}
+
+/// [`winograd_twin`] with the transformed inputs, the transformed weights and the products
+/// each rounded by `round` (to f16 for `coop-winograd-f16`).
+#[cfg(test)]
+pub(crate) fn winograd_twin_rounded(
+    problem: &ConvProblem,
+    input: &[f32],
+    weight: &[f32],
+    bias: Option<&[f32]>,
+    round: impl Fn(f32) -> f32,
+) -> Vec<f32> {
     let spec = &problem.spec;
     let (n, c, h, w) =
         (problem.input.n as usize, problem.input.c as usize, problem.input.h as i64, problem.input.w as i64);
     let (k_out, oh, ow) = (problem.output.c as usize, problem.output.h as usize, problem.output.w as usize);
     let [th, tw] = tiles(problem).map(|t| t as usize);
-    let u = transform_weights(spec, weight).unwrap();
+    let u: Vec<f32> = transform_weights(spec, weight).unwrap().into_iter().map(&round).collect();
     let mut out = vec![f32::NAN; problem.output.len() as usize];
     for img in 0..n {
         for ty in 0..th {
@@ -353,10 +377,10 @@ pub(crate) fn winograd_twin(problem: &ConvProblem, input: &[f32], weight: &[f32]
                         }
                         let mut v = [0.0f32; 16];
                         for i in 0..4 {
-                            v[i * 4] = b[i][0] - b[i][2];
-                            v[i * 4 + 1] = b[i][1] + b[i][2];
-                            v[i * 4 + 2] = b[i][2] - b[i][1];
-                            v[i * 4 + 3] = b[i][1] - b[i][3];
+                            v[i * 4] = round(b[i][0] - b[i][2]);
+                            v[i * 4 + 1] = round(b[i][1] + b[i][2]);
+                            v[i * 4 + 2] = round(b[i][2] - b[i][1]);
+                            v[i * 4 + 3] = round(b[i][1] - b[i][3]);
                         }
                         v
                     })
@@ -364,8 +388,8 @@ pub(crate) fn winograd_twin(problem: &ConvProblem, input: &[f32], weight: &[f32]
                 for k in 0..k_out {
                     let mut m = [[0.0f32; 4]; 4];
                     for (xi, mv) in m.iter_mut().flatten().enumerate() {
-                        *mv =
-                            (0..c).map(|ci| u[(xi * k_out + k) * c + ci] as f64 * v[ci][xi] as f64).sum::<f64>() as f32;
+                        let sum = (0..c).map(|ci| u[(xi * k_out + k) * c + ci] as f64 * v[ci][xi] as f64).sum::<f64>();
+                        *mv = round(sum as f32);
                     }
                     let mut t = [[0.0f32; 4]; 2];
                     for j in 0..4 {
@@ -407,6 +431,24 @@ mod tests {
         for (name, spec, [n, h, w]) in cases {
             let problem = spec.problem(Shape4::new(n, spec.in_channels, h, w)).unwrap();
             crate::reference::check_twin(name, &problem, |x, w, b| winograd_twin(&problem, x, w, b));
+        }
+    }
+
+    /// The padded transform holds the unpadded one's values at the same component, output
+    /// and input channel, and zeros in the padding.
+    #[test]
+    fn padded_weights_hold_the_transform() {
+        let spec = Conv2dSpec::new(5, 7, 3);
+        let w: Vec<f32> = (0..spec.weight_len()).map(|i| (i % 13) as f32 - 6.0).collect();
+        let (u, padded) = (transform_weights(&spec, &w).unwrap(), transform_weights_padded(&spec, &w, 8, 8).unwrap());
+        assert_eq!(padded.len(), 16 * 8 * 8);
+        for xi in 0..16 {
+            for k in 0..8 {
+                for c in 0..8 {
+                    let want = if k < 7 && c < 5 { u[(xi * 7 + k) * 5 + c] } else { 0.0 };
+                    assert_eq!(padded[(xi * 8 + k) * 8 + c], want, "component {xi}, k {k}, c {c}");
+                }
+            }
         }
     }
 
