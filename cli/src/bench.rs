@@ -10,8 +10,9 @@ use wgconv::{Gpu, Kernel, Precision};
 
 /// The declared sweep of a precision on this device: the sweeps of every family of that
 /// precision the device runs (`wgconv::advanced::benchmark_families`: on cooperative
-/// matrices in f16 the stem, gathering, row-band and SIMT kernels, the stem one refused
-/// with its reason where the convolution does not suit it).
+/// matrices in f16 the stem, gathering, channels-last, Winograd, split-K, row-band, SIMT
+/// and depthwise kernels, each refused with its reason where the convolution does not suit
+/// it).
 fn declared_sweep(gpu: &Gpu, precision: Precision) -> CliResult<Vec<Kernel>> {
     let families = benchmark_families(gpu.caps(), precision);
     if families.is_empty() {
