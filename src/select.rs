@@ -721,8 +721,8 @@ pub(crate) fn channels_last_rule(
         if let Some(split) =
             problem.filter(|_| precision == Precision::F16Accum32).and_then(|p| coop_split_estimate(caps, p))
         {
-            let unsplit = coop_f16_seconds(caps, cost);
-            if unsplit.is_some_and(|unsplit| split.seconds * COOP_SPLITK_MIN_GAIN < unsplit) {
+            let unsplit = coop_f16_seconds(caps, cost).filter(|&t| split.seconds * COOP_SPLITK_MIN_GAIN < t);
+            if let Some(unsplit) = unsplit {
                 let reason = format!(
                     "{what} on {tiles} workgroup tiles of {}x{}, too few to fill the device over K = {k}: split-K on \
                      the matrix units, {} slices of {} input channels ({} tiles of {}x{}) and a reduction, \
@@ -735,7 +735,7 @@ pub(crate) fn channels_last_rule(
                     split.cfg.tile.block_m,
                     split.cfg.tile.block_n,
                     split.seconds * 1e3,
-                    unsplit.unwrap_or(0.0) * 1e3
+                    unsplit * 1e3
                 );
                 return Some((coop_splitk::COOP_SPLITK_F16.with(split.cfg), reason));
             }
@@ -759,9 +759,10 @@ pub(crate) fn channels_last_rule(
 /// the output). Fitted jointly on the H100 (Vulkan 580.159.04, 2026-11-27, f16 channels-last
 /// tensors) to 84 dense layers of ResNet-50 at batch 1 and 32, VGG-16, MobileNetV2 and
 /// AlexNet at batch 1, timed with the table's pick and seven split-K configs each (2–16
-/// slices): relative errors of about 14 % (median) on both kernels' times, and picking by
-/// these estimates took each network within 3 % of the best of the eight per layer
-/// (ResNet-50 at batch 1: 1.009 → 0.780 ms, where the best per layer gives 0.779).
+/// slices): relative errors of about 14 % (median) on both kernels' times; picking by
+/// these estimates (with [`COOP_SPLITK_MIN_GAIN`]) took each network within 3.2 % of the best
+/// of the eight per layer (ResNet-50 at batch 1: 1.009 → 0.804 ms, where the best per layer
+/// gives 0.779).
 pub const F16_MATRIX_EFFICIENCY: f64 = 0.205;
 /// See [`F16_MATRIX_EFFICIENCY`].
 const F16_MATRIX_DISPATCH_SECONDS: f64 = 10.3e-6;

@@ -27,7 +27,7 @@ use crate::families::splitk::{slice_params, slice_weights, sliced_problem, slice
 use crate::families::tiled::{pass_workgroup_refusal, sources_in_every_form, DerivedRun, TileConfig};
 use crate::kernel::{
     compose_operands, Family, Finishing, Kernel, KernelConfig, Operands, Packed, Precision, Shaped, Target, TensorForm,
-    COOPERATIVE_TARGETS, F16_TENSORS,
+    COOPERATIVE_TARGETS,
 };
 use crate::spec::{Conv2dSpec, ConvProblem, Shape4};
 
@@ -119,15 +119,14 @@ impl CoopSplitKernel {
             kq = problem.output.c / QUAD,
             plane = problem.output.h * problem.output.w,
         );
-        let layout = ("layout_config", format!("const CHANNELS_LAST: bool = {};\n", form.channels_last));
-        let defines: &[&str] = if form.f16 { &[F16_TENSORS] } else { &[] };
+        let layout = nhwc::layout_config(form.channels_last);
         compose_operands(
             "reduce",
             &[("reduce", REDUCE_WGSL)],
             vec![("reduce_config", config), layout],
             Operands::F32,
             false,
-            defines,
+            nhwc::tensor_defines(form),
         )
     }
 
@@ -135,7 +134,7 @@ impl CoopSplitKernel {
     fn shaped(&self, problem: &ConvProblem, limits: &KernelLimits, form: TensorForm) -> Result<Box<dyn Shaped>> {
         self.check_spec(&problem.spec, limits)?;
         let sliced = sliced_problem(problem, self.cfg.slices)?;
-        let gemm = nhwc::f16_gemm(self.cfg.tile, &sliced, form, false, false)?;
+        let gemm = nhwc::f16_gemm(self.cfg.tile, &sliced, form, false)?;
         let staging = gemm.staging().cloned();
         let outputs = problem.output.per_image();
         let slices = self.cfg.slices;

@@ -44,7 +44,7 @@ use crate::families::tiled::{pass_workgroup_refusal, sources_in_every_form, Deri
 use crate::families::winograd::{self, COMPONENTS};
 use crate::kernel::{
     compose_operands, Family, Finishing, Kernel, KernelConfig, Operands, Packed, Precision, Shaped, Staging, Target,
-    TensorForm, COOPERATIVE_TARGETS, F16_TENSORS,
+    TensorForm, COOPERATIVE_TARGETS,
 };
 use crate::spec::{Conv2dSpec, ConvProblem, Shape4};
 
@@ -165,26 +165,30 @@ impl CoopWinogradKernel {
             pt = s.padding.top,
             pl = s.padding.left,
         );
-        let layout = ("layout_config", format!("const CHANNELS_LAST: bool = {};\n", form.channels_last));
+        let layout = nhwc::layout_config(form.channels_last);
         let generated = vec![("wino_config", config), layout];
-        let mut defines = Vec::new();
-        if form.f16 {
-            defines.push(F16_TENSORS);
-        }
         // The range flag: the f16 operands' checks, and a product that overflowed f16.
         let (entry, wgsl) = match output {
             false => ("input", INPUT_WGSL),
             true => ("output", OUTPUT_WGSL),
         };
-        compose_operands(entry, &[(entry, wgsl)], generated, Operands::F16, false, &defines)
+        compose_operands(entry, &[(entry, wgsl)], generated, Operands::F16, false, nhwc::tensor_defines(form))
     }
 
     /// The three passes for the caller's tensors in `form`.
     fn shaped(&self, problem: &ConvProblem, limits: &KernelLimits, form: TensorForm) -> Result<Box<dyn Shaped>> {
         self.check_spec(&problem.spec, limits)?;
         let gemm_problem = gemm_problem(problem)?;
+        // The input transform writes the f16 channels-last layout the kernel reads in place.
         let staged = TensorForm { channels_last: true, f16: true };
-        let gemm = nhwc::f16_gemm(self.tile, &gemm_problem, staged, true, true)?;
+        let gemm = nhwc::f16_gemm(self.tile, &gemm_problem, staged, true)?;
+        if gemm.staging().is_some() {
+            return Err(Error::unsupported(format!(
+                "the GEMM of {}:{} would stage its input: the transformed input has padded channels",
+                COOP_WINOGRAD_F16.name(),
+                self.tile.name()
+            )));
+        }
         let [th, tw] = winograd::tiles(problem);
         let tiles = th as u64 * tw as u64;
         let (c8, k4) = (channels(&problem.spec) as u64 / VEC as u64, quads(&problem.spec) as u64);

@@ -422,36 +422,26 @@ impl NhwcKernel {
 }
 
 /// `coop-nhwc-f16` with `tile` as the GEMM of a family's derived problem, reading the input
-/// in `input`'s form and writing channels-last output, f16 (`f16_output`; in quads where
-/// the groups allow) or f32, into the family's scratch. Where `staged_in_place`, the input is
-/// the f16 channels-last layout a family's own pass wrote, read in place (the problem must
-/// have no padding and whole vectors of channels per group; there is no staging pass).
+/// in `input`'s form (in place, with no staging pass, where it is f16 channels last with
+/// nothing to pad: [`NhwcKernel::input_in_place`]) and writing channels-last output into the
+/// family's scratch, f16 (`f16_output`; in quads where the groups allow) or f32.
 pub(crate) fn f16_gemm(
     tile: TileConfig,
     problem: &ConvProblem,
     input: TensorForm,
     f16_output: bool,
-    staged_in_place: bool,
 ) -> Result<Box<dyn Shaped>> {
     let kernel = NhwcKernel { family: &COOP_NHWC_F16, tile };
-    let staged = TensorForm { channels_last: true, f16: true };
-    if staged_in_place && !kernel.input_in_place(problem, staged) {
-        return Err(crate::error::Error::unsupported(format!(
-            "a derived GEMM read in place needs no padding and whole vectors of {VEC} channels per group, not {:?}",
-            problem.spec
-        )));
-    }
-    let input = if staged_in_place { staged } else { input };
     kernel.shaped_forms(problem, input, TensorForm { channels_last: true, f16: f16_output })
 }
 
 /// The `layout_config` module: whether the input and output are channels last.
-fn layout_config(channels_last: bool) -> (&'static str, String) {
+pub(crate) fn layout_config(channels_last: bool) -> (&'static str, String) {
     ("layout_config", format!("const CHANNELS_LAST: bool = {channels_last};\n"))
 }
 
 /// The `#define`s of a kernel or pass that reads the tensors in `form`.
-fn tensor_defines(form: TensorForm) -> &'static [&'static str] {
+pub(crate) fn tensor_defines(form: TensorForm) -> &'static [&'static str] {
     match form.f16 {
         true => &[F16_TENSORS],
         false => &[],

@@ -8,7 +8,7 @@ use crate::caps::KernelLimits;
 use crate::error::Result;
 use crate::kernel::{ConvParams, Finishing, Shaped, Staging, TensorForm};
 
-/// How a family derives the tiled kernel's parameters from the convolution's, per chunk.
+/// How a family derives the GEMM kernel's parameters from the convolution's, per chunk.
 pub(crate) type DeriveParams = Box<dyn Fn(&ConvParams) -> ConvParams + Send + Sync>;
 
 /// The GEMM kernel composed for a derived problem, with the family's staging and finishing
