@@ -11,7 +11,7 @@
 mod common;
 use common::*;
 use rand::Rng;
-use wgconv::{reference, Conv2d, Conv2dSpec, Padding, Precision, Shape4};
+use wgconv::{Conv2d, Conv2dSpec, Padding, Precision, Shape4};
 
 const FAMILY: &str = "coop-splitk-f16";
 
@@ -25,7 +25,7 @@ fn random_shapes_match_the_reference() {
     for i in 0..30 {
         let k = sweep[i % sweep.len()].clone();
         let slices: u32 = k.to_string().rsplit_once("-k").unwrap().1.parse().unwrap();
-        let mut case = loop {
+        let case = loop {
             let kernel = [1u32, 3, 5][rng.random_range(0..3)];
             let spec =
                 Conv2dSpec::new(8 * slices * rng.random_range(1..=3u32), 4 * rng.random_range(1..=12u32), kernel)
@@ -40,14 +40,7 @@ fn random_shapes_match_the_reference() {
                     .replayed_by(seed);
             }
         };
-        let relu = i % 3 == 0;
-        if relu {
-            case.want.iter_mut().for_each(|v| *v = reference::relu(*v));
-        }
-        let opts = options_at(Precision::F16Accum32, Some(k.clone()), relu);
-        let conv = Conv2d::new(&gpu, case.spec, &case.w, case.b.as_deref(), opts)
-            .unwrap_or_else(|e| panic!("{}: {e}", case.label(&k.to_string())));
-        check_encode_and_forward(&gpu, &case, &conv, &case.want, TOL_F16);
+        check_f16_kernel(&gpu, &case, &k, i % 3 == 0);
     }
 }
 

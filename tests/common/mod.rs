@@ -516,3 +516,16 @@ pub fn check_f16_in_every_form(gpu: &Gpu, case: &Case, kernel: &Kernel) {
         }
     }
 }
+
+/// `kernel` at f16 precision (ReLU where `relu`) on the case through `encode` into
+/// NaN-poisoned output and `forward`, within the f16 bound of the reference (ReLU applied).
+pub fn check_f16_kernel(gpu: &Gpu, case: &Case, kernel: &Kernel, relu: bool) {
+    let want: Vec<f32> = match relu {
+        true => case.want.iter().map(|&v| reference::relu(v)).collect(),
+        false => case.want.clone(),
+    };
+    let opts = options_at(Precision::F16Accum32, Some(kernel.clone()), relu);
+    let conv = Conv2d::new(gpu, case.spec, &case.w, case.b.as_deref(), opts)
+        .unwrap_or_else(|e| panic!("{}: {e}", case.label(&kernel.to_string())));
+    check_encode_and_forward(gpu, case, &conv, &want, TOL_F16);
+}
