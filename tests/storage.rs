@@ -11,8 +11,8 @@ use common::*;
 use wgconv::half::f16;
 use wgconv::reference::{relu, to_nhwc};
 use wgconv::{
-    BufferIssue, Conv2d, Conv2dOptions, Conv2dSpec as S, Error, Gpu, Kernel, Layout, Padding as P, Precision, Shape4,
-    Storage,
+    BufferIssue, Conv2d, Conv2dOptions, Conv2dSpec as S, Error, Gpu, Kernel, Layout, Padding as P, PaddingMode,
+    Precision, Shape4, Storage,
 };
 
 /// Bits that no conversion writes: an f16 NaN with a payload.
@@ -106,10 +106,12 @@ fn assert_native_f16(gpu: &Gpu, conv: &Conv2d, shape: Shape4, what: &str) {
     let f16 = gpu.device.features().contains(wgpu::Features::SHADER_F16);
     let s = conv.spec();
     let p = s.padding;
-    // coop-nhwc-f16 reads an unpadded channels-last input of whole 8-channel vectors in place.
-    let in_place = conv.layout() == Layout::Nhwc
-        && [p.top, p.bottom, p.left, p.right] == [0; 4]
-        && s.in_channels_per_group().is_multiple_of(8);
+    // coop-nhwc-f16 reads a channels-last input of whole 8-channel vectors per group in place,
+    // unpadded or zero-padded around windows of at most 31 taps.
+    let unpadded = [p.top, p.bottom, p.left, p.right] == [0; 4];
+    let bordered = s.padding_mode == PaddingMode::Zeros && s.kernel[0] * s.kernel[1] <= 31;
+    let in_place =
+        conv.layout() == Layout::Nhwc && (unpadded || bordered) && s.in_channels_per_group().is_multiple_of(8);
     let passes = match family {
         "coop-nhwc-f16" if in_place => Some(0),
         "coop-nhwc-f16" | "coop-nhwc-f16x3" => Some(1),
@@ -171,6 +173,16 @@ fn f16_storage_matches_reference() {
         // `cooperative_f16_storage_in_chunks`).
         ("1x1_c16_in_place", S::new(16, 12, 1).with_bias(true), [3, 5, 7], true),
         ("3x3_s2_groups_in_place", S::new(16, 10, 3).stride(2).groups(2).dilation(2), [2, 13, 11], false),
+        // Zero-padded, read in place with each row's taps inside the image as a mask: windows
+        // past every edge, asymmetric padding with stride and dilation, two groups, 5×5.
+        ("3x3_pad_in_place", S::new(16, 12, 3).padding(P::uniform(1)).with_bias(true), [2, 7, 9], true),
+        (
+            "3x3_s2_groups_dil_pad_in_place",
+            S::new(16, 10, 3).stride(2).groups(2).dilation(2).padding(P::new(2, 1, 0, 3)),
+            [2, 13, 11],
+            false,
+        ),
+        ("5x5_pad_in_place", S::new(24, 8, 5).padding(P::uniform(2)).with_bias(true), [1, 9, 6], false),
     ];
     let mut precisions = vec![Precision::F32];
     if has_f16(&gpu) {
@@ -309,8 +321,13 @@ fn cooperative_f16_storage_in_chunks() {
     // The same with 8 output channels, written in quads: the second chunk's output starts
     // inside its aligned window, whole quads past its start.
     let c = f16_case("f16_chunked_in_place_quads", S::new(16, 8, 1).with_bias(true), [7, 31, 33]);
-    let conv = Conv2d::new_f16(&gpu, c.case.spec, &c.w, c.b.as_deref(), opts).unwrap();
+    let conv = Conv2d::new_f16(&gpu, c.case.spec, &c.w, c.b.as_deref(), opts.clone()).unwrap();
     check_chunked(&gpu, &c, &conv, 2, tol, "Nhwc f16 storage in chunks, coop-nhwc-f16 in place, quads");
+    // Zero-padded and read in place: the second chunk's windows start before its images.
+    let c =
+        f16_case("f16_chunked_in_place_padded", S::new(16, 8, 3).padding(P::uniform(1)).with_bias(true), [7, 31, 33]);
+    let conv = Conv2d::new_f16(&gpu, c.case.spec, &c.w, c.b.as_deref(), opts).unwrap();
+    check_chunked(&gpu, &c, &conv, 2, tol, "Nhwc f16 storage in chunks, coop-nhwc-f16 in place, padded");
 }
 
 /// `coop-nhwc-f16` reading an f16 channels-last input in place (no staging pass to clamp
@@ -327,7 +344,7 @@ fn cooperative_in_place_input_flags_infinities() {
     let opts = options_at(Precision::F16Accum32, Some(kernel("coop-nhwc-f16")), false)
         .layout(Layout::Nhwc)
         .storage(Storage::F16);
-    let conv = Conv2d::new_f16(&gpu, c.case.spec, &c.w, None, opts).unwrap();
+    let conv = Conv2d::new_f16(&gpu, c.case.spec, &c.w, None, opts.clone()).unwrap();
     let (x, want) = c.tensors(Layout::Nhwc, false);
     assert_native_f16(&gpu, &conv, c.case.shape, "in place");
     // Pixel 37 of 60 (the second image), channel 3; then channel 5 of pixel 4.
@@ -337,6 +354,33 @@ fn cooperative_in_place_input_flags_infinities() {
         let got = conv.forward_f16(&bad, c.case.shape);
         assert!(matches!(got, Err(Error::F16Range { .. })), "input {value} at {at}: {got:?}");
         assert!(!conv.take_range_flag().unwrap(), "forward_f16 leaves the flag cleared");
+    }
+    // Where the output is written in quads the kernel finds infinities from non-finite sums of
+    // the first 16 channels (rows noted by the warps that store them, their windows read
+    // again); elsewhere it tests every loaded vector. Zero-padded (border masks): an
+    // infinity in a corner pixel, which some windows hold and others do not; several row
+    // blocks and two blocks of output channels (200 > 128); 6 output channels (no quads).
+    let cases = [
+        (S::new(16, 8, 3).padding(P::uniform(1)), [2, 6, 5], 29),
+        (S::new(16, 200, 3).padding(P::uniform(1)), [2, 17, 19], 17 * 19 + 16 * 19 + 18),
+        (S::new(16, 200, 1), [2, 17, 19], 17 * 19 + 300),
+        (S::new(16, 6, 1), [2, 6, 5], 37),
+    ];
+    for (spec, nhw, pixel) in cases {
+        let case = f16_case("in_place_specials_more", spec, nhw);
+        let conv = Conv2d::new_f16(&gpu, spec, &case.w, None, opts.clone()).unwrap();
+        assert_native_f16(&gpu, &conv, case.case.shape, "in place");
+        let (mut bad, want) = case.tensors(Layout::Nhwc, false);
+        let got = to_f32(&conv.forward_f16(&bad, case.case.shape).unwrap());
+        assert_close(
+            &case.case.label("in place, finite"),
+            &got,
+            &want,
+            TOL_STORAGE.max(precision_tolerance(Precision::F16Accum32)),
+        );
+        bad[pixel * 16 + 2] = f16::NEG_INFINITY;
+        let got = conv.forward_f16(&bad, case.case.shape);
+        assert!(matches!(got, Err(Error::F16Range { .. })), "{spec:?}: input -inf at pixel {pixel}: {got:?}");
     }
     let mut nan = x.clone();
     nan[37 * 16 + 3] = f16::NAN;

@@ -5,8 +5,10 @@
 //! border logic; K walks the group's channels (padded to whole vectors) in chunks of one K
 //! step, each chunk through every tap ([`StagedGeometry::k_order`]). The tile vocabulary is
 //! `TileConfig`'s; each warp owns 16×16 accumulator
-//! fragments (`coop::fragments`). An f16 channels-last input with nothing to pad is that
-//! layout already: `coop-nhwc-f16` reads it in place, with no staging pass.
+//! fragments (`coop::fragments`). An f16 channels-last input of whole vectors of channels
+//! per group is that layout already but for the padding: `coop-nhwc-f16` reads it in place,
+//! with no staging pass, and where there is zero padding each row of the block keeps a mask
+//! of its window's taps inside the image and loads only those (`BORDER_TAPS`).
 //!
 //! Why a separate pass: the gathering kernels (`coop-f16`) round and gather A one element
 //! at a time, and that staging work, not the matrix units, bounds them. Rewriting the input
@@ -37,6 +39,21 @@ const KTAB_BINDING: u32 = 4;
 const NO_TAP: u32 = u32::MAX;
 /// Channels per output store of an f16 channels-last output (`QUAD_STORES`).
 const QUAD: u32 = 4;
+/// Taps of a window the in-place kernel's border masks hold (`BORDER_TAPS`): one bit each
+/// in a u32, bit 31 kept for the K vectors past K.
+const MAX_BORDER_TAPS: u32 = 31;
+
+/// How the channels-last kernel reads its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InputRead {
+    /// A copy written by the staging pass, its padding written out.
+    Staged,
+    /// The caller's f16 channels-last tensor, which has nothing to pad.
+    InPlace,
+    /// The caller's f16 channels-last tensor with zero padding around it: each row's taps
+    /// inside the image are a mask (`BORDER_TAPS`), and only those are loaded.
+    InPlaceBordered,
+}
 
 /// The channels-last cooperative family.
 #[derive(Debug)]
@@ -209,6 +226,11 @@ impl StagedGeometry {
         }
     }
 
+    /// The geometry of an input read in place: the caller's tensor, no padding written out.
+    fn in_place(spec: &Conv2dSpec, h: u32, w: u32, block_k: u32) -> StagedGeometry {
+        StagedGeometry { hp: h, wp: w, ..StagedGeometry::new(spec, h, w, block_k) }
+    }
+
     /// The K order, shared by the K table and the weight packing: per K vector, its tap
     /// (`ky · kw + kx`) and its vector of the group's channels. The channels go in chunks
     /// of one K step, each chunk through every tap before the next, so consecutive K steps
@@ -241,15 +263,31 @@ impl StagedGeometry {
         table.resize((self.k_pad / VEC) as usize, NO_TAP);
         table
     }
+    /// The K table of the bordered in-place kernel: per K vector, its offset (as
+    /// [`StagedGeometry::k_table`]'s) and its tap's index in the window, the bit of the rows'
+    /// masks that says whether it is inside the image; `[0, 31]` past K (no row's mask has
+    /// bit 31: at most [`MAX_BORDER_TAPS`] taps).
+    fn k_table_taps(&self, spec: &Conv2dSpec) -> Vec<[u32; 2]> {
+        let taps: Vec<u32> = self.k_order(spec.kernel[0] * spec.kernel[1]).map(|(tap, _)| tap).collect();
+        self.k_table(spec)
+            .into_iter()
+            .enumerate()
+            .map(|(i, offset)| match taps.get(i) {
+                Some(&tap) => [offset, tap],
+                None => [0, MAX_BORDER_TAPS],
+            })
+            .collect()
+    }
 }
 
 impl TileConfig {
     /// Workgroup memory of the channels-last kernel: the f16 A and B stages (rows padded by
     /// 8) once per operand half (`halves`: 1 for f16, 2 for f16x3), one 16×16 f32 scratch
-    /// fragment per warp, and the row table.
+    /// fragment per warp, and the row table (with the border masks of an input read in place
+    /// with padding).
     pub fn nhwc_workgroup_bytes(&self, halves: u64) -> u64 {
         let (bm, bn, bk, st) = (self.block_m as u64, self.block_n as u64, self.block_k as u64, self.stages as u64);
-        halves * (st * bm * (bk + 8) * 2 + st * bk * (bn + 8) * 2) + self.warps as u64 * 1024 + bm * 8
+        halves * (st * bm * (bk + 8) * 2 + st * bk * (bn + 8) * 2) + self.warps as u64 * 1024 + bm * 12
     }
 
     /// The channels-last kernel's structural checks and warp layout
@@ -284,10 +322,10 @@ pub(crate) struct NhwcKernel {
 
 impl NhwcKernel {
     /// The kernel's WGSL, writing the output in `form` (NCHW f32 where the op's passes
-    /// convert, else the caller's tensor itself), reading the input as staged or, where
-    /// `in_place` ([`NhwcKernel::input_in_place`]), the caller's.
+    /// convert, else the caller's tensor itself), reading the input as `read` says
+    /// ([`NhwcKernel::input_read`]).
     /// `quads` ([`NhwcKernel::stores_quads`]): the output is written 4 f16 at a time.
-    fn source(&self, form: TensorForm, in_place: bool, quads: bool) -> Result<String> {
+    fn source(&self, form: TensorForm, read: InputRead, quads: bool) -> Result<String> {
         let channels_last = form.channels_last;
         let (wm, wn, fm, fn_) = self.tile.nhwc_layout()?;
         let mut header = crate::families::tiled::tile_header(&self.tile);
@@ -346,8 +384,14 @@ impl NhwcKernel {
         }
         let operands = self.family.variant.operands();
         let mut defines = tensor_defines(form).to_vec();
-        if in_place {
+        if read != InputRead::Staged {
             defines.push("IN_PLACE_INPUT");
+        }
+        if read == InputRead::InPlaceBordered {
+            defines.push("BORDER_TAPS");
+        }
+        if read != InputRead::Staged && quads {
+            defines.push("SUM_WATCH");
         }
         if quads {
             defines.push("QUAD_STORES");
@@ -355,20 +399,30 @@ impl NhwcKernel {
         compose_operands("nhwc", &[("nhwc", NHWC_WGSL)], generated, operands, true, &defines)
     }
 
-    /// Whether the kernel reads the caller's input in place of a staged copy: an f16
-    /// channels-last tensor is the staged layout itself where there is nothing to pad (no
-    /// spatial padding, each group's channels whole vectors of 8), and `coop-nhwc-f16` takes
-    /// its f16 values as they are (the split kernels stage low halves, the F32 one a scaled
-    /// input). The kernel then flags ±inf inputs itself. Saves a pass that reads the input
-    /// and writes as many bytes: ResNet-50's 1×1 layers, and every unpadded layer whose groups
-    /// hold whole vectors of 8 channels.
-    fn input_in_place(&self, problem: &ConvProblem, form: TensorForm) -> bool {
+    /// How the kernel reads the input. An f16 channels-last tensor whose groups hold whole
+    /// vectors of 8 channels is the staged layout itself but for the padding, and
+    /// `coop-nhwc-f16` takes its f16 values as they are (the split kernels stage low halves,
+    /// the F32 one a scaled input): it reads that tensor in place, with no staging pass (a
+    /// pass that reads the input and writes as many bytes), and flags ±inf inputs itself.
+    /// Where there is padding, zeros, and a window of at most [`MAX_BORDER_TAPS`] taps, each
+    /// row's taps inside the image are a mask and only those are loaded. Other padding modes
+    /// and larger windows are staged.
+    fn input_read(&self, problem: &ConvProblem, form: TensorForm) -> InputRead {
         let s = &problem.spec;
         let p = &s.padding;
-        self.family.variant == Variant::F16
-            && form == (TensorForm { channels_last: true, f16: true })
-            && [p.top, p.bottom, p.left, p.right] == [0; 4]
-            && s.in_channels_per_group().is_multiple_of(VEC)
+        if self.family.variant != Variant::F16
+            || form != (TensorForm { channels_last: true, f16: true })
+            || !s.in_channels_per_group().is_multiple_of(VEC)
+        {
+            return InputRead::Staged;
+        }
+        if [p.top, p.bottom, p.left, p.right] == [0; 4] {
+            return InputRead::InPlace;
+        }
+        match s.padding_mode == crate::spec::PaddingMode::Zeros && s.kernel[0] * s.kernel[1] <= MAX_BORDER_TAPS {
+            true => InputRead::InPlaceBordered,
+            false => InputRead::Staged,
+        }
     }
 
     /// Whether the kernel writes the output in quads of 4 f16 channels: an f16 channels-last
@@ -391,12 +445,16 @@ impl NhwcKernel {
     /// [`NhwcKernel::shaped`] reading the input in `input`'s form and writing the output in
     /// `output`'s (a derived problem's GEMM writing a family's scratch).
     fn shaped_forms(&self, problem: &ConvProblem, input: TensorForm, output: TensorForm) -> Result<Box<dyn Shaped>> {
-        let geometry = StagedGeometry::new(&problem.spec, problem.input.h, problem.input.w, self.tile.block_k);
-        let in_place = self.input_in_place(problem, input);
+        let read = self.input_read(problem, input);
+        let (h, w, bk) = (problem.input.h, problem.input.w, self.tile.block_k);
+        let geometry = match read {
+            InputRead::Staged => StagedGeometry::new(&problem.spec, h, w, bk),
+            InputRead::InPlace | InputRead::InPlaceBordered => StagedGeometry::in_place(&problem.spec, h, w, bk),
+        };
         let quads = Self::stores_quads(problem, output);
-        let staging = match in_place {
-            true => None,
-            false => Some(Staging {
+        let staging = match read {
+            InputRead::InPlace | InputRead::InPlaceBordered => None,
+            InputRead::Staged => Some(Staging {
                 source: stage_source(problem, &geometry, self.family.variant.operands(), input)?,
                 bytes_per_image: geometry.bytes_per_image() * self.family.halves(),
                 invocations_per_image: geometry.hp as u64 * geometry.wp as u64 * geometry.c8 as u64,
@@ -405,8 +463,9 @@ impl NhwcKernel {
             }),
         };
         Ok(Box::new(StagedShaped {
-            source: self.source(output, in_place, quads),
+            source: self.source(output, read, quads),
             staging,
+            bordered: read == InputRead::InPlaceBordered,
             spec: problem.spec,
             geometry,
             tile: self.tile,
@@ -423,7 +482,7 @@ impl NhwcKernel {
 
 /// `coop-nhwc-f16` with `tile` as the GEMM of a family's derived problem, reading the input
 /// in `input`'s form (in place, with no staging pass, where it is f16 channels last with
-/// nothing to pad: [`NhwcKernel::input_in_place`]) and writing channels-last output into the
+/// whole vectors of channels per group: [`NhwcKernel::input_read`]) and writing channels-last output into the
 /// family's scratch, f16 (`f16_output`; in quads where the groups allow) or f32.
 pub(crate) fn f16_gemm(
     tile: TileConfig,
@@ -551,15 +610,17 @@ impl KernelConfig for NhwcKernel {
         for channels_last in [false, true] {
             for f16 in [false, true] {
                 let form = TensorForm { channels_last, f16 };
-                sources.push(self.source(form, false, false)?);
+                sources.push(self.source(form, InputRead::Staged, false)?);
                 if channels_last && f16 {
-                    sources.push(self.source(form, false, true)?);
+                    sources.push(self.source(form, InputRead::Staged, true)?);
                 }
                 sources.push(stage_source(&problem, &g, self.family.variant.operands(), form)?);
             }
         }
         if self.family.variant == Variant::F16 {
-            sources.push(self.source(TensorForm { channels_last: true, f16: true }, true, true)?);
+            for read in [InputRead::InPlace, InputRead::InPlaceBordered] {
+                sources.push(self.source(TensorForm { channels_last: true, f16: true }, read, true)?);
+            }
         }
         if self.family.scaled() {
             for f16 in [false, true] {
@@ -635,6 +696,9 @@ struct StagedShaped {
     source: Result<String>,
     /// `None` where the kernel reads the caller's input in place.
     staging: Option<Staging>,
+    /// The input is read in place with its padding as border masks (`BORDER_TAPS`): the
+    /// K table holds each K vector's tap index too.
+    bordered: bool,
     spec: Conv2dSpec,
     geometry: StagedGeometry,
     tile: TileConfig,
@@ -649,8 +713,11 @@ impl Shaped for StagedShaped {
         self.source.clone()
     }
     fn tables(&self) -> Result<Vec<(u32, &'static str, Vec<u8>)>> {
-        let table = self.geometry.k_table(&self.spec);
-        Ok(vec![(KTAB_BINDING, "wgconv K table", alloc::bytes_of(&table, "the K table")?)])
+        let bytes = match self.bordered {
+            false => alloc::bytes_of(&self.geometry.k_table(&self.spec), "the K table")?,
+            true => alloc::bytes_of(&self.geometry.k_table_taps(&self.spec), "the K table")?,
+        };
+        Ok(vec![(KTAB_BINDING, "wgconv K table", bytes)])
     }
     fn grid(&self, p: &ConvParams) -> Result<(Vec<u8>, u64)> {
         if self.quads && !p.out_offset.is_multiple_of(QUAD) {
@@ -777,6 +844,85 @@ fn conv_staged(
     out
 }
 
+/// CPU twin of `nhwc.wgsl` reading an f16 channels-last input in place (`IN_PLACE_INPUT`,
+/// with `BORDER_TAPS` where there is padding): the window origins on the unpadded tensor,
+/// each row's mask of taps inside the image ([`window_taps`]), the K table with tap indices
+/// and the packed weights; NCHW output with bias. `input` is NCHW (the reference's), laid out
+/// channels last here.
+#[cfg(test)]
+fn conv_in_place(
+    problem: &ConvProblem,
+    tile: &TileConfig,
+    input: &[f32],
+    weight: &[f32],
+    bias: Option<&[f32]>,
+) -> Vec<f32> {
+    let s = &problem.spec;
+    let (c, h, w) = (problem.input.c, problem.input.h, problem.input.w);
+    let g = StagedGeometry::in_place(s, h, w, tile.block_k);
+    assert_eq!(g.cg8 * VEC, g.cg, "in place: whole vectors of channels per group");
+    let mut nhwc = vec![0.0f32; input.len()];
+    for n in 0..problem.input.n {
+        for ch in 0..c {
+            for y in 0..h {
+                for x in 0..w {
+                    nhwc[(((n * h + y) * w + x) * c + ch) as usize] = input[(((n * c + ch) * h + y) * w + x) as usize];
+                }
+            }
+        }
+    }
+    let n_pad = s.out_channels_per_group().next_multiple_of(tile.block_n);
+    let packed = pack_channels_last(s, weight, tile.block_k, n_pad).unwrap();
+    let table = g.k_table_taps(s);
+    let (oh, ow) = (problem.output.h, problem.output.w);
+    let cout_g = s.out_channels_per_group();
+    let mut out = vec![0.0f32; problem.output.len() as usize];
+    for img in 0..problem.input.n {
+        for pos in 0..oh * ow {
+            let y = ((pos / ow) * s.stride[0]) as i64 - s.padding.top as i64;
+            let x = ((pos % ow) * s.stride[1]) as i64 - s.padding.left as i64;
+            let taps = window_taps(s, h, w, y, x);
+            for grp in 0..s.groups {
+                let origin = ((img as i64 * h as i64 + y) * w as i64 + x) * g.c8 as i64 + (grp * g.cg8) as i64;
+                for n in 0..cout_g {
+                    let mut acc = 0.0f64;
+                    for (kv, &[offset, tap]) in table.iter().enumerate() {
+                        if taps & (1u32 << tap) == 0 {
+                            continue;
+                        }
+                        for i in 0..VEC as usize {
+                            let a = nhwc[((origin + offset as i64) * VEC as i64) as usize + i];
+                            let k = kv * VEC as usize + i;
+                            let b = packed[(grp as usize * g.k_pad as usize + k) * n_pad as usize + n as usize];
+                            acc += a as f64 * b as f64;
+                        }
+                    }
+                    let oc = grp * cout_g + n;
+                    let b = bias.map_or(0.0, |b| b[oc as usize]);
+                    out[(((img * s.out_channels + oc) * oh * ow) + pos) as usize] = acc as f32 + b;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// CPU twin of `nhwc.wgsl`'s `window_taps`: bit `ky · kw + kx` set where that tap of the
+/// window whose top-left pixel is (y, x) lies inside the `h × w` image.
+#[cfg(test)]
+fn window_taps(s: &Conv2dSpec, h: u32, w: u32, y: i64, x: i64) -> u32 {
+    let mut taps = 0;
+    for ky in 0..s.kernel[0] {
+        for kx in 0..s.kernel[1] {
+            let (yy, xx) = (y + (ky * s.dilation[0]) as i64, x + (kx * s.dilation[1]) as i64);
+            if (0..h as i64).contains(&yy) && (0..w as i64).contains(&xx) {
+                taps |= 1 << (ky * s.kernel[1] + kx);
+            }
+        }
+    }
+    taps
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -811,6 +957,54 @@ mod tests {
                 });
             }
         }
+    }
+
+    /// Reading an f16 channels-last input in place computes the convolution: window origins
+    /// outside the image, masks of the taps inside it, across padding (asymmetric too),
+    /// strides, dilation, groups of whole vectors, a 5×5 window and K vectors past K.
+    #[test]
+    fn in_place_twin_matches_reference() {
+        let cases = [
+            (Conv2dSpec::new(8, 8, 3).padding(1), Shape4::new(2, 8, 7, 6)),
+            (Conv2dSpec::new(16, 24, 3).stride(2).padding((1, 2)), Shape4::new(1, 16, 9, 11)),
+            (Conv2dSpec::new(16, 10, 3).kernel_hw((3, 2)).dilation(2).padding([2, 1, 0, 1]), Shape4::new(2, 16, 8, 9)),
+            (Conv2dSpec::new(32, 12, 3).groups(2).padding(1).with_bias(true), Shape4::new(1, 32, 5, 5)),
+            (Conv2dSpec::new(24, 6, 5).padding(2), Shape4::new(1, 24, 6, 5)),
+            (Conv2dSpec::new(8, 8, 1), Shape4::new(3, 8, 4, 4)),
+        ];
+        for (spec, shape) in cases {
+            let problem = spec.problem(shape).unwrap();
+            let kernel = NhwcKernel { family: &COOP_NHWC_F16, tile: nhwc_sweep(false)[0] };
+            let f16_nhwc = TensorForm { channels_last: true, f16: true };
+            let pad = &problem.spec.padding;
+            let padded = [pad.top, pad.left, pad.bottom, pad.right] != [0; 4];
+            let read = kernel.input_read(&problem, f16_nhwc);
+            assert_eq!(read, [InputRead::InPlace, InputRead::InPlaceBordered][padded as usize], "{spec:?}");
+            for tile in [nhwc_sweep(false)[0], TileConfig::with_thread_tile(64, 64, 32, 4, 8, 2)] {
+                crate::reference::check_twin(&format!("{} {spec:?}", tile.name()), &problem, |x, w, b| {
+                    conv_in_place(&problem, &tile, x, w, b)
+                });
+            }
+        }
+    }
+
+    /// Other padding modes, windows of more than 31 taps and groups of partial vectors stay
+    /// staged, as do the split kernels.
+    #[test]
+    fn staged_where_in_place_cannot_read() {
+        let f16_nhwc = TensorForm { channels_last: true, f16: true };
+        let f16 = NhwcKernel { family: &COOP_NHWC_F16, tile: nhwc_sweep(false)[0] };
+        let f16x3 = NhwcKernel { family: &COOP_NHWC_F16X3, tile: nhwc_sweep(true)[0] };
+        let read = |k: &NhwcKernel, spec: Conv2dSpec, form| {
+            k.input_read(&spec.problem(Shape4::new(1, 16, 12, 12)).unwrap(), form)
+        };
+        let reflect = Conv2dSpec::new(16, 8, 3).padding(1).padding_mode(PaddingMode::Reflect);
+        assert_eq!(read(&f16, reflect, f16_nhwc), InputRead::Staged);
+        assert_eq!(read(&f16, Conv2dSpec::new(16, 8, 7).padding(3), f16_nhwc), InputRead::Staged);
+        assert_eq!(read(&f16, Conv2dSpec::new(16, 8, 3).groups(4).padding(1), f16_nhwc), InputRead::Staged);
+        assert_eq!(read(&f16x3, Conv2dSpec::new(16, 8, 3).padding(1), f16_nhwc), InputRead::Staged);
+        assert_eq!(read(&f16, Conv2dSpec::new(16, 8, 3).padding(1), TensorForm::NCHW_F32), InputRead::Staged);
+        assert_eq!(read(&f16, Conv2dSpec::new(16, 8, 5).padding(2), f16_nhwc), InputRead::InPlaceBordered);
     }
 
     /// The input scale puts the largest magnitude in [2^13, 2^14) and stays a normal f32 at

@@ -44,17 +44,23 @@ fn unscale_second() -> f32 {
 #endif
 
 // The staged input: [n][HP][WP][C8] vectors of 8 f16 (the chunk's images). Where
-// `IN_PLACE_INPUT`, the caller's f16 channels-last tensor itself (nothing to pad: no
-// spatial padding, whole vectors of channels per group), from element `p.in_offset` of the
-// bound window on.
+// `IN_PLACE_INPUT`, the caller's f16 channels-last tensor itself (whole vectors of channels
+// per group; HP, WP its own height and width), from element `p.in_offset` of the bound
+// window on; with zero padding around it where `BORDER_TAPS` (each row's taps inside the
+// image are its mask in `row_taps`, and only those are loaded).
 @group(0) @binding(1) var<storage, read> staged: array<vec4<u32>>;
 // Weights [groups][K_PAD][N_PAD] f16, 8 per vector, K in the K table's order with each
 // group's channels padded to whole vectors; zeros past K and past the group's channels.
 @group(0) @binding(2) var<storage, read> weight: array<vec4<u32>>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 // Per K vector (8 channels of one tap): its offset in vectors from an output position's
-// window origin; NO_TAP past K.
+// window origin; NO_TAP past K. With `BORDER_TAPS`, that offset and the tap's index in the
+// window (31, a bit no row's mask holds, past K).
+#ifdef BORDER_TAPS
+@group(0) @binding(4) var<storage, read> ktab: array<vec2<u32>>;
+#else
 @group(0) @binding(4) var<storage, read> ktab: array<u32>;
+#endif
 // The output: f32, or the caller's f16 tensor (`F16_TENSORS`), which only the scratch path
 // of the epilogue writes (a cooperative store writes the f32 fragment's own element type).
 #ifdef F16_TENSORS
@@ -123,25 +129,63 @@ var<private> b_next_lo: array<vec4<u32>, B_VECS>;
 var<workgroup> c_scratch: array<f32, WARPS_M * WARPS_N * 256u>;
 // Per block row: (window origin in staged vectors, or -1 past the problem; output offset).
 var<workgroup> row_info: array<vec2<i32>, BM>;
+#ifdef BORDER_TAPS
+// Per block row: bit t set where tap t of its window lies inside the image (none past the
+// problem). The origin itself may then lie outside the image, and below 0.
+var<workgroup> row_taps: array<u32, BM>;
+#endif
 
 var<private> a_next: array<vec4<u32>, A_VECS>;
+// The window origins (and masks) of the rows this invocation loads A for, which are the
+// same at every K step: kept in registers, not read from workgroup memory at each step
+// (which ran VGG-16's 512-channel layers 5 % slower on the H100).
+var<private> a_origin: array<i32, A_VECS>;
+#ifdef BORDER_TAPS
+var<private> a_taps: array<u32, A_VECS>;
+#endif
 var<private> b_next: array<vec4<u32>, B_VECS>;
 
 #import fragment_decls
 
 #import block
 
+#ifdef BORDER_TAPS
+// The mask of a window's taps inside the image, its top-left pixel at (y, x).
+fn window_taps(y: i32, x: i32) -> u32 {
+    var taps = 0u;
+    for (var ky = 0u; ky < p.kh; ky++) {
+        let inside = u32(y + i32(ky * p.dil_h)) < p.h;
+        for (var kx = 0u; kx < p.kw; kx++) {
+            if (inside && u32(x + i32(kx * p.dil_w)) < p.w) {
+                taps |= 1u << (ky * p.kw + kx);
+            }
+        }
+    }
+    return taps;
+}
+#endif
+
 fn init_rows(t: u32, b: Block) {
     let ohw = p.oh * p.ow;
     for (var r = t; r < BM; r += WG) {
         let m = b.m0 + r;
         var info = vec2<i32>(-1, -1);
+#ifdef BORDER_TAPS
+        var taps = 0u;
+#endif
         if (m < p.m_total) {
             let img = m / ohw;
             let pos = m % ohw;
+#ifdef BORDER_TAPS
+            let y = i32((pos / p.ow) * p.stride_h) - i32(p.pad_top);
+            let x = i32((pos % p.ow) * p.stride_w) - i32(p.pad_left);
+            taps = window_taps(y, x);
+            var origin = u32(((i32(img * grid.hp) + y) * i32(grid.wp) + x) * i32(grid.c8)) + b.g * grid.cg8;
+#else
             let y = (pos / p.ow) * p.stride_h;
             let x = (pos % p.ow) * p.stride_w;
             var origin = ((img * grid.hp + y) * grid.wp + x) * grid.c8 + b.g * grid.cg8;
+#endif
 #ifdef IN_PLACE_INPUT
             // Whole vectors: each image holds a multiple of 8 elements, so the chunk's start
             // in its window does too.
@@ -156,21 +200,42 @@ fn init_rows(t: u32, b: Block) {
             info = vec2<i32>(i32(origin), i32(out));
         }
         row_info[r] = info;
+#ifdef BORDER_TAPS
+        row_taps[r] = taps;
+#endif
     }
     workgroupBarrier();
+    for (var j = 0u; j < A_VECS; j++) {
+        let row = t / BK8 + j * (WG / BK8);
+        a_origin[j] = row_info[row].x;
+#ifdef BORDER_TAPS
+        a_taps[j] = row_taps[row];
+#endif
+    }
 }
 
 // Global → registers: K step `ks` of A (8 channels of one tap per vector) and B.
 // Invocation t loads K vector t % BK8 of rows t / BK8 + j·(WG / BK8).
 fn fetch(ks: u32, t: u32, b: Block) {
+#ifdef BORDER_TAPS
+    let entry = ktab[ks * BK8 + t % BK8];
+    let tap = entry.x;
+    let tap_bit = 1u << entry.y;
+#else
     let tap = ktab[ks * BK8 + t % BK8];
+#endif
     for (var j = 0u; j < A_VECS; j++) {
-        let origin = row_info[t / BK8 + j * (WG / BK8)].x;
+        let origin = a_origin[j];
         var v = vec4<u32>(0u);
 #ifdef F16X3
         var lo = vec4<u32>(0u);
 #endif
+#ifdef BORDER_TAPS
+        // Wrapping u32 arithmetic: the origin may lie before the tensor, the tap never does.
+        if ((a_taps[j] & tap_bit) != 0u) {
+#else
         if (origin >= 0 && tap != NO_TAP) {
+#endif
             v = staged[u32(origin) + tap];
 #ifdef F16X3
             lo = staged[staged_lo() + u32(origin) + tap];
@@ -238,21 +303,76 @@ fn staged_lo() -> u32 {
 
 #ifdef IN_PLACE_INPUT
 // The input read in place has had no staging pass to clamp and flag its values: ±inf, the
-// only f16 values beyond the range, are flagged here (the flagged run's output is not
-// specified). A half's magnitude is inf's (0x7c00) where the masked word XOR inf's bits has a
-// zero half, which the borrow of subtracting one from each half exposes in its top bit.
-fn note_infinities(v: vec4<u32>) {
+// only f16 values beyond the range, are flagged (the flagged run's output is not specified).
+
+// Whether a vector of 8 f16 holds ±inf: a half's magnitude is inf's (0x7c00) where the
+// masked word XOR inf's bits has a zero half, which the borrow of subtracting one from each
+// half exposes in its top bit.
+fn holds_infinity(v: vec4<u32>) -> bool {
     let y = (v & vec4<u32>(0x7fff7fffu)) ^ vec4<u32>(0x7c007c00u);
-    let zero_half = (y - vec4<u32>(0x00010001u)) & ~y & vec4<u32>(0x80008000u);
-    out_of_range = out_of_range || any(zero_half != vec4<u32>(0u));
+    return any(((y - vec4<u32>(0x00010001u)) & ~y & vec4<u32>(0x80008000u)) != vec4<u32>(0u));
 }
+
+#ifdef SUM_WATCH
+// Testing each loaded vector cost 5–10 % of a layer with a long K (VGG-16's 512-channel
+// layers on the H100). Where the output is stored in quads, the epilogue watches the sums
+// instead: f16 products of finite values cannot overflow an f32 sum, so a window that holds
+// ±inf (or NaN) makes every sum of its row non-finite (0 · inf is NaN), the sums of its
+// group's first 16 channels included. The invocations that store those (blocks of the first
+// output channels of their group, the warps' first fragment column) note each such row
+// (bit 2·i + e: row wm0 + 16·i + lane / 4 + 8·e, its quads' rows) and afterwards read the
+// row's window again, testing each value: rare, exact, and without a barrier.
+var<private> nonfinite_rows: u32;
+
+fn watch_sums(blk: Block, warp: u32, q: u32, e: u32, m_base: u32, n_base: u32) {
+    if (blk.n0 + n_base != 0u) {
+        return;
+    }
+    let s = warp * 256u + (q / 4u) * FRAG + (q % 4u) * 4u;
+    let bits = vec4<u32>(bitcast<u32>(c_scratch[s]), bitcast<u32>(c_scratch[s + 1u]),
+        bitcast<u32>(c_scratch[s + 2u]), bitcast<u32>(c_scratch[s + 3u]));
+    if (any((bits & vec4<u32>(0x7f800000u)) == vec4<u32>(0x7f800000u))) {
+        nonfinite_rows |= 1u << (((m_base % WARP_M) / FRAG) * 2u + e);
+    }
+}
+
+fn find_infinities(lane: u32, wm0: u32) {
+    var rows = nonfinite_rows;
+    while (rows != 0u) {
+        let k = firstTrailingBit(rows);
+        rows &= rows - 1u;
+        let row = wm0 + (k / 2u) * FRAG + lane / 4u + (k % 2u) * 8u;
+        let origin = row_info[row].x;
+        for (var kv = 0u; kv < grid.k_steps * BK8; kv++) {
+#ifdef BORDER_TAPS
+            let entry = ktab[kv];
+            let tap = entry.x;
+            let inside = (row_taps[row] & (1u << entry.y)) != 0u;
+#else
+            let tap = ktab[kv];
+            let inside = tap != NO_TAP;
+#endif
+            if (inside && holds_infinity(staged[u32(origin) + tap])) {
+                out_of_range = true;
+            }
+        }
+    }
+}
+#else
+// Every loaded vector is tested (`stash`).
+fn note_infinities(v: vec4<u32>) {
+    out_of_range = out_of_range || holds_infinity(v);
+}
+#endif
 #endif
 
 // Registers → workgroup buffer `buf`.
 fn stash(buf: u32, t: u32) {
     for (var j = 0u; j < A_VECS; j++) {
 #ifdef IN_PLACE_INPUT
+#ifndef SUM_WATCH
         note_infinities(a_next[j]);
+#endif
 #endif
         let row = t / BK8 + j * (WG / BK8);
         store_pairs_a((buf * BM + row) * A_PSTRIDE + (t % BK8) * 4u, j);
@@ -313,6 +433,9 @@ fn store_quads(blk: Block, warp: u32, lane: u32, m_base: u32, n_base: u32, b: ve
         let q = lane + e * 32u;
         let at = quad_at(blk, q, m_base, n_base);
         if (at >= 0) {
+#ifdef SUM_WATCH
+            watch_sums(blk, warp, q, e, m_base, n_base);
+#endif
             let v = quad_value(warp, q, b);
             beyond = beyond || beyond_f16x4(v);
             output[u32(at)] = vec4<f16>(v);
@@ -434,6 +557,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     #import quad_bias
 #endif
     #import fragment_store
+#ifdef SUM_WATCH
+    find_infinities(lane, wm0);
+#endif
 #ifdef IN_PLACE_INPUT
     report_range();
 #endif
