@@ -355,15 +355,17 @@ fn cooperative_in_place_input_flags_infinities() {
         assert!(matches!(got, Err(Error::F16Range { .. })), "input {value} at {at}: {got:?}");
         assert!(!conv.take_range_flag().unwrap(), "forward_f16 leaves the flag cleared");
     }
-    // Where the output is written in quads the kernel finds infinities from non-finite sums of
-    // the first 16 channels (rows noted by the warps that store them, their windows read
-    // again); elsewhere it tests every loaded vector. Zero-padded (border masks): an
-    // infinity in a corner pixel, which some windows hold and others do not; several row
-    // blocks and two blocks of output channels (200 > 128); 6 output channels (no quads).
+    // Where the output is written in quads and K ≥ 256 the kernel finds infinities from
+    // non-finite sums of the first 16 channels (rows noted by the warps that store them,
+    // their windows read again); elsewhere it tests every loaded vector. Zero-padded (border
+    // masks): an infinity in a corner pixel, which some windows hold and others do not;
+    // several row blocks and two blocks of output channels (200 > 128); K = 144 (tested at
+    // each load); 6 output channels (no quads).
     let cases = [
+        (S::new(32, 8, 3).padding(P::uniform(1)), [2, 6, 5], 29),
+        (S::new(32, 200, 3).padding(P::uniform(1)), [2, 17, 19], 17 * 19 + 16 * 19 + 18),
+        (S::new(256, 200, 1), [2, 17, 19], 17 * 19 + 300),
         (S::new(16, 8, 3).padding(P::uniform(1)), [2, 6, 5], 29),
-        (S::new(16, 200, 3).padding(P::uniform(1)), [2, 17, 19], 17 * 19 + 16 * 19 + 18),
-        (S::new(16, 200, 1), [2, 17, 19], 17 * 19 + 300),
         (S::new(16, 6, 1), [2, 6, 5], 37),
     ];
     for (spec, nhw, pixel) in cases {
@@ -378,7 +380,7 @@ fn cooperative_in_place_input_flags_infinities() {
             &want,
             TOL_STORAGE.max(precision_tolerance(Precision::F16Accum32)),
         );
-        bad[pixel * 16 + 2] = f16::NEG_INFINITY;
+        bad[pixel * spec.in_channels as usize + 2] = f16::NEG_INFINITY;
         let got = conv.forward_f16(&bad, case.case.shape);
         assert!(matches!(got, Err(Error::F16Range { .. })), "{spec:?}: input -inf at pixel {pixel}: {got:?}");
     }
