@@ -824,28 +824,47 @@ fn conv_staged(
     let s = &problem.spec;
     let g = StagedGeometry::new(s, problem.input.h, problem.input.w, tile.block_k);
     let staged = stage_input(problem, &g, input);
+    let table = g.k_table(s);
+    let ow = problem.output.w;
+    twin_gemm(problem, tile, &g, &staged, weight, bias, |img, pos, grp, kv| {
+        let (y, x) = ((pos / ow) * s.stride[0], (pos % ow) * s.stride[1]);
+        let origin = ((img * g.hp + y) * g.wp + x) * g.c8 + grp * g.cg8;
+        (table[kv] != NO_TAP).then(|| (origin + table[kv]) as usize)
+    })
+}
+
+/// The GEMM of the twins: each output's sum over the K vectors that `a_vector(img, pos,
+/// group, k vector)` places (its index in vectors of `a`, or `None` for zeros) against the
+/// packed weights; NCHW output with bias.
+#[cfg(test)]
+fn twin_gemm(
+    problem: &ConvProblem,
+    tile: &TileConfig,
+    g: &StagedGeometry,
+    a: &[f32],
+    weight: &[f32],
+    bias: Option<&[f32]>,
+    a_vector: impl Fn(u32, u32, u32, usize) -> Option<usize>,
+) -> Vec<f32> {
+    let s = &problem.spec;
     let n_pad = s.out_channels_per_group().next_multiple_of(tile.block_n);
     let packed = pack_channels_last(s, weight, tile.block_k, n_pad).unwrap();
-    let table = g.k_table(s);
     let (oh, ow) = (problem.output.h, problem.output.w);
     let cout_g = s.out_channels_per_group();
+    let vec = VEC as usize;
     let mut out = vec![0.0f32; problem.output.len() as usize];
     for img in 0..problem.input.n {
         for pos in 0..oh * ow {
-            let (y, x) = ((pos / ow) * s.stride[0], (pos % ow) * s.stride[1]);
             for grp in 0..s.groups {
-                let origin = ((img * g.hp + y) * g.wp + x) * g.c8 + grp * g.cg8;
+                let vectors: Vec<(usize, usize)> =
+                    (0..(g.k_pad / VEC) as usize).filter_map(|kv| Some((kv, a_vector(img, pos, grp, kv)?))).collect();
                 for n in 0..cout_g {
                     let mut acc = 0.0f64;
-                    for (kv, &tap) in table.iter().enumerate() {
-                        if tap == NO_TAP {
-                            continue;
-                        }
-                        for i in 0..VEC as usize {
-                            let a = staged[((origin + tap) * VEC) as usize + i];
-                            let k = kv * VEC as usize + i;
-                            let b = packed[(grp as usize * g.k_pad as usize + k) * n_pad as usize + n as usize];
-                            acc += a as f64 * b as f64;
+                    for &(kv, at) in &vectors {
+                        for i in 0..vec {
+                            let b =
+                                packed[(grp as usize * g.k_pad as usize + kv * vec + i) * n_pad as usize + n as usize];
+                            acc += a[at * vec + i] as f64 * b as f64;
                         }
                     }
                     let oc = grp * cout_g + n;
@@ -872,53 +891,19 @@ fn conv_in_place(
     bias: Option<&[f32]>,
 ) -> Vec<f32> {
     let s = &problem.spec;
-    let (c, h, w) = (problem.input.c, problem.input.h, problem.input.w);
+    let (h, w) = (problem.input.h, problem.input.w);
     let g = StagedGeometry::in_place(s, h, w, tile.block_k);
     assert_eq!(g.cg8 * VEC, g.cg, "in place: whole vectors of channels per group");
-    let mut nhwc = vec![0.0f32; input.len()];
-    for n in 0..problem.input.n {
-        for ch in 0..c {
-            for y in 0..h {
-                for x in 0..w {
-                    nhwc[(((n * h + y) * w + x) * c + ch) as usize] = input[(((n * c + ch) * h + y) * w + x) as usize];
-                }
-            }
-        }
-    }
-    let n_pad = s.out_channels_per_group().next_multiple_of(tile.block_n);
-    let packed = pack_channels_last(s, weight, tile.block_k, n_pad).unwrap();
+    let nhwc = crate::reference::to_nhwc(input, problem.input).unwrap();
     let table = g.k_table_taps(s);
-    let (oh, ow) = (problem.output.h, problem.output.w);
-    let cout_g = s.out_channels_per_group();
-    let mut out = vec![0.0f32; problem.output.len() as usize];
-    for img in 0..problem.input.n {
-        for pos in 0..oh * ow {
-            let y = ((pos / ow) * s.stride[0]) as i64 - s.padding.top as i64;
-            let x = ((pos % ow) * s.stride[1]) as i64 - s.padding.left as i64;
-            let taps = window_taps(s, h, w, y, x);
-            for grp in 0..s.groups {
-                let origin = ((img as i64 * h as i64 + y) * w as i64 + x) * g.c8 as i64 + (grp * g.cg8) as i64;
-                for n in 0..cout_g {
-                    let mut acc = 0.0f64;
-                    for (kv, &[offset, tap]) in table.iter().enumerate() {
-                        if taps & (1u32 << tap) == 0 {
-                            continue;
-                        }
-                        for i in 0..VEC as usize {
-                            let a = nhwc[((origin + offset as i64) * VEC as i64) as usize + i];
-                            let k = kv * VEC as usize + i;
-                            let b = packed[(grp as usize * g.k_pad as usize + k) * n_pad as usize + n as usize];
-                            acc += a as f64 * b as f64;
-                        }
-                    }
-                    let oc = grp * cout_g + n;
-                    let b = bias.map_or(0.0, |b| b[oc as usize]);
-                    out[(((img * s.out_channels + oc) * oh * ow) + pos) as usize] = acc as f32 + b;
-                }
-            }
-        }
-    }
-    out
+    let ow = problem.output.w;
+    twin_gemm(problem, tile, &g, &nhwc, weight, bias, |img, pos, grp, kv| {
+        let y = ((pos / ow) * s.stride[0]) as i64 - s.padding.top as i64;
+        let x = ((pos % ow) * s.stride[1]) as i64 - s.padding.left as i64;
+        let origin = ((img as i64 * h as i64 + y) * w as i64 + x) * g.c8 as i64 + (grp * g.cg8) as i64;
+        let [offset, tap] = table[kv];
+        (window_taps(s, h, w, y, x) & (1u32 << tap) != 0).then(|| (origin + offset as i64) as usize)
+    })
 }
 
 /// CPU twin of `nhwc.wgsl`'s `window_taps`: bit `ky · kw + kx` set where that tap of the
