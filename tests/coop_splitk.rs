@@ -44,8 +44,8 @@ fn random_shapes_match_the_reference() {
     }
 }
 
-/// NCHW and channels last, f32 and f16 tensors, with unpadded 1×1 (read in place on f16
-/// channels-last tensors) and padded 3×3 layers.
+/// NCHW and channels last, f32 and f16 tensors, with unpadded 1×1 and zero-padded 3×3 layers
+/// (both read in place on f16 channels-last tensors, the 3×3 one with border masks).
 #[test]
 fn every_tensor_form() {
     let Some(gpu) = coop_gpu() else { return };

@@ -326,8 +326,27 @@ fn cooperative_f16_storage_in_chunks() {
     // Zero-padded and read in place: the second chunk's windows start before its images.
     let c =
         f16_case("f16_chunked_in_place_padded", S::new(16, 8, 3).padding(P::uniform(1)).with_bias(true), [7, 31, 33]);
-    let conv = Conv2d::new_f16(&gpu, c.case.spec, &c.w, c.b.as_deref(), opts).unwrap();
+    let conv = Conv2d::new_f16(&gpu, c.case.spec, &c.w, c.b.as_deref(), opts.clone()).unwrap();
     check_chunked(&gpu, &c, &conv, 2, tol, "Nhwc f16 storage in chunks, coop-nhwc-f16 in place, padded");
+    // The same with K = 288, where the kernel finds infinities from its sums: the second
+    // chunk's rows are read again from its windows' origins, offset in the bound window.
+    let c =
+        f16_case("f16_chunked_in_place_watch", S::new(32, 8, 3).padding(P::uniform(1)).with_bias(true), [7, 31, 33]);
+    let conv = Conv2d::new_f16(&gpu, c.case.spec, &c.w, c.b.as_deref(), opts).unwrap();
+    let shape = c.case.shape;
+    let (x, _) = c.tensors(Layout::Nhwc, false);
+    let (xb, yb) = (
+        f16_buffer(&gpu, "x", &x, 0, wgpu::BufferUsages::empty()),
+        f16_buffer(&gpu, "y", &[], c.case.want.len(), wgpu::BufferUsages::empty()),
+    );
+    let chunks = conv.plan(shape, &xb, &yb).unwrap().chunks();
+    assert!(chunks >= 2, "{chunks} chunk(s)");
+    check_chunked(&gpu, &c, &conv, chunks, tol, "Nhwc f16 storage in chunks, coop-nhwc-f16 in place, sums watched");
+    // An infinity in the last image (the last chunk's) is found.
+    let mut bad = x.clone();
+    let last = bad.len() - 5 * 32 + 7;
+    bad[last] = f16::INFINITY;
+    assert!(matches!(conv.forward_f16(&bad, shape), Err(Error::F16Range { .. })), "inf in the last chunk");
 }
 
 /// `coop-nhwc-f16` reading an f16 channels-last input in place (no staging pass to clamp
@@ -359,18 +378,23 @@ fn cooperative_in_place_input_flags_infinities() {
     // non-finite sums of the first 16 channels (rows noted by the warps that store them,
     // their windows read again); elsewhere it tests every loaded vector. Zero-padded (border
     // masks): an infinity in a corner pixel, which some windows hold and others do not;
-    // several row blocks and two blocks of output channels (200 > 128); K = 144 (tested at
-    // each load); 6 output channels (no quads).
+    // several row blocks and two blocks of output channels (200 > 128); two groups (the
+    // infinity in the second group's channels); K = 144 (tested at each load); 6 output
+    // channels (no quads). Each on the default tile and on two with other warp layouts
+    // (4 warps of 4×4 fragments; 64×64 blocks).
     let cases = [
-        (S::new(32, 8, 3).padding(P::uniform(1)), [2, 6, 5], 29),
-        (S::new(32, 200, 3).padding(P::uniform(1)), [2, 17, 19], 17 * 19 + 16 * 19 + 18),
-        (S::new(256, 200, 1), [2, 17, 19], 17 * 19 + 300),
-        (S::new(16, 8, 3).padding(P::uniform(1)), [2, 6, 5], 29),
-        (S::new(16, 6, 1), [2, 6, 5], 37),
+        (S::new(32, 8, 3).padding(P::uniform(1)), [2, 6, 5], 29, 2),
+        (S::new(32, 200, 3).padding(P::uniform(1)), [2, 17, 19], 17 * 19 + 16 * 19 + 18, 2),
+        (S::new(256, 200, 1), [2, 17, 19], 17 * 19 + 300, 2),
+        (S::new(64, 16, 3).groups(2).padding(P::uniform(1)), [2, 9, 7], 9 * 7 + 40, 40),
+        (S::new(16, 8, 3).padding(P::uniform(1)), [2, 6, 5], 29, 2),
+        (S::new(16, 6, 1), [2, 6, 5], 37, 2),
     ];
-    for (spec, nhw, pixel) in cases {
+    let tiles = ["coop-nhwc-f16", "coop-nhwc-f16:m128n128k32-t16x8-w4-s1", "coop-nhwc-f16:m64n64k32-t4x8-w4-s2"];
+    for ((spec, nhw, pixel, channel), tile) in cases.into_iter().flat_map(|c| tiles.map(|t| (c, t))) {
         let case = f16_case("in_place_specials_more", spec, nhw);
-        let conv = Conv2d::new_f16(&gpu, spec, &case.w, None, opts.clone()).unwrap();
+        let opts = opts.clone().kernel(kernel(tile));
+        let conv = Conv2d::new_f16(&gpu, spec, &case.w, None, opts).unwrap();
         assert_native_f16(&gpu, &conv, case.case.shape, "in place");
         let (mut bad, want) = case.tensors(Layout::Nhwc, false);
         let got = to_f32(&conv.forward_f16(&bad, case.case.shape).unwrap());
@@ -380,9 +404,15 @@ fn cooperative_in_place_input_flags_infinities() {
             &want,
             TOL_STORAGE.max(precision_tolerance(Precision::F16Accum32)),
         );
-        bad[pixel * spec.in_channels as usize + 2] = f16::NEG_INFINITY;
+        let at = pixel * spec.in_channels as usize + channel;
+        // NaN is in range: its rows' sums are non-finite, their windows are read again, and
+        // nothing is flagged.
+        bad[at] = f16::NAN;
+        let got = to_f32(&conv.forward_f16(&bad, case.case.shape).unwrap());
+        assert!(got.iter().any(|v| v.is_nan()), "{tile} {spec:?}: a NaN input reached no output");
+        bad[at] = f16::NEG_INFINITY;
         let got = conv.forward_f16(&bad, case.case.shape);
-        assert!(matches!(got, Err(Error::F16Range { .. })), "{spec:?}: input -inf at pixel {pixel}: {got:?}");
+        assert!(matches!(got, Err(Error::F16Range { .. })), "{tile} {spec:?}: input -inf at {at}: {got:?}");
     }
     let mut nan = x.clone();
     nan[37 * 16 + 3] = f16::NAN;

@@ -4,7 +4,8 @@
 //! walking all of K). As the f32 split-K family (`crate::families::splitk`), K is cut into
 //! S slices of whole input channels: the channels-last f16 kernel (`crate::families::nhwc`,
 //! the config's tile; its staging pass reads the caller's tensor in any form, and an f16
-//! channels-last one of whole vectors of channels per slice it reads in place) runs them as
+//! channels-last one of whole vectors of channels per slice, unpadded or zero-padded around
+//! windows of at most 31 taps, it reads in place) runs them as
 //! one convolution of S groups, group s reading input channels s·C/S … (s+1)·C/S − 1 and
 //! writing f32 partial sums of all K outputs (S× the tiles, each 1/S of the work), and a
 //! finishing pass (`reduce.wgsl`) sums each output's S partial sums in a fixed order, adds

@@ -2,7 +2,7 @@
 //! pass (`stage.wgsl`) rewrites the chunk's input (NCHW or NHWC, f32 or f16) as f16
 //! `[n][HP][WP][C8]` vectors of 8 channels with the padding written out, so that the GEMM
 //! kernel (`nhwc.wgsl`) loads A as 16-byte runs of channels with no bounds test and no
-//! border logic; K walks the group's channels (padded to whole vectors) in chunks of one K
+//! border logic (but where it reads an input in place: below); K walks the group's channels (padded to whole vectors) in chunks of one K
 //! step, each chunk through every tap ([`StagedGeometry::k_order`]). The tile vocabulary is
 //! `TileConfig`'s; each warp owns 16×16 accumulator
 //! fragments (`coop::fragments`). An f16 channels-last input of whole vectors of channels
@@ -187,7 +187,8 @@ pub fn nhwc_sweep(split: bool) -> Vec<TileConfig> {
 }
 
 /// The staged input's geometry for one problem: channels per group `cg` padded to `cg8`
-/// vectors, `c8` vectors per pixel, the padded image `hp × wp`, the group's K in f16 padded
+/// vectors, `c8` vectors per pixel, the padded image `hp × wp` (the caller's `h × w` for an
+/// input read in place: [`StagedGeometry::in_place`]), the group's K in f16 padded
 /// to whole K steps (`k_pad`), and the vectors of one K step (`step8`), the chunk of
 /// channels [`StagedGeometry::k_order`] walks through every tap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -405,7 +406,9 @@ impl NhwcKernel {
     /// vectors of 8 channels is the staged layout itself but for the padding, and
     /// `coop-nhwc-f16` takes its f16 values as they are (the split kernels stage low halves,
     /// the F32 one a scaled input): it reads that tensor in place, with no staging pass (a
-    /// pass that reads the input and writes as many bytes), and flags ±inf inputs itself.
+    /// pass that reads the input and writes as many bytes), and flags ±inf inputs itself
+    /// (those that some window reads: the staging pass flags every input value, also those
+    /// a stride longer than the window skips).
     /// Where there is padding, zeros, and a window of at most [`MAX_BORDER_TAPS`] taps, each
     /// row's taps inside the image are a mask and only those are loaded. Other padding modes
     /// and larger windows are staged.
@@ -1004,6 +1007,10 @@ mod tests {
         assert_eq!(read(&f16x3, Conv2dSpec::new(16, 8, 3).padding(1), f16_nhwc), InputRead::Staged);
         assert_eq!(read(&f16, Conv2dSpec::new(16, 8, 3).padding(1), TensorForm::NCHW_F32), InputRead::Staged);
         assert_eq!(read(&f16, Conv2dSpec::new(16, 8, 5).padding(2), f16_nhwc), InputRead::InPlaceBordered);
+        // 31 taps fit the masks (bit 31 marks K vectors past K), 32 do not.
+        let taps = |kh, kw| Conv2dSpec::new(16, 8, 1).kernel_hw((kh, kw)).padding((0, 10));
+        assert_eq!(read(&f16, taps(1, 31), f16_nhwc), InputRead::InPlaceBordered);
+        assert_eq!(read(&f16, taps(4, 8), f16_nhwc), InputRead::Staged);
     }
 
     /// The input scale puts the largest magnitude in [2^13, 2^14) and stays a normal f32 at

@@ -1,15 +1,18 @@
-// Implicit GEMM on the matrix units over a channels-last f16 input staged by stage.wgsl:
+// Implicit GEMM on the matrix units over a channels-last f16 input staged by stage.wgsl (or
+// the caller's f16 channels-last tensor read in place: `IN_PLACE_INPUT`):
 // K runs over chunks of one K step's channels, each chunk through every tap (the K table
 // and the weight packing, nhwc/mod.rs), so for one output position the K step's channels
 // are contiguous and every A load is a 16-byte vector of 8 f16, with no bounds
-// test (the padding is in the staged input). A and B are staged in workgroup memory
+// test where the padding is in the staged input (read in place with zero padding, one test
+// of the row's mask of taps inside the image: `BORDER_TAPS`). A and B are staged in workgroup memory
 // row-major ([m][k] and [k][n], rows padded by 8 f16), the next K step's vectors are loaded
 // into registers before this step's multiply-adds, and each warp owns FM×FN 16×16 f32
 // accumulator fragments (the generated `fragment_*` modules, as in coop/coop.wgsl).
 // Output: NCHW or channels last, f32 or f16 (`F16_TENSORS`), with bias and activation,
 // stored straight from the fragments where it can be and else through a per-warp scratch
 // fragment (f16 channels last: in quads of channels where the groups' channels allow).
-// CPU twin: `stage_input` + `conv_staged` in nhwc/mod.rs.
+// CPU twins (nhwc/mod.rs): `stage_input` + `conv_staged`; read in place, `conv_in_place`
+// and `window_taps`.
 
 #import config
 #import layout_config
@@ -89,7 +92,7 @@ struct Grid {
     m_tiles: u32,
     n_tiles: u32,
     total_tiles: u32,
-    hp: u32,           // staged rows and columns per image
+    hp: u32,           // staged rows and columns per image (read in place: the caller's H, W)
     wp: u32,
     c8: u32,           // vectors per staged pixel
     cg8: u32,          // vectors per group
@@ -129,6 +132,8 @@ var<private> b_next_lo: array<vec4<u32>, B_VECS>;
 #endif
 var<workgroup> c_scratch: array<f32, WARPS_M * WARPS_N * 256u>;
 // Per block row: (window origin in staged vectors, or -1 past the problem; output offset).
+// With `BORDER_TAPS` the origin may be any value, -1 included; rows past the problem are
+// those whose mask of taps is empty.
 var<workgroup> row_info: array<vec2<i32>, BM>;
 #ifdef BORDER_TAPS
 // Per block row: bit t set where tap t of its window lies inside the image (none past the
@@ -323,8 +328,8 @@ fn holds_infinity(v: vec4<u32>) -> bool {
 #ifdef SUM_WATCH
 // Testing each loaded vector cost 5–10 % of a layer with a long K (VGG-16's 512-channel
 // layers on the H100), and less than this on K of 64 and 128. Where the output is stored in
-// quads and K is longer, the epilogue watches the sums instead: f16 products of finite values cannot overflow an f32 sum, so a window that holds
-// ±inf (or NaN) makes every sum of its row non-finite (0 · inf is NaN), the sums of its
+// quads and K is longer, the epilogue watches the sums instead: f16 products of finite
+// values cannot overflow an f32 sum, so a window that holds ±inf (or NaN) makes every sum of its row non-finite (0 · inf is NaN), the sums of its
 // group's first 16 channels included. The invocations that store those (blocks of the first
 // output channels of their group, the warps' first fragment column) note each such row
 // (bit 2·i + e: row wm0 + 16·i + lane / 4 + 8·e, its quads' rows) and afterwards read the
