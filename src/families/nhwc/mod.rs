@@ -2,10 +2,10 @@
 //! pass (`stage.wgsl`) rewrites the chunk's input (NCHW or NHWC, f32 or f16) as f16
 //! `[n][HP][WP][C8]` vectors of 8 channels with the padding written out, so that the GEMM
 //! kernel (`nhwc.wgsl`) loads A as 16-byte runs of channels with no bounds test and no
-//! border logic (but where it reads an input in place: below); K walks the group's channels (padded to whole vectors) in chunks of one K
-//! step, each chunk through every tap ([`StagedGeometry::k_order`]). The tile vocabulary is
-//! `TileConfig`'s; each warp owns 16×16 accumulator
-//! fragments (`coop::fragments`). An f16 channels-last input of whole vectors of channels
+//! border logic (but where it reads an input in place: below); K walks the group's
+//! channels (padded to whole vectors) in chunks of one K step, each chunk through every tap
+//! ([`StagedGeometry::k_order`]). The tile vocabulary is `TileConfig`'s; each warp owns
+//! 16×16 accumulator fragments (`coop::fragments`). An f16 channels-last input of whole vectors of channels
 //! per group is that layout already but for the padding: `coop-nhwc-f16` reads it in place,
 //! with no staging pass, and where there is zero padding each row of the block keeps a mask
 //! of its window's taps inside the image and loads only those (`BORDER_TAPS`).
@@ -470,7 +470,7 @@ impl NhwcKernel {
         Ok(Box::new(StagedShaped {
             source: self.source(output, read, quads, watches_sums(problem, read, quads)),
             staging,
-            bordered: read == InputRead::InPlaceBordered,
+            read,
             spec: problem.spec,
             geometry,
             tile: self.tile,
@@ -496,8 +496,9 @@ fn watches_sums(problem: &ConvProblem, read: InputRead, quads: bool) -> bool {
 
 /// `coop-nhwc-f16` with `tile` as the GEMM of a family's derived problem, reading the input
 /// in `input`'s form (in place, with no staging pass, where it is f16 channels last with
-/// whole vectors of channels per group: [`NhwcKernel::input_read`]) and writing channels-last output into the
-/// family's scratch, f16 (`f16_output`; in quads where the groups allow) or f32.
+/// whole vectors of channels per group: [`NhwcKernel::input_read`]) and writing
+/// channels-last output into the family's scratch, f16 (`f16_output`; in quads where the
+/// groups allow) or f32.
 pub(crate) fn f16_gemm(
     tile: TileConfig,
     problem: &ConvProblem,
@@ -713,9 +714,9 @@ struct StagedShaped {
     source: Result<String>,
     /// `None` where the kernel reads the caller's input in place.
     staging: Option<Staging>,
-    /// The input is read in place with its padding as border masks (`BORDER_TAPS`): the
+    /// How the kernel reads its input: read in place with border masks (`BORDER_TAPS`), its
     /// K table holds each K vector's tap index too.
-    bordered: bool,
+    read: InputRead,
     spec: Conv2dSpec,
     geometry: StagedGeometry,
     tile: TileConfig,
@@ -730,9 +731,11 @@ impl Shaped for StagedShaped {
         self.source.clone()
     }
     fn tables(&self) -> Result<Vec<(u32, &'static str, Vec<u8>)>> {
-        let bytes = match self.bordered {
-            false => alloc::bytes_of(&self.geometry.k_table(&self.spec), "the K table")?,
-            true => alloc::bytes_of(&self.geometry.k_table_taps(&self.spec), "the K table")?,
+        let bytes = match self.read {
+            InputRead::Staged | InputRead::InPlace => {
+                alloc::bytes_of(&self.geometry.k_table(&self.spec), "the K table")?
+            }
+            InputRead::InPlaceBordered => alloc::bytes_of(&self.geometry.k_table_taps(&self.spec), "the K table")?,
         };
         Ok(vec![(KTAB_BINDING, "wgconv K table", bytes)])
     }
