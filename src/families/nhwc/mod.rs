@@ -5,10 +5,11 @@
 //! border logic (but where it reads an input in place: below); K walks the group's
 //! channels (padded to whole vectors) in chunks of one K step, each chunk through every tap
 //! ([`StagedGeometry::k_order`]). The tile vocabulary is `TileConfig`'s; each warp owns
-//! 16×16 accumulator fragments (`coop::fragments`). An f16 channels-last input of whole vectors of channels
-//! per group is that layout already but for the padding: `coop-nhwc-f16` reads it in place,
-//! with no staging pass, and where there is zero padding each row of the block keeps a mask
-//! of its window's taps inside the image and loads only those (`BORDER_TAPS`).
+//! 16×16 accumulator fragments (`coop::fragments`). An f16 channels-last input of whole
+//! vectors of channels per group is that layout already but for the padding:
+//! `coop-nhwc-f16` reads it in place, with no staging pass, and where there is zero padding
+//! each row of the block keeps a mask of its window's taps inside the image and loads only
+//! those (`BORDER_TAPS`).
 //!
 //! Why a separate pass: the gathering kernels (`coop-f16`) round and gather A one element
 //! at a time, and that staging work, not the matrix units, bounds them. Rewriting the input
