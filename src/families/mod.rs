@@ -3,6 +3,7 @@
 
 pub(crate) mod band;
 pub(crate) mod coop;
+pub(crate) mod coop_grouped;
 pub(crate) mod coop_splitk;
 pub(crate) mod coop_winograd;
 pub(crate) mod depthwise;
@@ -27,6 +28,7 @@ pub(crate) static FAMILIES: &[&dyn Family] = &[
     &nhwc::COOP_NHWC_F32,
     &coop_winograd::COOP_WINOGRAD_F16,
     &coop_splitk::COOP_SPLITK_F16,
+    &coop_grouped::COOP_GROUPED_F16,
     &band::BAND,
     &tiled::TILED,
     &tiled::TILED_F16,

@@ -110,15 +110,25 @@ const BN8: u32 = BN / 8u;
 // other banks.
 const A_PSTRIDE: u32 = (BK + 8u) / 2u;                // pairs per staged A row [m][k]
 const B_PSTRIDE: u32 = (BN + 8u) / 2u;                // pairs per staged B row [k][n]
+#ifdef DIAGONAL
+// Grouped convolutions whose groups each take as many input as output channels, 8 or 16
+// (coop_grouped/mod.rs): a block's BN channels are several groups, each K step one tap of
+// all their input channels (BK = BN), and the weights block-diagonal. Each 16 columns' B is
+// its 16 × 16 diagonal block, so B is 16 rows per step, and column block j of the warp
+// multiplies only A's matching 16 channels.
+const B_ROWS: u32 = FRAG;
+#else
+const B_ROWS: u32 = BK;
+#endif
 const A_VECS: u32 = BM * BK8 / WG;                    // A vectors each invocation loads per step
-const B_VECS: u32 = (BK * BN8 + WG - 1u) / WG;
+const B_VECS: u32 = (B_ROWS * BN8 + WG - 1u) / WG;
 const WARP_M: u32 = FM * FRAG;
 const WARP_N: u32 = FN * FRAG;
 
 // The tiles hold f16 pairs (each loaded vector of 8 f16 is four neighbouring pairs); the
 // cooperative loads read them as f16 matrices with their stride counted in pairs.
 var<workgroup> a_tile: array<vec2<f16>, STAGES * BM * A_PSTRIDE>;
-var<workgroup> b_tile: array<vec2<f16>, STAGES * BK * B_PSTRIDE>;
+var<workgroup> b_tile: array<vec2<f16>, STAGES * B_ROWS * B_PSTRIDE>;
 #ifdef F16X3
 // f16x3: the operands' low halves, staged like the high ones (the staging pass writes the
 // input's low halves after the chunk's high ones; the weights' low halves follow theirs).
@@ -126,7 +136,7 @@ var<workgroup> b_tile: array<vec2<f16>, STAGES * BK * B_PSTRIDE>;
 // derives the error bound).
 const LO_WEIGHT: f32 = 1.0 / 2048.0;
 var<workgroup> a_lo_tile: array<vec2<f16>, STAGES * BM * A_PSTRIDE>;
-var<workgroup> b_lo_tile: array<vec2<f16>, STAGES * BK * B_PSTRIDE>;
+var<workgroup> b_lo_tile: array<vec2<f16>, STAGES * B_ROWS * B_PSTRIDE>;
 var<private> a_next_lo: array<vec4<u32>, A_VECS>;
 var<private> b_next_lo: array<vec4<u32>, B_VECS>;
 #endif
@@ -258,10 +268,10 @@ fn fetch(ks: u32, t: u32, b: Block) {
         a_next_lo[j] = lo;
 #endif
     }
-    let w0 = (b.g * grid.k_steps * BK + ks * BK) * (grid.n_pad / 8u) + b.n0 / 8u;
+    let w0 = (b.g * grid.k_steps + ks) * B_ROWS * (grid.n_pad / 8u) + b.n0 / 8u;
     for (var j = 0u; j < B_VECS; j++) {
         let e = t + j * WG;
-        if (e < BK * BN8) {
+        if (e < B_ROWS * BN8) {
             b_next[j] = weight[w0 + (e / BN8) * (grid.n_pad / 8u) + e % BN8];
 #ifdef F16X3
             b_next_lo[j] = weight[grid.w_lo + w0 + (e / BN8) * (grid.n_pad / 8u) + e % BN8];
@@ -333,13 +343,17 @@ fn holds_infinity(v: vec4<u32>) -> bool {
 // group's first 16 channels included. The invocations that store those (blocks of the first
 // output channels of their group, the warps' first fragment column) note each such row
 // (bit 2·i + e: row wm0 + 16·i + lane / 4 + 8·e, its quads' rows) and afterwards read the
-// row's window again, testing each value: rare, exact, and without a barrier.
+// row's window again, testing each value: rare, exact, and without a barrier. A diagonal
+// GEMM's columns 16·j … 16·j + 15 sum its input channels 16·j … 16·j + 15 only: there
+// every fragment column watches (0 · inf is NaN, so a zero weight does not hide one).
 var<private> nonfinite_rows: u32;
 
 fn watch_sums(blk: Block, warp: u32, q: u32, e: u32, m_base: u32, n_base: u32) {
+#ifndef DIAGONAL
     if (blk.n0 + n_base != 0u) {
         return;
     }
+#endif
     let s = warp * 256u + (q / 4u) * FRAG + (q % 4u) * 4u;
     let bits = vec4<u32>(bitcast<u32>(c_scratch[s]), bitcast<u32>(c_scratch[s + 1u]),
         bitcast<u32>(c_scratch[s + 2u]), bitcast<u32>(c_scratch[s + 3u]));
@@ -391,8 +405,8 @@ fn stash(buf: u32, t: u32) {
     }
     for (var j = 0u; j < B_VECS; j++) {
         let e = t + j * WG;
-        if (e < BK * BN8) {
-            store_pairs_b((buf * BK + e / BN8) * B_PSTRIDE + (e % BN8) * 4u, j);
+        if (e < B_ROWS * BN8) {
+            store_pairs_b((buf * B_ROWS + e / BN8) * B_PSTRIDE + (e % BN8) * 4u, j);
         }
     }
 }
@@ -401,12 +415,20 @@ fn stash(buf: u32, t: u32) {
 fn multiply(buf: u32, who: vec2<u32>) {
     let wm0 = who.x;
     let wn0 = who.y;
+#ifdef DIAGONAL
+    // The warp's columns wn0 + 16·j take A's channels wn0 + 16·j (the step's K is the
+    // block's channels at one tap) against B's diagonal block j.
+    let a_at = (buf * BM + wm0) * A_PSTRIDE + wn0 / 2u;
+    let b_at = buf * B_ROWS * B_PSTRIDE + wn0 / 2u;
+    #import fragment_mma
+#else
     for (var kk = 0u; kk < BK; kk += FRAG) {
         // A (m × k) and B (k × n) fragments, both row-major in their tiles.
         let a_at = (buf * BM + wm0) * A_PSTRIDE + kk / 2u;
         let b_at = (buf * BK + kk) * B_PSTRIDE + wn0 / 2u;
         #import fragment_mma
     }
+#endif
 }
 
 // Channels apart in the output: OH·OW in NCHW, 1 channels last.
