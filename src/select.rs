@@ -595,25 +595,28 @@ const CHANNELS_LAST_F16_CONFIGS: [(TileConfig, f64, u64); 4] = [
 /// epilogue"). No other pick moved: the sum over the 77 layers fell 11.577 → 11.536 ms,
 /// where the best of the ten configs measured per layer would give 11.235.
 const CHANNELS_LAST_F16_SMALL: (TileConfig, f64, u64) = (TileConfig::with_thread_tile(64, 64, 64, 4, 8, 1), 0.6, 1);
-/// The f16 configs for short K (at most [`CHANNELS_LAST_SHORT_K`] as the kernels walk it)
-/// on channels-last f16 tensors (which the kernel reads, in place where it can, and writes
-/// through its scratch fragments): K steps of 16 in one buffer, whose small workgroup memory lets
-/// more workgroups share a multiprocessor and hide the loads, the fixed prologue and the
-/// epilogue that such layers are mostly made of, and 64×64 blocks for grids too small for
-/// them. On the H100 (f16 tensors) they ran the 1×1 and stem layers of ResNet-50,
-/// MobileNetV2 and VGG-16 with K ≤ 576 and grids of several waves 1.1–1.9× faster than the
-/// table above (MobileNetV2's 16→96 1×1 at 112×112: 0.310 → 0.165 ms), within 18 % of the
-/// best of ten configs on each; 128×64 blocks ran at about 0.9 of the 128×128 block's rate
-/// where both padded N alike; on MobileNetV2's 14×14 and 7×7 projections (under one wave of
-/// 128-row blocks) they were 1.4–1.6× slower than 64×64 blocks with K steps of 32. On NCHW
-/// f32 tensors (the kernel storing f32 fragments straight into the output) the short steps
-/// gained nothing on ResNet-50 (0.79–1.24× per layer), and on channels-last f32 tensors
-/// the earlier table ran ResNet-50 4.5 % faster (5.199 → 4.970 ms; its 512-channel 1×1
-/// layers 1.2–1.25×).
-const CHANNELS_LAST_F16_SHORT_K_CONFIGS: [(TileConfig, f64); 3] = [
-    (TileConfig::with_thread_tile(128, 128, 16, 8, 8, 1), 1.0),
-    (TileConfig::with_thread_tile(128, 64, 16, 8, 8, 1), 0.9),
-    (CHANNELS_LAST_F16_SMALL.0, 0.85),
+/// The f16 configs added to [`CHANNELS_LAST_F16_CONFIGS`] for short K (at most
+/// [`CHANNELS_LAST_SHORT_K`] as the kernels walk it) on channels-last f16 tensors (which the
+/// kernel reads, in place where it can, and writes through its scratch fragments), with
+/// their rates and workgroups per multiprocessor: K steps of 16 in one buffer, whose small
+/// workgroup memory lets more workgroups share a multiprocessor and hide the loads, the
+/// fixed prologue and the epilogue that such layers are mostly made of — 128×128 blocks on 8
+/// warps (two per multiprocessor) and 128×64 blocks on 4 (three). Ranked in whole waves with
+/// the long table's four: where K steps of 64 fill whole waves they win (the 512-channel
+/// 1×1 layers of ResNet-50 and ResNeXt-50 at 392 tiles: 0.0626 → 0.0540 ms). Fitted to one
+/// H100 sweep (2026-11-28, f16 tensors, channels last) of the 77 layers of ResNet-50,
+/// ResNeXt-50, MobileNetV2, VGG-16 and AlexNet that take the channels-last tables, with 13
+/// configs: picking this way took 8.859 ms over the 77 (× multiplicity) against 8.945 for
+/// the earlier short-K table (ranked by padded work alone) and 8.832 for the best of the 13
+/// per layer, within 5 % of the best on 75 of them (VGG-16's c2_1, 0.92, and MobileNetV2's
+/// b6.ex.160-960, 0.91, left); any rates from 1.125 to 1.25 and 0.9 to 0.95 made the same
+/// picks. On NCHW f32 tensors (the kernel storing f32 fragments straight into the output)
+/// the short steps gained nothing on ResNet-50 (0.79–1.24× per layer), and on channels-last
+/// f32 tensors the long table ran ResNet-50 4.5 % faster (5.199 → 4.970 ms; its 512-channel
+/// 1×1 layers 1.2–1.25×).
+const CHANNELS_LAST_F16_SHORT_K_CONFIGS: [(TileConfig, f64, u64); 2] = [
+    (TileConfig::with_thread_tile(128, 128, 16, 8, 8, 1), 1.175, 2),
+    (TileConfig::with_thread_tile(128, 64, 16, 8, 8, 1), 0.92, 3),
 ];
 /// Blocks as narrow as a group's output channels, in both f16 tables: 128 rows of 16 or 32
 /// columns on 4 warps (2×1 and 2×2 fragments, 12–18 KiB of workgroup memory),
@@ -642,9 +645,10 @@ fn narrow_configs(spec: &Conv2dSpec) -> impl Iterator<Item = (TileConfig, f64)> 
     CHANNELS_LAST_F16_NARROW.into_iter().filter(move |(t, _)| n <= t.block_n)
 }
 
-/// The longest K (taps × each group's channels padded to vectors of 8) that the f16
-/// channels-last rule gives its short-K configs: the longest measured (ResNet-50's 3×3
-/// 64-channel layer); VGG-16's 512-channel layers (K = 4608) ran fastest with K steps of 64.
+/// The longest K (taps × each group's channels padded to vectors of 8) at which the f16
+/// channels-last rule also ranks its short-K configs: ResNet-50's 3×3 64-channel layer ran
+/// fastest with K steps of 16, VGG-16's 3×3 64→128 layer (also K = 576) with K steps of 32,
+/// its 512-channel layers (K = 4608) with K steps of 64.
 pub const CHANNELS_LAST_SHORT_K: u64 = 576;
 /// The split kernels' configs (f16x3, and f32 on the matrix units), whose doubled tiles
 /// leave no room for K steps of 64 at 128×128, ranked in whole waves of one workgroup per
@@ -743,13 +747,10 @@ pub(crate) fn channels_last_rule(
     let make = |t| family.reference().with_tile(t);
     let best = problem.and_then(|p| match precision {
         Precision::F16x3 => split_best(caps, p, k, make),
-        _ if short_k => {
-            let configs: Vec<_> = CHANNELS_LAST_F16_SHORT_K_CONFIGS.into_iter().chain(narrow_configs(spec)).collect();
-            estimated_best(caps, p, k, &configs, make)
-        }
         _ => {
+            let short = CHANNELS_LAST_F16_SHORT_K_CONFIGS.into_iter().filter(|_| short_k);
             let narrow = narrow_configs(spec).map(|(tile, rate)| (tile, rate, 1));
-            let configs: Vec<_> = CHANNELS_LAST_F16_CONFIGS.into_iter().chain(narrow).collect();
+            let configs: Vec<_> = CHANNELS_LAST_F16_CONFIGS.into_iter().chain(short).chain(narrow).collect();
             estimated_best_in_waves(caps, p, k, &configs, make)
         }
     });
