@@ -35,7 +35,8 @@ fn random_shapes_in_every_form() {
                 1 => 8 * rng.random_range(3..=6u32),
                 _ => rng.random_range(1..=20u32),
             };
-            let cout_g = if rng.random_bool(0.7) { 4 * rng.random_range(1..=10u32) } else { rng.random_range(1..=30u32) };
+            let cout_g =
+                if rng.random_bool(0.7) { 4 * rng.random_range(1..=10u32) } else { rng.random_range(1..=30u32) };
             let kernel = [1u32, 3, 3, 5][rng.random_range(0..4)];
             let pad = |rng: &mut rand::rngs::StdRng| if rng.random_bool(0.3) { 0 } else { rng.random_range(0..=2u32) };
             let spec = Conv2dSpec::new(cin_g * groups, cout_g * groups, kernel)
@@ -47,7 +48,8 @@ fn random_shapes_in_every_form() {
             let n = if rng.random_bool(0.5) { 1 } else { 2 };
             let shape = Shape4::new(n, spec.in_channels, rng.random_range(3..=13u32), rng.random_range(3..=13u32));
             if spec.problem(shape).is_ok() {
-                break Case::with_seed(&format!("forms_{i}"), spec, shape, seed.wrapping_add(i as u64)).replayed_by(seed);
+                break Case::with_seed(&format!("forms_{i}"), spec, shape, seed.wrapping_add(i as u64))
+                    .replayed_by(seed);
             }
         };
         check_f16_in_every_form(&gpu, &case, &k);

@@ -39,6 +39,40 @@ pub(crate) static COOP_F16: Coop = Coop { split: false };
 /// `coop-f16x3`.
 pub(crate) static COOP_F16X3: Coop = Coop { split: true };
 
+/// An f16 cooperative-matrix family whose kernels are one tile config each, over the
+/// channels-last kernel (`coop-winograd-f16`, `coop-grouped-f16`): its name, its sweep (the
+/// reference first) and how a tile becomes its kernel.
+#[derive(Debug)]
+pub(crate) struct TileFamily {
+    pub name: &'static str,
+    pub sweep: fn() -> Vec<TileConfig>,
+    pub kernel: fn(TileConfig) -> Kernel,
+}
+
+impl Family for TileFamily {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn precision(&self) -> Precision {
+        Precision::F16Accum32
+    }
+    fn unavailable(&self, caps: &DeviceCaps) -> Option<String> {
+        coop_missing(caps)
+    }
+    fn parse(&'static self, config: &str) -> Result<Kernel> {
+        Ok((self.kernel)(TileConfig::parse(config)?))
+    }
+    fn reference(&'static self) -> Kernel {
+        (self.kernel)((self.sweep)()[0])
+    }
+    fn sweep(&'static self) -> Vec<Kernel> {
+        (self.sweep)().into_iter().map(self.kernel).collect()
+    }
+    fn targets(&self) -> &'static [Target] {
+        COOPERATIVE_TARGETS
+    }
+}
+
 /// Why a device cannot run a cooperative-matrix kernel.
 pub(crate) fn coop_missing(caps: &DeviceCaps) -> Option<String> {
     if caps.coop_f16 {

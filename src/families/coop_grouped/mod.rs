@@ -20,26 +20,21 @@
 //! Configs are channels-last tile configs with `block_k` = `block_n`, e.g.
 //! `m128n64k64-t8x8-w4-s1`.
 
-use crate::caps::{DeviceCaps, KernelLimits};
+use crate::caps::KernelLimits;
 use crate::error::{Error, Result};
-use crate::families::coop::{coop_missing, f16_bytes};
+use crate::families::coop::{f16_bytes, TileFamily};
 use crate::families::nhwc;
 use crate::families::tiled::{DerivedRun, TileConfig};
-use crate::kernel::{
-    ConvParams, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Target, TensorForm, COOPERATIVE_TARGETS,
-};
+use crate::kernel::{ConvParams, Family, Kernel, KernelConfig, Packed, Shaped, TensorForm};
 use crate::spec::{Conv2dSpec, ConvProblem, Shape4};
 
 /// The channel counts per group the family runs: whole vectors of 8 that tile a fragment's
 /// 16 channels.
 pub(crate) const GROUP_CHANNELS: [u32; 2] = [8, 16];
 
-/// The family.
-#[derive(Debug)]
-pub(crate) struct CoopGrouped;
-
 /// `coop-grouped-f16`.
-pub(crate) static COOP_GROUPED_F16: CoopGrouped = CoopGrouped;
+pub(crate) static COOP_GROUPED_F16: TileFamily =
+    TileFamily { name: "coop-grouped-f16", sweep: grouped_sweep, kernel: |tile| Kernel::new(GroupedKernel { tile }) };
 
 /// The family's configs, the reference first: 64 rows × 64 channels on 4 warps of 2×2
 /// fragments, in one buffer and in two; 32 × 64 on 2 warps of 2×2; 128 × 64 on 4 warps of
@@ -54,30 +49,6 @@ pub fn grouped_sweep() -> Vec<TileConfig> {
         T::with_thread_tile(64, 32, 32, 4, 4, 1),
         T::with_thread_tile(32, 32, 32, 4, 4, 1),
     ]
-}
-
-impl Family for CoopGrouped {
-    fn name(&self) -> &'static str {
-        "coop-grouped-f16"
-    }
-    fn precision(&self) -> Precision {
-        Precision::F16Accum32
-    }
-    fn unavailable(&self, caps: &DeviceCaps) -> Option<String> {
-        coop_missing(caps)
-    }
-    fn parse(&'static self, config: &str) -> Result<Kernel> {
-        Ok(Kernel::new(GroupedKernel { tile: TileConfig::parse(config)? }))
-    }
-    fn reference(&'static self) -> Kernel {
-        Kernel::new(GroupedKernel { tile: grouped_sweep()[0] })
-    }
-    fn sweep(&'static self) -> Vec<Kernel> {
-        grouped_sweep().into_iter().map(|tile| Kernel::new(GroupedKernel { tile })).collect()
-    }
-    fn targets(&self) -> &'static [Target] {
-        COOPERATIVE_TARGETS
-    }
 }
 
 /// A kernel of the family.

@@ -36,15 +36,14 @@
 //! them NaN.
 
 use crate::alloc;
-use crate::caps::{DeviceCaps, KernelLimits};
+use crate::caps::KernelLimits;
 use crate::error::{Error, Result};
-use crate::families::coop::coop_missing;
+use crate::families::coop::TileFamily;
 use crate::families::nhwc;
 use crate::families::tiled::{pass_workgroup_refusal, sources_in_every_form, DerivedRun, TileConfig};
 use crate::families::winograd::{self, COMPONENTS};
 use crate::kernel::{
-    compose_operands, Family, Finishing, Kernel, KernelConfig, Operands, Packed, Precision, Shaped, Staging, Target,
-    TensorForm, COOPERATIVE_TARGETS,
+    compose_operands, Family, Finishing, Kernel, KernelConfig, Operands, Packed, Shaped, Staging, TensorForm,
 };
 use crate::spec::{Conv2dSpec, ConvProblem, Shape4};
 
@@ -58,12 +57,12 @@ const VEC: u32 = 8;
 /// Output channels per invocation of the output transform (and the products' padding).
 const QUAD: u32 = 4;
 
-/// The family.
-#[derive(Debug)]
-pub(crate) struct CoopWinograd;
-
 /// `coop-winograd-f16`.
-pub(crate) static COOP_WINOGRAD_F16: CoopWinograd = CoopWinograd;
+pub(crate) static COOP_WINOGRAD_F16: TileFamily = TileFamily {
+    name: "coop-winograd-f16",
+    sweep: coop_winograd_sweep,
+    kernel: |tile| Kernel::new(CoopWinogradKernel { tile }),
+};
 
 /// The GEMM tiles the family's sweep tries: the channels-last f16 kernel's 128×128 blocks
 /// (K steps of 64 on 8 warps, of 32 on 4), 128×64 and 64×64 blocks.
@@ -76,30 +75,6 @@ pub fn coop_winograd_sweep() -> Vec<TileConfig> {
         T::with_thread_tile(64, 64, 64, 4, 8, 1),
         T::with_thread_tile(128, 128, 16, 8, 8, 1),
     ]
-}
-
-impl Family for CoopWinograd {
-    fn name(&self) -> &'static str {
-        "coop-winograd-f16"
-    }
-    fn precision(&self) -> Precision {
-        Precision::F16Accum32
-    }
-    fn unavailable(&self, caps: &DeviceCaps) -> Option<String> {
-        coop_missing(caps)
-    }
-    fn parse(&'static self, config: &str) -> Result<Kernel> {
-        Ok(Kernel::new(CoopWinogradKernel { tile: TileConfig::parse(config)? }))
-    }
-    fn reference(&'static self) -> Kernel {
-        Kernel::new(CoopWinogradKernel { tile: coop_winograd_sweep()[0] })
-    }
-    fn sweep(&'static self) -> Vec<Kernel> {
-        coop_winograd_sweep().into_iter().map(|tile| Kernel::new(CoopWinogradKernel { tile })).collect()
-    }
-    fn targets(&self) -> &'static [Target] {
-        COOPERATIVE_TARGETS
-    }
 }
 
 /// A kernel of the family: the GEMM's tile.
