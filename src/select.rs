@@ -79,13 +79,20 @@ fn cached(_gpu: &Gpu, _spec: &Conv2dSpec, _options: &Conv2dOptions, _default: &K
 
 /// Whether the input shape can change [`select`]'s choice for these options: not where they
 /// name a kernel or already give the shape, nor where a rule that needs no shape decides
-/// first (the stem and depthwise rules). `Conv2d::new` keeps the weights for the first
-/// forward's selection only where it can.
+/// first (the stem and grouped rules, and the depthwise rule where its config does not
+/// follow the shape). `Conv2d::new` keeps the weights for the first forward's selection
+/// only where it can.
 pub(crate) fn shape_may_matter(caps: &DeviceCaps, spec: &Conv2dSpec, options: &Conv2dOptions) -> bool {
     if options.kernel.is_some() || options.tuning_key_input.is_some() {
         return false;
     }
     if stem_takes(caps, spec, options).is_some() {
+        return false;
+    }
+    if depthwise_rule(caps, spec, None, options).is_none()
+        && f16_small_gemm_rule(caps, spec, None, options).is_none()
+        && grouped_rule(caps, spec, options.precision).is_some()
+    {
         return false;
     }
     match depthwise_rule(caps, spec, None, options) {
@@ -618,9 +625,9 @@ const CHANNELS_LAST_F16_SHORT_K_CONFIGS: [(TileConfig, f64, u64); 2] = [
     (TileConfig::with_thread_tile(128, 128, 16, 8, 8, 1), 1.175, 2),
     (TileConfig::with_thread_tile(128, 64, 16, 8, 8, 1), 0.92, 3),
 ];
-/// Blocks as narrow as a group's output channels, in both f16 tables: 128 rows of 16 or 32
+/// Blocks as narrow as a group's output channels, in the f16 table: 128 rows of 16 or 32
 /// columns on 4 warps (2×1 and 2×2 fragments, 12–18 KiB of workgroup memory),
-/// with their rates per padded multiply-add relative to each table's reference, offered
+/// with their rates per padded multiply-add relative to the table's reference, offered
 /// only where a group has at most `block_n` output channels ([`narrow_configs`]): the wide
 /// blocks pad such groups 2–8× (ResNeXt-50's groups of 8, 16 and 32 channels, MobileNetV2's
 /// 16–32-channel projections and its stem), while on wider groups the narrow block reads
@@ -631,7 +638,11 @@ const CHANNELS_LAST_F16_SHORT_K_CONFIGS: [(TileConfig, f64, u64); 2] = [
 /// three took 5.679 ms over the 53 (× multiplicity) against 6.018 without them and 5.619 for
 /// the best of the nine per layer; rates from 0.3 to 0.5 (16 columns), 0.5 to 0.7 and 0.6
 /// to 0.8 (32) made the same picks. On NCHW f32 tensors (the long table) ResNeXt-50's 16-
-/// and 32-channel groups ran fastest on them too (0.142 → 0.051 ms at 14×14).
+/// and 32-channel groups ran fastest on them too (0.142 → 0.051 ms at 14×14). Those rates
+/// were fitted against the earlier short-K table (ranked by padded work alone) and kept
+/// when its configs joined the ranking in whole waves: in the 2026-11-28 sweep
+/// ([`CHANNELS_LAST_F16_SHORT_K_CONFIGS`]) every layer the narrow blocks took came within 5 %
+/// of its best.
 const CHANNELS_LAST_F16_NARROW: [(TileConfig, f64); 3] = [
     (TileConfig::with_thread_tile(128, 16, 16, 4, 4, 1), 0.4),
     (TileConfig::with_thread_tile(128, 32, 16, 8, 4, 1), 0.6),
@@ -718,9 +729,9 @@ const CHANNELS_LAST_SPLIT_SHORT_K_CONFIGS: [(TileConfig, f64); 4] = [
 /// rounds and gathers its operands one element at a time. On channels-last tensors it takes
 /// every layer these precisions run on it (the others would need layout passes). With the
 /// input shape known, the config with the least estimated time among the precision's table
-/// ([`estimated_best`]; the f16 table in whole waves, [`estimated_best_in_waves`]; for f16 on
-/// channels-last f16 tensors, `f16_tensors`, with K up to [`CHANNELS_LAST_SHORT_K`]: the
-/// short-K table); else the 128×128 reference. In f16 with the input shape known, split-K on
+/// ([`estimated_best`]; the f16 table in whole waves, [`estimated_best_in_waves`], with the
+/// short-K configs added for f16 on channels-last f16 tensors, `f16_tensors`, with K up to
+/// [`CHANNELS_LAST_SHORT_K`]); else the 128×128 reference. In f16 with the input shape known, split-K on
 /// the matrix units (`coop-splitk-f16`) instead where its estimate is at least
 /// [`COOP_SPLITK_MIN_GAIN`] times below that config's ([`coop_split_estimate`]).
 pub(crate) fn channels_last_rule(
@@ -1689,6 +1700,10 @@ mod tests {
         let grouped = pick(&gpu, sixteen, Precision::F16Accum32);
         assert_eq!(grouped.kernel.family(), "coop-grouped-f16");
         assert!(grouped.reason.contains("32 groups of 16 channels: the grouped kernel"), "{grouped}");
+        // ... whatever the input shape: `Conv2d::new` need not wait for it.
+        let f16 = Conv2dOptions { precision: Precision::F16Accum32, ..Default::default() };
+        assert!(!shape_may_matter(&gpu, &sixteen, &f16));
+        assert!(shape_may_matter(&gpu, &Conv2dSpec::new(384, 384, 3).groups(32), &f16));
         // 12 channels per group would pad K by 1.33: the gathering kernel.
         let twelve = Conv2dSpec::new(384, 384, 3).groups(32);
         assert_eq!(pick(&gpu, twelve, Precision::F16Accum32).kernel.family(), "coop-f16");
@@ -2054,6 +2069,10 @@ mod tests {
             .chain(CHANNELS_LAST_F16_SHORT_K_CONFIGS.iter().map(|c| c.0))
             .chain(CHANNELS_LAST_F16_NARROW.iter().map(|c| c.0))
             .collect();
+        let grouped = coop_grouped::grouped_sweep();
+        for tile in GROUPED_CONFIGS {
+            assert!(grouped.contains(&tile), "{} is not in the grouped sweep", tile.name());
+        }
         let split: Vec<TileConfig> =
             CHANNELS_LAST_SPLIT_CONFIGS.iter().chain(&CHANNELS_LAST_SPLIT_SHORT_K_CONFIGS).map(|c| c.0).collect();
         for (tiles, split) in [(f16, false), (split, true)] {

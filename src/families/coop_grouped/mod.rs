@@ -200,51 +200,15 @@ impl KernelConfig for GroupedKernel {
     }
 }
 
-/// CPU twin of the diagonal GEMM: per output, the sum over taps and the 16 input channels of
-/// its column block (`16·⌊n/16⌋ …` of its block of `block_n`) of the zero-padded input
-/// against the packed weights ([`nhwc::pack_diagonal`]); NCHW output with bias.
-#[cfg(test)]
-fn conv_diagonal(problem: &ConvProblem, block_n: u32, input: &[f32], weight: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
-    let s = &problem.spec;
-    let packed = nhwc::pack_diagonal(s, weight, block_n).unwrap();
-    let (c, h, w) = (problem.input.c as i64, problem.input.h as i64, problem.input.w as i64);
-    let (oh, ow) = (problem.output.h as usize, problem.output.w as usize);
-    let (kw, taps, bn) = (s.kernel[1] as usize, (s.kernel[0] * s.kernel[1]) as usize, block_n as usize);
-    let mut out = vec![0.0f32; problem.output.len() as usize];
-    for img in 0..problem.input.n as i64 {
-        for o in 0..s.out_channels as usize {
-            let (blk, n) = (o / bn, o % bn);
-            for pos in 0..oh * ow {
-                let mut acc = 0.0f64;
-                for tap in 0..taps {
-                    let y = ((pos / ow) * s.stride[0] as usize + (tap / kw) * s.dilation[0] as usize) as i64
-                        - s.padding.top as i64;
-                    let x = ((pos % ow) * s.stride[1] as usize + (tap % kw) * s.dilation[1] as usize) as i64
-                        - s.padding.left as i64;
-                    if !(0..h).contains(&y) || !(0..w).contains(&x) {
-                        continue;
-                    }
-                    for r in 0..16 {
-                        let ci = (blk * bn + (n / 16) * 16 + r) as i64;
-                        let a = input[(((img * c + ci) * h + y) * w + x) as usize] as f64;
-                        acc += a * packed[((blk * taps + tap) * 16 + r) * bn + n] as f64;
-                    }
-                }
-                out[(img as usize * s.out_channels as usize + o) * oh * ow + pos] =
-                    acc as f32 + bias.map_or(0.0, |b| b[o]);
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The packing and the diagonal blocks compute the grouped convolution (the kernel's
-    /// indexing, on the CPU): groups of 8 and 16, blocks of 16, 32 and 64 channels, stride,
-    /// dilation, asymmetric padding, bias.
+    /// The diagonal GEMM computes the grouped convolution (its CPU twin,
+    /// `nhwc::conv_diagonal`: the regrouped problem's K table and row origins, the weights of
+    /// `pack_diagonal` at the kernel's offsets, each column block reading its own 16
+    /// channels), staged and read in place: groups of 8 and 16, blocks of 16, 32 and 64
+    /// channels, stride, dilation, asymmetric padding, 1×1 and 5×5 kernels, bias.
     #[test]
     fn twin_matches_reference() {
         let cases = [
@@ -252,13 +216,19 @@ mod tests {
             (Conv2dSpec::new(64, 64, 3).groups(4).stride(2).padding((1, 2)), Shape4::new(1, 64, 9, 8)),
             (Conv2dSpec::new(32, 32, 3).groups(4).dilation(2).padding([2, 1, 0, 1]), Shape4::new(1, 32, 8, 9)),
             (Conv2dSpec::new(128, 128, 1).groups(16), Shape4::new(1, 128, 4, 5)),
+            (Conv2dSpec::new(96, 96, 5).groups(6).stride(2), Shape4::new(2, 96, 9, 11)),
         ];
         for (spec, shape) in cases {
             let problem = spec.problem(shape).unwrap();
             for bn in [16, 32, 64].into_iter().filter(|bn| spec.out_channels.is_multiple_of(*bn)) {
-                crate::reference::check_twin(&format!("block_n {bn} {spec:?}"), &problem, |x, w, b| {
-                    conv_diagonal(&problem, bn, x, w, b)
-                });
+                let tile = TileConfig::with_thread_tile(64, bn, bn, 4, 4, 1);
+                for in_place in [false, true] {
+                    crate::reference::check_twin(
+                        &format!("block_n {bn}, in place {in_place}, {spec:?}"),
+                        &problem,
+                        |x, w, b| nhwc::conv_diagonal(&problem, &tile, in_place, x, w, b),
+                    );
+                }
             }
         }
     }

@@ -919,60 +919,8 @@ fn conv_staged(
     weight: &[f32],
     bias: Option<&[f32]>,
 ) -> Vec<f32> {
-    let s = &problem.spec;
-    let g = StagedGeometry::new(s, problem.input.h, problem.input.w, tile.block_k);
-    let staged = stage_input(problem, &g, input);
-    let table = g.k_table(s);
-    let ow = problem.output.w;
-    twin_gemm(problem, tile, &g, &staged, weight, bias, |img, pos, grp, kv| {
-        let (y, x) = ((pos / ow) * s.stride[0], (pos % ow) * s.stride[1]);
-        let origin = ((img * g.hp + y) * g.wp + x) * g.c8 + grp * g.cg8;
-        (table[kv] != NO_TAP).then(|| (origin + table[kv]) as usize)
-    })
-}
-
-/// The GEMM of the twins: each output's sum over the K vectors that `a_vector(img, pos,
-/// group, k vector)` places (its index in vectors of `a`, or `None` for zeros) against the
-/// packed weights; NCHW output with bias.
-#[cfg(test)]
-fn twin_gemm(
-    problem: &ConvProblem,
-    tile: &TileConfig,
-    g: &StagedGeometry,
-    a: &[f32],
-    weight: &[f32],
-    bias: Option<&[f32]>,
-    a_vector: impl Fn(u32, u32, u32, usize) -> Option<usize>,
-) -> Vec<f32> {
-    let s = &problem.spec;
-    let n_pad = s.out_channels_per_group().next_multiple_of(tile.block_n);
-    let packed = pack_channels_last(s, weight, tile.block_k, n_pad).unwrap();
-    let (oh, ow) = (problem.output.h, problem.output.w);
-    let cout_g = s.out_channels_per_group();
-    let vec = VEC as usize;
-    let mut out = vec![0.0f32; problem.output.len() as usize];
-    for img in 0..problem.input.n {
-        for pos in 0..oh * ow {
-            for grp in 0..s.groups {
-                let vectors: Vec<(usize, usize)> =
-                    (0..(g.k_pad / VEC) as usize).filter_map(|kv| Some((kv, a_vector(img, pos, grp, kv)?))).collect();
-                for n in 0..cout_g {
-                    let mut acc = 0.0f64;
-                    for &(kv, at) in &vectors {
-                        for i in 0..vec {
-                            let b =
-                                packed[(grp as usize * g.k_pad as usize + kv * vec + i) * n_pad as usize + n as usize];
-                            acc += a[at * vec + i] as f64 * b as f64;
-                        }
-                    }
-                    let oc = grp * cout_g + n;
-                    let b = bias.map_or(0.0, |b| b[oc as usize]);
-                    out[(((img * s.out_channels + oc) * oh * ow) + pos) as usize] = acc as f32 + b;
-                }
-            }
-        }
-    }
-    out
+    let g = StagedGeometry::new(&problem.spec, problem.input.h, problem.input.w, tile.block_k);
+    twin_a_staged(problem, &g, input, bias, dense_weights(&problem.spec, weight, tile))
 }
 
 /// CPU twin of `nhwc.wgsl` reading an f16 channels-last input in place (`IN_PLACE_INPUT`,
@@ -988,20 +936,145 @@ fn conv_in_place(
     weight: &[f32],
     bias: Option<&[f32]>,
 ) -> Vec<f32> {
+    let g = StagedGeometry::in_place(&problem.spec, problem.input.h, problem.input.w, tile.block_k);
+    twin_a_in_place(problem, &g, input, bias, dense_weights(&problem.spec, weight, tile))
+}
+
+/// CPU twin of `nhwc.wgsl`'s `DIAGONAL` GEMM ([`f16_diagonal_gemm`]) on a grouped
+/// `problem` of `coop-grouped-f16`: the problem regrouped into blocks of `block_n`
+/// channels, its K table and row origins, the input staged or (`in_place`) read in place
+/// with border masks, and per K step the 16 rows of B at the kernel's weight offset in the
+/// weights of [`pack_diagonal`], column n reading A's channels `16·⌊n/16⌋ …` of the step
+/// only; NCHW output with bias.
+#[cfg(test)]
+pub(crate) fn conv_diagonal(
+    problem: &ConvProblem,
+    tile: &TileConfig,
+    in_place: bool,
+    input: &[f32],
+    weight: &[f32],
+    bias: Option<&[f32]>,
+) -> Vec<f32> {
+    let bn = tile.block_n;
+    assert_eq!(tile.block_k, bn, "one tap of the block's channels per K step");
+    let blocked = ConvProblem { spec: problem.spec.groups(problem.spec.out_channels / bn), ..*problem };
+    let (h, w) = (problem.input.h, problem.input.w);
+    let g = match in_place {
+        true => StagedGeometry::in_place(&blocked.spec, h, w, bn),
+        false => StagedGeometry::new(&blocked.spec, h, w, bn),
+    };
+    let packed = pack_diagonal(&problem.spec, weight, bn).unwrap();
+    let (k_steps, bk8, n8) = (g.k_pad / bn, (bn / VEC) as usize, (bn / VEC) as usize);
+    // Per K vector kv: step kv / bk8 (one tap), channel vector kv % bk8 of the block; the
+    // kernel's B vectors from w0 = (block · k_steps + step) · 16 rows · (n_pad / 8), row r
+    // of column n holding the weight of the step's channel 16·⌊n/16⌋ + r.
+    let weights = move |grp: u32, kv: usize, i: usize, n: u32| -> f32 {
+        let (step, c) = ((kv / bk8) as u32, (kv % bk8) * VEC as usize + i);
+        let Some(r) = c.checked_sub((n as usize / 16) * 16).filter(|&r| r < 16) else {
+            return 0.0;
+        };
+        let w0 = ((grp * k_steps + step) * 16 * (bn / VEC)) as usize;
+        let vector = w0 + r * n8 + n as usize / VEC as usize;
+        packed[vector * VEC as usize + n as usize % VEC as usize]
+    };
+    match in_place {
+        true => twin_a_in_place(&blocked, &g, input, bias, weights),
+        false => twin_a_staged(&blocked, &g, input, bias, weights),
+    }
+}
+
+/// The weights of [`pack_channels_last`] as the twins' GEMM reads them: per group, K
+/// vector, element of the vector and output channel of the group.
+#[cfg(test)]
+fn dense_weights(spec: &Conv2dSpec, weight: &[f32], tile: &TileConfig) -> impl Fn(u32, usize, usize, u32) -> f32 {
+    let n_pad = spec.out_channels_per_group().next_multiple_of(tile.block_n) as usize;
+    let k_pad = StagedGeometry::new(spec, 1, 1, tile.block_k).k_pad as usize;
+    let packed = pack_channels_last(spec, weight, tile.block_k, n_pad as u32).unwrap();
+    move |grp, kv, i, n| packed[(grp as usize * k_pad + kv * VEC as usize + i) * n_pad + n as usize]
+}
+
+/// The twins' GEMM over the staged input (`stage_input`) and its K table.
+#[cfg(test)]
+fn twin_a_staged(
+    problem: &ConvProblem,
+    g: &StagedGeometry,
+    input: &[f32],
+    bias: Option<&[f32]>,
+    weights: impl Fn(u32, usize, usize, u32) -> f32,
+) -> Vec<f32> {
+    let s = &problem.spec;
+    let staged = stage_input(problem, g, input);
+    let table = g.k_table(s);
+    let ow = problem.output.w;
+    twin_gemm(problem, g, &staged, bias, weights, |img, pos, grp, kv| {
+        let (y, x) = ((pos / ow) * s.stride[0], (pos % ow) * s.stride[1]);
+        let origin = ((img * g.hp + y) * g.wp + x) * g.c8 + grp * g.cg8;
+        (table[kv] != NO_TAP).then(|| (origin + table[kv]) as usize)
+    })
+}
+
+/// The twins' GEMM over the channels-last input read in place: window origins on the
+/// unpadded tensor, masks of the taps inside the image, the K table with tap indices.
+#[cfg(test)]
+fn twin_a_in_place(
+    problem: &ConvProblem,
+    g: &StagedGeometry,
+    input: &[f32],
+    bias: Option<&[f32]>,
+    weights: impl Fn(u32, usize, usize, u32) -> f32,
+) -> Vec<f32> {
     let s = &problem.spec;
     let (h, w) = (problem.input.h, problem.input.w);
-    let g = StagedGeometry::in_place(s, h, w, tile.block_k);
     assert_eq!(g.cg8 * VEC, g.cg, "in place: whole vectors of channels per group");
     let nhwc = crate::reference::to_nhwc(input, problem.input).unwrap();
     let table = g.k_table_taps(s);
     let ow = problem.output.w;
-    twin_gemm(problem, tile, &g, &nhwc, weight, bias, |img, pos, grp, kv| {
+    twin_gemm(problem, g, &nhwc, bias, weights, |img, pos, grp, kv| {
         let y = ((pos / ow) * s.stride[0]) as i64 - s.padding.top as i64;
         let x = ((pos % ow) * s.stride[1]) as i64 - s.padding.left as i64;
         let origin = ((img as i64 * h as i64 + y) * w as i64 + x) * g.c8 as i64 + (grp * g.cg8) as i64;
         let [offset, tap] = table[kv];
         (window_taps(s, h, w, y, x) & (1u32 << tap) != 0).then(|| (origin + offset as i64) as usize)
     })
+}
+
+/// The GEMM of the twins: each output's sum over the K vectors that `a_vector(img, pos,
+/// group, k vector)` places (its index in vectors of `a`, or `None` for zeros) against
+/// `weights(group, k vector, element, output channel)`; NCHW output with bias.
+#[cfg(test)]
+fn twin_gemm(
+    problem: &ConvProblem,
+    g: &StagedGeometry,
+    a: &[f32],
+    bias: Option<&[f32]>,
+    weights: impl Fn(u32, usize, usize, u32) -> f32,
+    a_vector: impl Fn(u32, u32, u32, usize) -> Option<usize>,
+) -> Vec<f32> {
+    let s = &problem.spec;
+    let (oh, ow) = (problem.output.h, problem.output.w);
+    let cout_g = s.out_channels_per_group();
+    let vec = VEC as usize;
+    let mut out = vec![0.0f32; problem.output.len() as usize];
+    for img in 0..problem.input.n {
+        for pos in 0..oh * ow {
+            for grp in 0..s.groups {
+                let vectors: Vec<(usize, usize)> =
+                    (0..(g.k_pad / VEC) as usize).filter_map(|kv| Some((kv, a_vector(img, pos, grp, kv)?))).collect();
+                for n in 0..cout_g {
+                    let mut acc = 0.0f64;
+                    for &(kv, at) in &vectors {
+                        for i in 0..vec {
+                            acc += a[at * vec + i] as f64 * weights(grp, kv, i, n) as f64;
+                        }
+                    }
+                    let oc = grp * cout_g + n;
+                    let b = bias.map_or(0.0, |b| b[oc as usize]);
+                    out[(((img * s.out_channels + oc) * oh * ow) + pos) as usize] = acc as f32 + b;
+                }
+            }
+        }
+    }
+    out
 }
 
 /// CPU twin of `nhwc.wgsl`'s `window_taps`: bit `ky · kw + kx` set where that tap of the

@@ -54,6 +54,7 @@ fn unscale_second() -> f32 {
 @group(0) @binding(1) var<storage, read> staged: array<vec4<u32>>;
 // Weights [groups][K_PAD][N_PAD] f16, 8 per vector, K in the K table's order with each
 // group's channels padded to whole vectors; zeros past K and past the group's channels.
+// `DIAGONAL`: [blocks][taps][16][BN], each K step's diagonal 16×16 blocks (`pack_diagonal`).
 @group(0) @binding(2) var<storage, read> weight: array<vec4<u32>>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 // Per K vector (8 channels of one tap): its offset in vectors from an output position's
