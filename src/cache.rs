@@ -270,6 +270,43 @@ pub struct CachedDecision {
     pub report: Option<Value>,
 }
 
+/// The file of the autotuner's decisions (`Conv2dOptions::autotune`) in the cache
+/// directory, beside [`FILE_NAME`].
+pub const AUTOTUNE_FILE_NAME: &str = "autotune.json";
+
+/// The key of one autotune decision: the device and software and the convolution and input
+/// shape (as [`CacheKey`]'s), and what else decides which kernels run and how fast: the
+/// precision, the tensors' layout and storage, the activation and whether there is a bias.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AutotuneKey {
+    /// The device and software.
+    pub device: DeviceKey,
+    /// The convolution and input shape.
+    pub shape: ShapeKey,
+    /// `f32`, `f16`, `f16x3`.
+    pub precision: String,
+    /// `Nchw`, `Nhwc`.
+    pub layout: String,
+    /// `F32`, `F16`.
+    pub storage: String,
+    /// `None`, `Relu`.
+    pub activation: String,
+    /// Whether the convolution adds a bias.
+    pub bias: bool,
+}
+
+/// What the autotuner decided for one key: the fastest kernel of those it timed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AutotuneDecision {
+    /// The kernel to run (`family:config`).
+    pub kernel: String,
+    /// Every kernel timed and its median time in milliseconds, in the order they were timed
+    /// (the selection's own kernel first).
+    pub timed: Vec<(String, f64)>,
+    /// When the decision was made (RFC 3339, UTC).
+    pub tuned_at: String,
+}
+
 /// Where the cache lives by default: `$WGCONV_CACHE_DIR`, else `dirs::cache_dir()/wgconv`.
 pub fn default_dir() -> Option<PathBuf> {
     match std::env::var_os(DIR_ENV) {
@@ -361,6 +398,46 @@ impl TuningCache {
 
     /// Stores (inserts or replaces) the decision for `key`, atomically and under the lock.
     pub fn store(&self, key: &CacheKey, decision: &CachedDecision) -> Result<()> {
+        self.store_entry(key, decision)
+    }
+
+    /// The autotuner's cache: `autotune.json` beside this file ([`AUTOTUNE_FILE_NAME`]),
+    /// written and read with the same guarantees.
+    pub fn autotune(&self) -> TuningCache {
+        TuningCache { path: self.path.with_file_name(AUTOTUNE_FILE_NAME) }
+    }
+
+    /// The autotuner's decision stored under exactly this key, if any and well formed (its
+    /// kernel's name parses).
+    pub fn autotune_lookup(&self, key: &AutotuneKey) -> Option<AutotuneDecision> {
+        let doc = self.read()?;
+        doc.entries.iter().rev().find_map(|raw| {
+            let k: AutotuneKey = serde_json::from_value(raw.get("key")?.clone()).ok()?;
+            if &k != key {
+                return None;
+            }
+            match raw.get("decision").cloned().map(serde_json::from_value::<AutotuneDecision>) {
+                Some(Ok(d)) if Kernel::parse(&d.kernel).is_ok() => Some(d),
+                _ => {
+                    log::warn!("autotune cache {}: skipping a malformed entry", self.path.display());
+                    None
+                }
+            }
+        })
+    }
+
+    /// Stores the autotuner's decision for `key` (as [`TuningCache::store`]).
+    pub fn autotune_store(&self, key: &AutotuneKey, decision: &AutotuneDecision) -> Result<()> {
+        self.store_entry(key, decision)
+    }
+
+    /// Inserts or replaces the entry of `key` (any key type of this file), atomically and
+    /// under the lock.
+    fn store_entry<K: Serialize + serde::de::DeserializeOwned + PartialEq>(
+        &self,
+        key: &K,
+        decision: &impl Serialize,
+    ) -> Result<()> {
         let io =
             |what: &str, e: std::io::Error| Error::Cache(format!("tuning cache {}: {what}: {e}", self.path.display()));
         let dir = self.dir();
@@ -378,7 +455,7 @@ impl TuningCache {
             let mut entries = self.read().map(|d| d.entries).unwrap_or_default();
             let new_entry = serde_json::json!({ "key": key, "decision": decision });
             let mut replaced = false;
-            entries.retain_mut(|raw| match parse_key(raw) {
+            entries.retain_mut(|raw| match raw.get("key").and_then(|k| serde_json::from_value::<K>(k.clone()).ok()) {
                 Some(k) if &k == key => {
                     if replaced {
                         false
@@ -451,13 +528,9 @@ impl TuningCache {
     }
 }
 
-fn parse_key(raw: &Value) -> Option<CacheKey> {
-    serde_json::from_value(raw.get("key")?.clone()).ok()
-}
-
 /// One entry, if its key and decision parse and its configs are well formed.
 fn parse_entry(raw: &Value) -> Option<(CacheKey, CachedDecision)> {
-    let key = parse_key(raw)?;
+    let key: CacheKey = serde_json::from_value(raw.get("key")?.clone()).ok()?;
     let decision: CachedDecision = match raw.get("decision").cloned().map(serde_json::from_value) {
         Some(Ok(d)) => d,
         Some(Err(e)) => {
@@ -508,6 +581,24 @@ pub(crate) fn cached_decision(gpu: &Gpu, problem: &ConvProblem, default: &Kernel
             None
         }
     }
+}
+
+/// A time as RFC 3339 in UTC, to the second (`2026-11-26T10:49:24Z`): the tuning report's
+/// stamp, without a calendar crate in the library's dependencies.
+pub fn rfc3339_utc(t: std::time::SystemTime) -> String {
+    let secs = t.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem / 60 % 60, rem % 60)
 }
 
 #[cfg(test)]

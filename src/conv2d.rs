@@ -196,6 +196,17 @@ pub struct ConvPlan {
     pub problem: ConvProblem,
 }
 
+#[cfg(feature = "tune")]
+impl crate::timing::EncodePass for ConvPlan {
+    fn encode_pass(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        timestamps: Option<wgpu::ComputePassTimestampWrites<'_>>,
+    ) {
+        self.encode(encoder, timestamps);
+    }
+}
+
 impl ConvPlan {
     /// Records the dispatches in one compute pass; `timestamps` wrap the whole pass.
     pub fn encode(&self, encoder: &mut wgpu::CommandEncoder, timestamps: Option<wgpu::ComputePassTimestampWrites<'_>>) {
@@ -337,12 +348,32 @@ impl Conv2d {
         }
         // The bias given decides, as PyTorch's module has one or not.
         spec.bias = bias.is_some();
+        if options.autotune {
+            if let Some(k) = &options.kernel {
+                return Err(Error::InvalidOptions(format!(
+                    "Conv2dOptions::autotune times candidate kernels to choose one, but Conv2dOptions::kernel names \
+                     {k}: set one or the other"
+                )));
+            }
+            if cfg!(not(feature = "tune")) {
+                return Err(Error::InvalidOptions(
+                    "Conv2dOptions::autotune needs wgconv's `tune` feature (GPU timing and the autotune cache)".into(),
+                ));
+            }
+        }
         let finite_weights = weight.iter().all(|w| w.is_finite());
         let selection = crate::select::select_on(gpu, &spec, &options, finite_weights)?;
+        #[cfg(feature = "tune")]
+        let selection = match options.tuning_key_input.filter(|_| options.autotune) {
+            Some(input) => autotune(gpu, &spec.problem(input)?, &options, finite_weights, weight, bias, selection)?,
+            None => selection,
+        };
         let initial = Bound::new(gpu, &spec, selection, weight, bias).map_err(|e| gpu.lost_or(e))?;
-        // Without the input shape the rules that need it did not apply: the first forward's
-        // shape decides again.
-        let pending = match crate::select::shape_may_matter(gpu.caps(), &spec, &options) {
+        // Without the input shape the rules that need it did not apply (nor the autotuner):
+        // the first forward's shape decides again.
+        let later = crate::select::shape_may_matter(gpu.caps(), &spec, &options)
+            || (options.autotune && options.tuning_key_input.is_none());
+        let pending = match later {
             false => None,
             true => Some(Pending {
                 weight: crate::alloc::copy_of(weight, "the weights kept for the first forward")?,
@@ -460,7 +491,20 @@ impl Conv2d {
             initial.with_selection(Selection { reason, ..initial.selection.clone() })
         };
         let options = Conv2dOptions { tuning_key_input: Some(i), ..pending.options };
-        let bound = match crate::select::select_on(&self.gpu, &self.spec, &options, pending.finite_weights) {
+        let selected = crate::select::select_on(&self.gpu, &self.spec, &options, pending.finite_weights);
+        #[cfg(feature = "tune")]
+        let selected = match selected {
+            Ok(s) if options.autotune => {
+                let (w, b) = (&pending.weight, pending.bias.as_deref());
+                autotune(&self.gpu, problem, &options, pending.finite_weights, w, b, s.clone()).or_else(|e| {
+                    log::warn!("autotune at input {input} failed ({e}); running the selection's {}", s.kernel);
+                    let reason = format!("{}; autotune at input {input} failed: {e}", s.reason);
+                    Ok(Selection { reason, ..s })
+                })
+            }
+            other => other,
+        };
+        let bound = match selected {
             Err(e) => kept(format!("selecting again at the first forward (input {input}) failed: {e}")),
             Ok(s) => {
                 let reason = format!("{} (selected at the first forward, input {input})", s.reason);
@@ -1242,6 +1286,123 @@ impl Conv2d {
         let flag = self.gpu.read_buffer_async::<u32>(&self.range_snapshot, 0, 1).await?;
         Ok(flag.first().copied().unwrap_or(0) != 0)
     }
+}
+
+/// Timed runs per candidate of the autotuner, after [`AUTOTUNE_WARMUP`] untimed ones: its
+/// median decides.
+#[cfg(feature = "tune")]
+const AUTOTUNE_RUNS: u32 = 7;
+/// Untimed runs before each candidate's timed ones.
+#[cfg(feature = "tune")]
+const AUTOTUNE_WARMUP: u32 = 2;
+/// How long a GPU (not a CPU adapter) is kept busy before each candidate's timed runs, so
+/// that its clock is up (`timing::keep_busy`).
+#[cfg(feature = "tune")]
+const AUTOTUNE_BUSY: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// [`Conv2dOptions::autotune`]: the autotune cache's decision for this device, problem and
+/// options, else the fastest by median GPU time of the candidates
+/// (`select::autotune_candidates`, `selected`'s kernel first), each built as its own op
+/// with the caller's weights and run on scratch tensors of the problem's shape (uniform
+/// values in [-1, 1)), then stored in the cache. A candidate that cannot be built or run
+/// here is skipped (logged); an error only where none runs.
+#[cfg(feature = "tune")]
+fn autotune(
+    gpu: &Gpu,
+    problem: &ConvProblem,
+    options: &Conv2dOptions,
+    finite_weights: bool,
+    weight: &[f32],
+    bias: Option<&[f32]>,
+    selected: Selection,
+) -> Result<Selection> {
+    use crate::cache::{AutotuneDecision, AutotuneKey, DeviceKey, ShapeKey, TuningCache};
+    use crate::kernel::Kernel;
+    let spec = &problem.spec;
+    let input = problem.input;
+    let shape = format!("[{}, {}, {}, {}]", input.n, input.c, input.h, input.w);
+    let key = AutotuneKey {
+        device: DeviceKey::new(&gpu.info, gpu.runtime_checks()),
+        shape: ShapeKey::of(problem),
+        precision: options.precision.to_string(),
+        layout: format!("{:?}", options.layout),
+        storage: format!("{:?}", options.storage),
+        activation: format!("{:?}", options.activation),
+        bias: spec.bias,
+    };
+    let cache = TuningCache::open_default().map(|c| c.autotune());
+    let cached = cache.as_ref().and_then(|c| c.autotune_lookup(&key));
+    if let Some(d) = cached {
+        match Kernel::parse(&d.kernel).and_then(|k| k.check(spec, gpu.caps()).map(|()| k)) {
+            Ok(kernel) if kernel.precision() == options.precision => {
+                let reason = format!("the autotune cache's decision for input {shape} (timed {})", d.tuned_at);
+                return Ok(Selection { kernel, source: crate::options::ConfigSource::Autotune, reason });
+            }
+            Ok(kernel) => log::warn!(
+                "autotune cache: {kernel} computes in {}, not {}; timing again",
+                kernel.precision(),
+                options.precision
+            ),
+            Err(e) => log::warn!("autotune cache: {} cannot run here ({e}); timing again", d.kernel),
+        }
+    }
+    let candidates = crate::select::autotune_candidates(gpu.caps(), spec, &selected.kernel, finite_weights);
+    let bytes = |elements: u64| elements.saturating_mul(options.storage.element_bytes());
+    let usage = wgpu::BufferUsages::STORAGE;
+    let len = usize::try_from(input.len()).map_err(|_| Error::TooLarge(format!("the input {input} for this host")))?;
+    let mut rng = fastrand::Rng::with_seed(0x5eed_a070);
+    let values: Vec<f32> = (0..len).map(|_| rng.f32() * 2.0 - 1.0).collect();
+    let contents: Vec<u8> = match options.storage {
+        Storage::F32 => bytemuck::cast_slice(&values).to_vec(),
+        Storage::F16 => values.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect(),
+    };
+    drop(values);
+    let x = gpu.buffer_init("wgconv autotune input", &contents, usage)?;
+    drop(contents);
+    let y = gpu.create_buffer("wgconv autotune output", bytes(problem.output.len()), usage)?;
+    let mut timed: Vec<(Kernel, f64)> = Vec::new();
+    for kernel in candidates {
+        let time = (|| -> Result<f64> {
+            let opts = Conv2dOptions { kernel: Some(kernel.clone()), autotune: false, ..options.clone() };
+            let conv = Conv2d::new(gpu, *spec, weight, bias, opts)?;
+            let plan = conv.plan(input, &x, &y)?;
+            if !gpu.is_cpu() {
+                crate::timing::keep_busy(gpu, &plan, AUTOTUNE_BUSY)?;
+            }
+            let (times, _) = crate::timing::time_plan(gpu, &plan, AUTOTUNE_WARMUP, AUTOTUNE_RUNS)?;
+            crate::timing::Summary::of(&times)
+                .map(|s| s.median)
+                .ok_or_else(|| Error::Wgpu { stage: "autotune", message: format!("{kernel}: no usable time") })
+        })();
+        match time {
+            Ok(t) => timed.push((kernel, t)),
+            Err(e) => log::info!("autotune at input {shape}: {kernel} skipped: {e}"),
+        }
+    }
+    let Some((best, best_ms)) = timed.iter().min_by(|a, b| a.1.total_cmp(&b.1)).cloned() else {
+        return Err(Error::unsupported(format!("autotune at input {shape}: no candidate ran")));
+    };
+    let decision = AutotuneDecision {
+        kernel: best.to_string(),
+        timed: timed.iter().map(|(k, t)| (k.to_string(), *t)).collect(),
+        tuned_at: crate::cache::rfc3339_utc(std::time::SystemTime::now()),
+    };
+    match &cache {
+        Some(c) => {
+            if let Err(e) = c.autotune_store(&key, &decision) {
+                log::warn!("autotune: the decision was not stored: {e}");
+            }
+        }
+        None => log::warn!("autotune: no cache location (set {}); the decision was not stored", crate::cache::DIR_ENV),
+    }
+    let selected_ms = timed.iter().find(|(k, _)| *k == selected.kernel).map(|(_, t)| *t);
+    let against = match selected_ms {
+        Some(t) if best != selected.kernel => format!(" against {t:.4} ms for the selection's {}", selected.kernel),
+        Some(_) => " (the selection's own kernel)".to_string(),
+        None => format!(" (the selection's {} did not run)", selected.kernel),
+    };
+    let reason = format!("the fastest of {} kernels timed at input {shape}: {best_ms:.4} ms{against}", timed.len());
+    Ok(Selection { kernel: best, source: crate::options::ConfigSource::Autotune, reason })
 }
 
 #[cfg(test)]

@@ -60,6 +60,8 @@ mod cache;
 mod portable;
 pub mod reference;
 #[cfg(feature = "tune")]
+pub mod timing;
+#[cfg(feature = "tune")]
 pub mod tune;
 
 pub use caps::{declared_rates, DeclaredRates, DeviceCaps, KernelLimits, DECLARED_RATES};
@@ -73,6 +75,7 @@ pub use gpu::{AdapterName, Gpu, GpuOptions, BUFFER_GRANULE};
 pub use half;
 pub use kernel::{Kernel, Precision};
 pub use options::{Activation, ConfigSource, Conv2dOptions, Layout, Selection, Storage};
+pub use select::AUTOTUNE_MAX_CANDIDATES;
 pub use spec::{AutoPad, Conv2dSpec, ConvProblem, Padding, PaddingMode, Pair, Shape4};
 pub use tile::TileConfig;
 /// The wgpu this crate is built against: devices, queues and buffers handed to

@@ -118,6 +118,18 @@ pub struct Conv2dOptions {
     pub layout: Layout,
     /// The element type of the input and output tensors (default f32; see [`Storage`]).
     pub storage: Storage,
+    /// Measure instead of estimate, as PyTorch's `cudnn.benchmark` (feature `tune`): where
+    /// the input shape is known (given here, else at the first forward) the op times the
+    /// selection's kernel and up to [`crate::AUTOTUNE_MAX_CANDIDATES`] − 1 others that can
+    /// run the layer (the selected family's other configs and other families' reference
+    /// kernels) on scratch tensors of that shape, and keeps the fastest by median GPU time.
+    /// The decision is stored in the autotune cache (`autotune.json` in the tuning cache's
+    /// directory; key: adapter, driver, wgconv version and shaders, shape, precision, layout,
+    /// storage, activation, bias), so a later op of the same key reuses it without timing; a
+    /// corrupt or stale entry is ignored with a warning and measured again. Later inputs of
+    /// other shapes run the kernel chosen. Off by default: selection does no device work.
+    /// Refused with a named kernel ([`Self::kernel`] leaves nothing to choose).
+    pub autotune: bool,
 }
 
 impl Conv2dOptions {
@@ -152,6 +164,12 @@ impl Conv2dOptions {
         self.tuning_key_input = input.into();
         self
     }
+    /// Times the candidate kernels at the known input shape and keeps the fastest (see the
+    /// field).
+    pub fn autotune(mut self, on: bool) -> Self {
+        self.autotune = on;
+        self
+    }
 }
 
 /// Where the kernel of a `Conv2d` came from.
@@ -168,6 +186,9 @@ pub enum ConfigSource {
     /// The rule's kernel did not fit the device; the first of its family's sweep that does
     /// (or the direct kernel).
     Fallback,
+    /// The fastest of the candidates timed at the input shape ([`Conv2dOptions::autotune`]),
+    /// measured now or read from the autotune cache.
+    Autotune,
 }
 
 /// The kernel a `Conv2d` runs, where the choice came from, and why.
@@ -190,6 +211,7 @@ impl std::fmt::Display for Selection {
             ConfigSource::TuningCache => "tuning cache",
             ConfigSource::Default => "default",
             ConfigSource::Fallback => "fallback",
+            ConfigSource::Autotune => "autotune",
         };
         write!(f, "{} ({source}: {})", self.kernel, self.reason)
     }

@@ -101,6 +101,55 @@ pub(crate) fn shape_may_matter(caps: &DeviceCaps, spec: &Conv2dSpec, options: &C
     }
 }
 
+/// The most kernels [`Conv2dOptions::autotune`] times for one convolution and input shape.
+pub const AUTOTUNE_MAX_CANDIDATES: usize = 8;
+/// Of those, the most reference kernels of families other than the selection's.
+#[cfg(feature = "tune")]
+const AUTOTUNE_OTHER_FAMILIES: usize = 3;
+
+/// The kernels [`Conv2dOptions::autotune`] times for `spec` on a device, `selected` (the
+/// selection's kernel at the input shape) first: then the reference kernels of up to
+/// [`AUTOTUNE_OTHER_FAMILIES`] other families of the precision that the benchmark sweeps on
+/// this device (registry order), then the selected family's other sweep configs, at most
+/// [`AUTOTUNE_MAX_CANDIDATES`] in all, each one the device and the convolution accept
+/// (`Kernel::check`; the f32 kernel on the matrix units only for finite weights). No device
+/// work.
+#[cfg(feature = "tune")]
+pub(crate) fn autotune_candidates(
+    caps: &DeviceCaps,
+    spec: &Conv2dSpec,
+    selected: &Kernel,
+    finite_weights: bool,
+) -> Vec<Kernel> {
+    let runs = |k: &Kernel| {
+        k.precision() == selected.precision()
+            && k.check(spec, caps).is_ok()
+            && (finite_weights || k.family() != nhwc::COOP_NHWC_F32.name())
+    };
+    let others = crate::families::FAMILIES
+        .iter()
+        .filter(|f| {
+            f.name() != selected.family()
+                && f.precision() == selected.precision()
+                && f.benchmarked()
+                && f.unavailable(caps).is_none()
+        })
+        .map(|f| f.reference())
+        .filter(runs)
+        .take(AUTOTUNE_OTHER_FAMILIES);
+    let own = selected.family_impl().sweep().into_iter().filter(runs);
+    let mut candidates = vec![selected.clone()];
+    for k in others.chain(own) {
+        if candidates.len() == AUTOTUNE_MAX_CANDIDATES {
+            break;
+        }
+        if !candidates.contains(&k) {
+            candidates.push(k);
+        }
+    }
+    candidates
+}
+
 /// Whether the kernels read and write the op's tensors as f16 themselves where their family
 /// can ([`Storage::F16`] on a device with `SHADER_F16`: they declare them as WGSL `f16`);
 /// else passes convert them around the kernel.
@@ -1970,6 +2019,42 @@ mod tests {
         assert_ne!(at(&h100, deep, 32, 7).kernel.family(), "splitk");
         assert_ne!(at(&h100, Conv2dSpec::new(32, 16, 1), 1, 112).kernel.family(), "splitk");
         assert_ne!(at(&cpu, deep, 1, 7).kernel.family(), "splitk");
+    }
+
+    /// The autotuner's candidates: the selection's kernel first, at most eight, no repeats,
+    /// each one the device and the convolution accept at the precision; other families'
+    /// references before the selected family's other configs; the f32 matrix kernel only for
+    /// finite weights.
+    #[cfg(feature = "tune")]
+    #[test]
+    fn autotune_candidates_start_from_the_selection() {
+        let gpu = caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, true);
+        let h100 = DeviceCaps { name: "NVIDIA H100 80GB HBM3".into(), ..gpu.clone() };
+        for (caps, spec, precision) in [
+            (&gpu, Conv2dSpec::new(64, 64, 3).padding(Padding::uniform(1)), Precision::F32),
+            (&h100, Conv2dSpec::new(64, 64, 3).padding(Padding::uniform(1)), Precision::F32),
+            (&gpu, Conv2dSpec::new(256, 256, 3).groups(32), Precision::F16Accum32),
+            (&gpu, Conv2dSpec::new(32, 32, 3).groups(32), Precision::F32),
+        ] {
+            let selected = pick(caps, spec, precision).kernel;
+            let list = autotune_candidates(caps, &spec, &selected, true);
+            assert_eq!(list[0], selected);
+            assert!(list.len() <= AUTOTUNE_MAX_CANDIDATES && list.len() > 1, "{list:?}");
+            for (i, k) in list.iter().enumerate() {
+                assert!(!list[..i].contains(k), "{k} twice");
+                assert_eq!(k.precision(), precision);
+                k.check(&spec, caps).unwrap_or_else(|e| panic!("{k}: {e}"));
+            }
+            let other = list.iter().position(|k| k.family() != selected.family());
+            let own = list.iter().skip(1).position(|k| k.family() == selected.family()).map(|p| p + 1);
+            if let (Some(o), Some(s)) = (other, own) {
+                assert!(o < s, "{list:?}");
+            }
+        }
+        let dense = Conv2dSpec::new(64, 64, 3).padding(Padding::uniform(1));
+        let matrix = nhwc::COOP_NHWC_F32.reference();
+        let with_inf = autotune_candidates(&h100, &dense, &tiled::TILED.reference(), false);
+        assert!(!with_inf.iter().any(|k| k.family() == matrix.family()), "{with_inf:?}");
     }
 
     /// The benchmark sweeps every family of a precision that the device runs, never the

@@ -592,6 +592,7 @@ pub fn source_name(source: ConfigSource) -> &'static str {
         ConfigSource::TuningCache => "tuning cache",
         ConfigSource::Default => "default",
         ConfigSource::Fallback => "fallback",
+        ConfigSource::Autotune => "autotune",
         _ => "other",
     }
 }

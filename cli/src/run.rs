@@ -158,6 +158,7 @@ fn describe_source(source: ConfigSource) -> &'static str {
         ConfigSource::TuningCache => "from the tuning cache",
         ConfigSource::Default => "library default: no tuning-cache decision for this problem",
         ConfigSource::Fallback => "fallback: the default does not fit this device; no tuning-cache decision",
+        ConfigSource::Autotune => "autotune: the fastest candidate timed at this shape",
         _ => "another source (see --verbose's reason)",
     }
 }

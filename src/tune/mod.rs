@@ -122,7 +122,7 @@
 pub mod cache {
     pub use crate::cache::*;
 }
-pub mod timing;
+pub use crate::timing;
 
 use self::timing::{Clock, Summary};
 use crate::cache::{CacheKey, CachedDecision, DeviceKey, TuningCache};
@@ -1599,23 +1599,7 @@ mod tests {
     }
 }
 
-/// A time as RFC 3339 in UTC, to the second (`2026-11-26T10:49:24Z`): the tuning report's
-/// stamp, without a calendar crate in the library's dependencies.
-pub fn rfc3339_utc(t: std::time::SystemTime) -> String {
-    let secs = t.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem / 60 % 60, rem % 60)
-}
+pub use crate::cache::rfc3339_utc;
 
 #[cfg(test)]
 mod time_tests {

@@ -1,10 +1,17 @@
-//! GPU time of a [`ConvPlan`] from timestamp queries (host wall-clock, marked as such,
-//! where a device has none), and the statistics every report quotes.
+//! GPU time of work recorded into one compute pass (a [`crate::ConvPlan`]) from timestamp
+//! queries (host wall-clock, marked as such, where a device has none), and the statistics
+//! every report quotes. Also `wgconv::tune::timing`.
 
-use crate::conv2d::ConvPlan;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::scope::ErrorScope;
+
+/// Work that records itself into one compute pass, optionally between two timestamps: what
+/// the functions here run ([`crate::ConvPlan`] is one).
+pub trait EncodePass {
+    /// Records the work into `encoder`, its compute pass writing `timestamps` where given.
+    fn encode_pass(&self, encoder: &mut wgpu::CommandEncoder, timestamps: Option<wgpu::ComputePassTimestampWrites<'_>>);
+}
 
 /// Where a time came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -20,9 +27,9 @@ pub enum Clock {
 pub const MAX_TIMED_RUNS: u32 = 2048;
 
 /// One untimed run of `plan`, submitted (not waited for).
-fn submit(gpu: &Gpu, plan: &ConvPlan) {
+fn submit(gpu: &Gpu, plan: &impl EncodePass) {
     let mut enc = gpu.device.create_command_encoder(&Default::default());
-    plan.encode(&mut enc, None);
+    plan.encode_pass(&mut enc, None);
     gpu.queue.submit([enc.finish()]);
 }
 
@@ -32,7 +39,7 @@ fn submit(gpu: &Gpu, plan: &ConvPlan) {
 /// timed runs go in one submission, each its own compute pass between two timestamps, so that the host's
 /// submission overhead is not timed; a device without timestamp queries is timed by the
 /// host clock around each submission and wait ([`Clock::HostWallClock`]).
-pub fn time_plan(gpu: &Gpu, plan: &ConvPlan, warmup: u32, runs: u32) -> Result<(Vec<f64>, Clock)> {
+pub fn time_plan(gpu: &Gpu, plan: &impl EncodePass, warmup: u32, runs: u32) -> Result<(Vec<f64>, Clock)> {
     if runs == 0 || runs > MAX_TIMED_RUNS {
         return Err(Error::InvalidOptions(format!("time_plan times 1 to {MAX_TIMED_RUNS} runs, not {runs}")));
     }
@@ -66,7 +73,7 @@ pub fn time_plan(gpu: &Gpu, plan: &ConvPlan, warmup: u32, runs: u32) -> Result<(
     });
     let mut enc = gpu.device.create_command_encoder(&Default::default());
     for i in 0..runs {
-        plan.encode(
+        plan.encode_pass(
             &mut enc,
             Some(wgpu::ComputePassTimestampWrites {
                 query_set: &queries,
@@ -99,7 +106,7 @@ pub fn time_plan(gpu: &Gpu, plan: &ConvPlan, warmup: u32, runs: u32) -> Result<(
 /// such a pause ran at whatever clock it had left: whole layers measured 2.1–2.4× slow,
 /// flat over their runs. One run per submit with a wait after each kept a small kernel's
 /// GPU mostly idle, so a spin-up of that kind did not raise the clock.
-pub fn keep_busy(gpu: &Gpu, plan: &ConvPlan, min: std::time::Duration) -> Result<()> {
+pub fn keep_busy(gpu: &Gpu, plan: &impl EncodePass, min: std::time::Duration) -> Result<()> {
     let start = std::time::Instant::now();
     let mut chunk = 1u32;
     let mut queued: Option<wgpu::SubmissionIndex> = None;
@@ -108,7 +115,7 @@ pub fn keep_busy(gpu: &Gpu, plan: &ConvPlan, min: std::time::Duration) -> Result
         let scope = ErrorScope::push(&gpu.device);
         let mut enc = gpu.device.create_command_encoder(&Default::default());
         for _ in 0..chunk {
-            plan.encode(&mut enc, None);
+            plan.encode_pass(&mut enc, None);
         }
         let index = gpu.queue.submit([enc.finish()]);
         scope.finish("keeping the GPU busy")?;

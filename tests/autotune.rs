@@ -1,0 +1,63 @@
+//! `Conv2dOptions::autotune`: the op times the selection's kernel and other candidates at the
+//! input shape and keeps the fastest, stored in the autotune cache (`autotune.json` in
+//! `WGCONV_CACHE_DIR`) and reused by later ops of the same key; at the first forward where the
+//! shape was not given; a corrupt cache is ignored and rewritten; a named kernel is refused.
+//! Runs on any adapter (lavapipe in CI). One test: the cache directory is this process's
+//! environment.
+
+mod common;
+use common::*;
+use wgconv::{ConfigSource, Conv2d, Conv2dOptions, Conv2dSpec, Error, Padding, Shape4};
+
+#[test]
+fn autotune_times_candidates_and_reuses_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    // SAFETY: the only test of this binary; nothing else reads the environment concurrently.
+    unsafe { std::env::set_var("WGCONV_CACHE_DIR", dir.path()) };
+    let gpu = gpu();
+    let spec = Conv2dSpec::new(8, 16, 3).padding(Padding::uniform(1)).with_bias(true);
+    let shape = Shape4::new(1, 8, 10, 10);
+    let case = Case::new("autotune", spec, shape);
+    let opts = Conv2dOptions::default().autotune(true);
+
+    // The shape given: timed at construction, the fastest kept and stored.
+    let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts.clone().tuning_key_input(shape)).unwrap();
+    let s = conv.kernel();
+    assert_eq!(s.source, ConfigSource::Autotune, "{s}");
+    assert!(s.reason.contains("the fastest of") && s.reason.contains("timed at input [1, 8, 10, 10]"), "{s}");
+    assert_close("autotuned", &conv.forward(&case.x, shape).unwrap(), &case.want, 1e-5);
+    let file = dir.path().join("autotune.json");
+    let text = std::fs::read_to_string(&file).expect("the decision is stored");
+    assert!(text.contains(&s.kernel.to_string()), "{text}");
+
+    // A second op of the same key reads the decision instead of timing.
+    let again = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts.clone().tuning_key_input(shape)).unwrap();
+    assert_eq!(again.kernel().kernel, s.kernel);
+    assert!(again.kernel().reason.contains("the autotune cache's decision"), "{}", again.kernel());
+
+    // The shape not given: the first forward decides (from the cache for this shape).
+    let later = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts.clone()).unwrap();
+    assert_ne!(later.kernel().source, ConfigSource::Autotune, "{}", later.kernel());
+    assert_close("first forward", &later.forward(&case.x, shape).unwrap(), &case.want, 1e-5);
+    assert_eq!(later.kernel().source, ConfigSource::Autotune, "{}", later.kernel());
+    assert!(later.kernel().reason.contains("the autotune cache's decision"), "{}", later.kernel());
+
+    // Another shape at the first forward is timed afresh.
+    let other = Shape4::new(2, 8, 7, 9);
+    let fresh = Case::new("autotune other shape", spec, other);
+    let conv = Conv2d::new(&gpu, spec, &fresh.w, fresh.b.as_deref(), opts.clone()).unwrap();
+    assert_close("other shape", &conv.forward(&fresh.x, other).unwrap(), &fresh.want, 1e-5);
+    assert!(conv.kernel().reason.contains("timed at input [2, 8, 7, 9]"), "{}", conv.kernel());
+
+    // A corrupt cache is ignored (a warning), timed again and rewritten.
+    std::fs::write(&file, b"{ not json").unwrap();
+    let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts.clone().tuning_key_input(shape)).unwrap();
+    assert!(conv.kernel().reason.contains("the fastest of"), "{}", conv.kernel());
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.trim_start().starts_with('{') && text.contains("\"entries\""), "{text}");
+
+    // A named kernel leaves nothing to choose.
+    let named = opts.kernel("direct".parse::<wgconv::Kernel>().unwrap());
+    let e = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), named).err().expect("refused");
+    assert!(matches!(e, Error::InvalidOptions(_)) && e.to_string().contains("set one or the other"), "{e}");
+}
