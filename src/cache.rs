@@ -278,6 +278,7 @@ pub const AUTOTUNE_FILE_NAME: &str = "autotune.json";
 /// shape (as [`CacheKey`]'s), and what else decides which kernels run and how fast: the
 /// precision, the tensors' layout and storage, the activation and whether there is a bias.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct AutotuneKey {
     /// The device and software.
     pub device: DeviceKey,
@@ -285,14 +286,21 @@ pub struct AutotuneKey {
     pub shape: ShapeKey,
     /// `f32`, `f16`, `f16x3`.
     pub precision: String,
-    /// `Nchw`, `Nhwc`.
+    /// `nchw`, `nhwc`.
     pub layout: String,
-    /// `F32`, `F16`.
+    /// `f32`, `f16`.
     pub storage: String,
-    /// `None`, `Relu`.
+    /// `none`, `relu`.
     pub activation: String,
     /// Whether the convolution adds a bias.
     pub bias: bool,
+    /// `zeros`, `reflect`, `replicate`, `circular`: which families can run it.
+    pub padding_mode: String,
+    /// Whether every weight is finite: which families can run it.
+    pub finite_weights: bool,
+    /// What the device was opened with that decides which kernels run: cooperative matrices,
+    /// `SHADER_F16`, the limits the kernels check.
+    pub capabilities: String,
 }
 
 /// What the autotuner decided for one key: the fastest kernel of those it timed.

@@ -314,8 +314,9 @@ impl Conv2d {
     /// `None` for none: its presence sets [`Conv2dSpec::bias`]) and builds the kernel
     /// selection chose (see [`Conv2d::kernel`]). `gpu` is cloned (cheap: see [`Gpu`]). Where
     /// the options name neither a kernel nor the input shape and a rule that needs the shape
-    /// could decide, a host copy of the weights and the bias is kept until the first forward,
-    /// which selects again with its input shape.
+    /// could decide (or [`Conv2dOptions::autotune`] is on), a host copy of the weights and the
+    /// bias is kept until the first forward, which selects again with its input shape. With
+    /// autotune and the input shape given, the candidates are timed here.
     pub fn new(
         gpu: &Gpu,
         mut spec: Conv2dSpec,
@@ -365,7 +366,21 @@ impl Conv2d {
         let selection = crate::select::select_on(gpu, &spec, &options, finite_weights)?;
         #[cfg(feature = "tune")]
         let selection = match options.tuning_key_input.filter(|_| options.autotune) {
-            Some(input) => autotune(gpu, &spec.problem(input)?, &options, finite_weights, weight, bias, selection)?,
+            Some(input) => {
+                let problem = spec.problem(input)?;
+                match autotune(gpu, &problem, &options, finite_weights, weight, bias, selection.clone()) {
+                    Ok(tuned) => tuned,
+                    Err(e) if gpu.check_alive().is_err() => return Err(gpu.lost_or(e)),
+                    Err(e) => {
+                        log::warn!(
+                            "autotune at input {input} failed ({e}); running the selection's {}",
+                            selection.kernel
+                        );
+                        let reason = format!("{}; autotune at input {input} failed: {e}", selection.reason);
+                        Selection { reason, ..selection }
+                    }
+                }
+            }
             None => selection,
         };
         let initial = Bound::new(gpu, &spec, selection, weight, bias).map_err(|e| gpu.lost_or(e))?;
@@ -1300,12 +1315,59 @@ const AUTOTUNE_WARMUP: u32 = 2;
 #[cfg(feature = "tune")]
 const AUTOTUNE_BUSY: std::time::Duration = std::time::Duration::from_millis(20);
 
+/// The relative L2 distance within which a candidate's output must come to the selection's
+/// kernel's on the autotuner's scratch input: twice the precision's bound against the exact
+/// result (both kernels are within it).
+#[cfg(feature = "tune")]
+fn autotune_agreement(precision: Precision) -> f64 {
+    match precision {
+        Precision::F16Accum32 => 2e-3,
+        Precision::F32 | Precision::F16x3 => 2e-5,
+    }
+}
+
+/// The autotune cache's key of a problem on this device under these options.
+#[cfg(feature = "tune")]
+fn autotune_key(
+    gpu: &Gpu,
+    problem: &ConvProblem,
+    options: &Conv2dOptions,
+    finite_weights: bool,
+) -> crate::cache::AutotuneKey {
+    let caps = gpu.caps();
+    let l = &caps.limits;
+    crate::cache::AutotuneKey {
+        device: crate::cache::DeviceKey::new(&gpu.info, gpu.runtime_checks()),
+        shape: crate::cache::ShapeKey::of(problem),
+        precision: options.precision.to_string(),
+        layout: options.layout.name().into(),
+        storage: options.storage.name().into(),
+        activation: options.activation.name().into(),
+        bias: problem.spec.bias,
+        padding_mode: problem.spec.padding_mode.name().into(),
+        finite_weights,
+        // What decides which kernels a device opened on this adapter runs.
+        capabilities: format!(
+            "coop_f16 {}, shader_f16 {}, workgroup memory {}, invocations {}, binding {}, buffer {}",
+            caps.coop_f16,
+            caps.shader_f16(),
+            l.max_compute_workgroup_storage_size,
+            l.max_compute_invocations_per_workgroup,
+            l.max_storage_buffer_binding_size,
+            l.max_buffer_size
+        ),
+    }
+}
+
 /// [`Conv2dOptions::autotune`]: the autotune cache's decision for this device, problem and
-/// options, else the fastest by median GPU time of the candidates
-/// (`select::autotune_candidates`, `selected`'s kernel first), each built as its own op
-/// with the caller's weights and run on scratch tensors of the problem's shape (uniform
-/// values in [-1, 1)), then stored in the cache. A candidate that cannot be built or run
-/// here is skipped (logged); an error only where none runs.
+/// options where its kernel still builds with these weights, else the fastest by median GPU
+/// time of the first [`crate::AUTOTUNE_MAX_CANDIDATES`] candidates that build
+/// (`select::autotune_candidates`, `selected`'s kernel first), each built as its own op with
+/// the caller's weights and run on scratch tensors of the problem's shape (uniform values in
+/// [-1, 1); at a smaller batch where the whole one would exceed a buffer or binding), and
+/// whose output agrees with the selection's kernel's ([`autotune_agreement`]); then stored in
+/// the cache. A candidate that cannot be built, run or agree is skipped (logged). Errors: the
+/// device lost; the selection's own kernel not running here.
 #[cfg(feature = "tune")]
 fn autotune(
     gpu: &Gpu,
@@ -1316,73 +1378,101 @@ fn autotune(
     bias: Option<&[f32]>,
     selected: Selection,
 ) -> Result<Selection> {
-    use crate::cache::{AutotuneDecision, AutotuneKey, DeviceKey, ShapeKey, TuningCache};
     use crate::kernel::Kernel;
     let spec = &problem.spec;
     let input = problem.input;
     let shape = format!("[{}, {}, {}, {}]", input.n, input.c, input.h, input.w);
-    let key = AutotuneKey {
-        device: DeviceKey::new(&gpu.info, gpu.runtime_checks()),
-        shape: ShapeKey::of(problem),
-        precision: options.precision.to_string(),
-        layout: format!("{:?}", options.layout),
-        storage: format!("{:?}", options.storage),
-        activation: format!("{:?}", options.activation),
-        bias: spec.bias,
+    let build = |kernel: &Kernel| {
+        let opts = Conv2dOptions { kernel: Some(kernel.clone()), autotune: false, ..options.clone() };
+        Conv2d::new(gpu, *spec, weight, bias, opts)
     };
-    let cache = TuningCache::open_default().map(|c| c.autotune());
-    let cached = cache.as_ref().and_then(|c| c.autotune_lookup(&key));
-    if let Some(d) = cached {
-        match Kernel::parse(&d.kernel).and_then(|k| k.check(spec, gpu.caps()).map(|()| k)) {
+    let key = autotune_key(gpu, problem, options, finite_weights);
+    let cache = crate::cache::TuningCache::open_default().map(|c| c.autotune());
+    if let Some(d) = cache.as_ref().and_then(|c| c.autotune_lookup(&key)) {
+        match Kernel::parse(&d.kernel).and_then(|k| build(&k).map(|_| k)) {
             Ok(kernel) if kernel.precision() == options.precision => {
                 let reason = format!("the autotune cache's decision for input {shape} (timed {})", d.tuned_at);
                 return Ok(Selection { kernel, source: crate::options::ConfigSource::Autotune, reason });
             }
-            Ok(kernel) => log::warn!(
-                "autotune cache: {kernel} computes in {}, not {}; timing again",
-                kernel.precision(),
-                options.precision
-            ),
+            Ok(kernel) => log::warn!("autotune cache: {kernel} computes in {}; timing again", kernel.precision()),
             Err(e) => log::warn!("autotune cache: {} cannot run here ({e}); timing again", d.kernel),
         }
     }
-    let candidates = crate::select::autotune_candidates(gpu.caps(), spec, &selected.kernel, finite_weights);
-    let bytes = |elements: u64| elements.saturating_mul(options.storage.element_bytes());
-    let usage = wgpu::BufferUsages::STORAGE;
-    let len = usize::try_from(input.len()).map_err(|_| Error::TooLarge(format!("the input {input} for this host")))?;
+    // Scratch tensors of the problem's shape, at a batch each buffer and binding can hold.
+    let element = options.storage.element_bytes();
+    let most = gpu.caps().limits.max_buffer_size.min(gpu.caps().limits.max_storage_buffer_binding_size);
+    let per_image = input.per_image().max(problem.output.per_image()).saturating_mul(element).max(1);
+    let batch = (most / per_image).clamp(1, input.n as u64) as u32;
+    let timed_input = Shape4 { n: batch, ..input };
+    let timed_problem = spec.problem(timed_input)?;
+    let len = usize::try_from(timed_input.len()).map_err(|_| Error::TooLarge(format!("the input {input}")))?;
     let mut rng = fastrand::Rng::with_seed(0x5eed_a070);
-    let values: Vec<f32> = (0..len).map(|_| rng.f32() * 2.0 - 1.0).collect();
-    let contents: Vec<u8> = match options.storage {
-        Storage::F32 => bytemuck::cast_slice(&values).to_vec(),
-        Storage::F16 => values.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect(),
-    };
-    drop(values);
-    let x = gpu.buffer_init("wgconv autotune input", &contents, usage)?;
+    let mut contents =
+        crate::alloc::vec_with_capacity::<u8>(len.saturating_mul(element as usize), "the autotune input")?;
+    for _ in 0..len {
+        let v = rng.f32() * 2.0 - 1.0;
+        match options.storage {
+            Storage::F32 => contents.extend_from_slice(&v.to_le_bytes()),
+            Storage::F16 => contents.extend_from_slice(&half::f16::from_f32(v).to_le_bytes()),
+        }
+    }
+    let x = gpu.buffer_init("wgconv autotune input", &contents, wgpu::BufferUsages::STORAGE)?;
     drop(contents);
-    let y = gpu.create_buffer("wgconv autotune output", bytes(problem.output.len()), usage)?;
+    let out_len = timed_problem.output.len();
+    let y = gpu.create_buffer(
+        "wgconv autotune output",
+        out_len.saturating_mul(element),
+        wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+    )?;
+    let read_output = || -> Result<Vec<f32>> {
+        let n = usize::try_from(out_len).map_err(|_| Error::TooLarge("the autotune output".into()))?;
+        Ok(match options.storage {
+            Storage::F32 => gpu.read_buffer::<f32>(&y, 0, n)?,
+            Storage::F16 => gpu.read_buffer::<half::f16>(&y, 0, n)?.iter().map(|v| v.to_f32()).collect(),
+        })
+    };
+    let mut reference: Option<Vec<f32>> = None;
     let mut timed: Vec<(Kernel, f64)> = Vec::new();
-    for kernel in candidates {
+    for kernel in crate::select::autotune_candidates(gpu.caps(), spec, &selected.kernel, finite_weights) {
+        if timed.len() == crate::AUTOTUNE_MAX_CANDIDATES {
+            break;
+        }
+        let first = kernel == selected.kernel;
         let time = (|| -> Result<f64> {
-            let opts = Conv2dOptions { kernel: Some(kernel.clone()), autotune: false, ..options.clone() };
-            let conv = Conv2d::new(gpu, *spec, weight, bias, opts)?;
-            let plan = conv.plan(input, &x, &y)?;
+            let conv = build(&kernel)?;
+            let plan = conv.plan(timed_input, &x, &y)?;
             if !gpu.is_cpu() {
                 crate::timing::keep_busy(gpu, &plan, AUTOTUNE_BUSY)?;
             }
             let (times, _) = crate::timing::time_plan(gpu, &plan, AUTOTUNE_WARMUP, AUTOTUNE_RUNS)?;
+            let output = read_output()?;
+            match &reference {
+                None => reference = Some(output),
+                Some(want) => {
+                    let distance = agreement_distance(&output, want);
+                    if distance.is_nan() || distance > autotune_agreement(options.precision) {
+                        return Err(Error::unsupported(format!(
+                            "its output is {distance:.2e} (relative L2) from the selection's kernel's"
+                        )));
+                    }
+                }
+            }
             crate::timing::Summary::of(&times)
                 .map(|s| s.median)
                 .ok_or_else(|| Error::Wgpu { stage: "autotune", message: format!("{kernel}: no usable time") })
         })();
         match time {
             Ok(t) => timed.push((kernel, t)),
+            Err(e) if gpu.check_alive().is_err() => return Err(gpu.lost_or(e)),
+            // The candidates are compared with the selection's own kernel's output.
+            Err(e) if first => return Err(e),
             Err(e) => log::info!("autotune at input {shape}: {kernel} skipped: {e}"),
         }
     }
     let Some((best, best_ms)) = timed.iter().min_by(|a, b| a.1.total_cmp(&b.1)).cloned() else {
         return Err(Error::unsupported(format!("autotune at input {shape}: no candidate ran")));
     };
-    let decision = AutotuneDecision {
+    let decision = crate::cache::AutotuneDecision {
         kernel: best.to_string(),
         timed: timed.iter().map(|(k, t)| (k.to_string(), *t)).collect(),
         tuned_at: crate::cache::rfc3339_utc(std::time::SystemTime::now()),
@@ -1398,16 +1488,60 @@ fn autotune(
     let selected_ms = timed.iter().find(|(k, _)| *k == selected.kernel).map(|(_, t)| *t);
     let against = match selected_ms {
         Some(t) if best != selected.kernel => format!(" against {t:.4} ms for the selection's {}", selected.kernel),
-        Some(_) => " (the selection's own kernel)".to_string(),
-        None => format!(" (the selection's {} did not run)", selected.kernel),
+        _ => " (the selection's own kernel)".to_string(),
     };
-    let reason = format!("the fastest of {} kernels timed at input {shape}: {best_ms:.4} ms{against}", timed.len());
+    let at = match batch == input.n {
+        true => String::new(),
+        false => format!(" (timed at batch {batch}, which one buffer holds)"),
+    };
+    let reason = format!("the fastest of {} kernels timed at input {shape}{at}: {best_ms:.4} ms{against}", timed.len());
     Ok(Selection { kernel: best, source: crate::options::ConfigSource::Autotune, reason })
+}
+
+/// The relative L2 distance of `got` from `want` over their finite elements; infinite where
+/// one is finite and the other not, or where they hold different special values.
+#[cfg(feature = "tune")]
+fn agreement_distance(got: &[f32], want: &[f32]) -> f64 {
+    if got.len() != want.len() {
+        return f64::INFINITY;
+    }
+    let (mut diff, mut norm) = (0.0f64, 0.0f64);
+    for (&g, &w) in got.iter().zip(want) {
+        match (g.is_finite(), w.is_finite()) {
+            (true, true) => {
+                diff += (g as f64 - w as f64).powi(2);
+                norm += (w as f64).powi(2);
+            }
+            (false, false) if g.is_nan() == w.is_nan() && (g.is_nan() || g == w) => {}
+            _ => return f64::INFINITY,
+        }
+    }
+    if norm == 0.0 {
+        return if diff == 0.0 { 0.0 } else { f64::INFINITY };
+    }
+    (diff / norm).sqrt()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The autotuner's agreement: relative L2 over finite values; special values must match
+    /// in place and kind.
+    #[cfg(feature = "tune")]
+    #[test]
+    fn agreement_distance_of_outputs() {
+        assert_eq!(agreement_distance(&[1.0, 2.0], &[1.0, 2.0]), 0.0);
+        let d = agreement_distance(&[1.0, 2.001], &[1.0, 2.0]);
+        assert!((d - 0.001 / 5f64.sqrt()).abs() < 1e-6, "{d}");
+        let (inf, nan) = (f32::INFINITY, f32::NAN);
+        assert_eq!(agreement_distance(&[nan, inf, 1.0], &[nan, inf, 1.0]), 0.0);
+        for (got, want) in [([inf, 1.0], [nan, 1.0]), ([-inf, 1.0], [inf, 1.0]), ([1.0, 1.0], [inf, 1.0])] {
+            assert_eq!(agreement_distance(&got, &want), f64::INFINITY, "{got:?} {want:?}");
+        }
+        assert_eq!(agreement_distance(&[1.0], &[1.0, 2.0]), f64::INFINITY);
+        assert_eq!(agreement_distance(&[0.0, 1e-3], &[0.0, 0.0]), f64::INFINITY);
+    }
 
     #[test]
     fn fold_grid_splits_and_refuses() {

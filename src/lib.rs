@@ -60,7 +60,7 @@ mod cache;
 mod portable;
 pub mod reference;
 #[cfg(feature = "tune")]
-pub mod timing;
+mod timing;
 #[cfg(feature = "tune")]
 pub mod tune;
 

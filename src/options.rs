@@ -64,6 +64,14 @@ pub enum Storage {
 }
 
 impl Storage {
+    /// The name a cache key records: `f32`, `f16`.
+    #[cfg_attr(not(feature = "tune"), allow(dead_code))]
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Storage::F32 => "f32",
+            Storage::F16 => "f16",
+        }
+    }
     /// Bytes per element in memory: 4 for f32, 2 for f16.
     pub fn element_bytes(self) -> u64 {
         match self {
@@ -119,16 +127,20 @@ pub struct Conv2dOptions {
     /// The element type of the input and output tensors (default f32; see [`Storage`]).
     pub storage: Storage,
     /// Measure instead of estimate, as PyTorch's `cudnn.benchmark` (feature `tune`): where
-    /// the input shape is known (given here, else at the first forward) the op times the
-    /// selection's kernel and up to [`crate::AUTOTUNE_MAX_CANDIDATES`] − 1 others that can
-    /// run the layer (the selected family's other configs and other families' reference
-    /// kernels) on scratch tensors of that shape, and keeps the fastest by median GPU time.
-    /// The decision is stored in the autotune cache (`autotune.json` in the tuning cache's
-    /// directory; key: adapter, driver, wgconv version and shaders, shape, precision, layout,
-    /// storage, activation, bias), so a later op of the same key reuses it without timing; a
-    /// corrupt or stale entry is ignored with a warning and measured again. Later inputs of
-    /// other shapes run the kernel chosen. Off by default: selection does no device work.
-    /// Refused with a named kernel ([`Self::kernel`] leaves nothing to choose).
+    /// the input shape is known (given here, else at the first forward or plan, which then
+    /// block while it times, the asynchronous ones too) the op times the selection's kernel
+    /// and up to [`crate::AUTOTUNE_MAX_CANDIDATES`] − 1 others that can run the layer (other
+    /// families' reference kernels, the selected family's other configs) on scratch tensors
+    /// of that shape, and keeps the fastest by median time among those whose output agrees
+    /// with the selection's kernel's. The decision is stored in the autotune cache
+    /// (`autotune.json` in the tuning cache's directory; key: adapter, driver, wgconv version
+    /// and shaders, shape, precision, layout, storage, activation, bias, padding mode,
+    /// whether the weights are finite, the device's capabilities), so a later op of the same
+    /// key reuses it without timing; a corrupt entry, or one whose kernel no longer builds,
+    /// is ignored with a warning and timed again. Where timing fails, the selection's kernel
+    /// runs and its reason says why. Later inputs of other shapes run the kernel chosen. Off
+    /// by default: selection then does no device work. Refused with a named kernel
+    /// ([`Self::kernel`] leaves nothing to choose) and without the `tune` feature.
     pub autotune: bool,
 }
 
@@ -169,6 +181,28 @@ impl Conv2dOptions {
     pub fn autotune(mut self, on: bool) -> Self {
         self.autotune = on;
         self
+    }
+}
+
+impl Layout {
+    /// The name a cache key records: `nchw`, `nhwc`.
+    #[cfg_attr(not(feature = "tune"), allow(dead_code))]
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Layout::Nchw => "nchw",
+            Layout::Nhwc => "nhwc",
+        }
+    }
+}
+
+impl Activation {
+    /// The name a cache key records: `none`, `relu`.
+    #[cfg_attr(not(feature = "tune"), allow(dead_code))]
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Activation::None => "none",
+            Activation::Relu => "relu",
+        }
     }
 }
 

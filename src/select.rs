@@ -103,16 +103,20 @@ pub(crate) fn shape_may_matter(caps: &DeviceCaps, spec: &Conv2dSpec, options: &C
 
 /// The most kernels [`Conv2dOptions::autotune`] times for one convolution and input shape.
 pub const AUTOTUNE_MAX_CANDIDATES: usize = 8;
-/// Of those, the most reference kernels of families other than the selection's.
+/// Of the candidates, the most reference kernels of families other than the selection's.
 #[cfg(feature = "tune")]
 const AUTOTUNE_OTHER_FAMILIES: usize = 3;
 
-/// The kernels [`Conv2dOptions::autotune`] times for `spec` on a device, `selected` (the
-/// selection's kernel at the input shape) first: then the reference kernels of up to
-/// [`AUTOTUNE_OTHER_FAMILIES`] other families of the precision that the benchmark sweeps on
-/// this device (registry order), then the selected family's other sweep configs, at most
-/// [`AUTOTUNE_MAX_CANDIDATES`] in all, each one the device and the convolution accept
-/// (`Kernel::check`; the f32 kernel on the matrix units only for finite weights). No device
+/// The kernels [`Conv2dOptions::autotune`] may time for `spec` on a device, in order,
+/// `selected` (the selection's kernel at the input shape) first: then the reference kernels of
+/// up to [`AUTOTUNE_OTHER_FAMILIES`] other families of the precision that the benchmark sweeps
+/// on this device (registry order), then the selected family's other sweep configs; each one
+/// the device and the convolution accept at the precision (`Kernel::check`) and that the
+/// rules would run on this device at all: the stem kernel on NVIDIA only (its two warp roles
+/// reach the barrier from two loops, which SPIR-V does not promise to support), the f32
+/// kernel on the matrix units only where the f32 matrix rule may take a layer (declared
+/// rates, [`F32_MATRIX_MIN_RATE_RATIO`]) and for finite weights. The autotuner times the
+/// first [`AUTOTUNE_MAX_CANDIDATES`] of them that build with the caller's weights. No device
 /// work.
 #[cfg(feature = "tune")]
 pub(crate) fn autotune_candidates(
@@ -122,9 +126,17 @@ pub(crate) fn autotune_candidates(
     finite_weights: bool,
 ) -> Vec<Kernel> {
     let runs = |k: &Kernel| {
-        k.precision() == selected.precision()
-            && k.check(spec, caps).is_ok()
-            && (finite_weights || k.family() != nhwc::COOP_NHWC_F32.name())
+        let allowed = match k.family() {
+            f if f == stem::STEM.name() => caps.is_nvidia(),
+            f if f == nhwc::COOP_NHWC_F32.name() => {
+                finite_weights
+                    && caps
+                        .declared_rates()
+                        .is_some_and(|r| r.f16_matrix_tflops / r.fp32_tflops >= F32_MATRIX_MIN_RATE_RATIO)
+            }
+            _ => true,
+        };
+        allowed && k.precision() == selected.precision() && k.check(spec, caps).is_ok()
     };
     let others = crate::families::FAMILIES
         .iter()
@@ -140,9 +152,6 @@ pub(crate) fn autotune_candidates(
     let own = selected.family_impl().sweep().into_iter().filter(runs);
     let mut candidates = vec![selected.clone()];
     for k in others.chain(own) {
-        if candidates.len() == AUTOTUNE_MAX_CANDIDATES {
-            break;
-        }
         if !candidates.contains(&k) {
             candidates.push(k);
         }
@@ -2039,7 +2048,9 @@ mod tests {
             let selected = pick(caps, spec, precision).kernel;
             let list = autotune_candidates(caps, &spec, &selected, true);
             assert_eq!(list[0], selected);
-            assert!(list.len() <= AUTOTUNE_MAX_CANDIDATES && list.len() > 1, "{list:?}");
+            assert!(list.len() > 1, "{list:?}");
+            let others = list.iter().filter(|k| k.family() != selected.family()).count();
+            assert!(others <= AUTOTUNE_OTHER_FAMILIES, "{list:?}");
             for (i, k) in list.iter().enumerate() {
                 assert!(!list[..i].contains(k), "{k} twice");
                 assert_eq!(k.precision(), precision);
@@ -2053,8 +2064,20 @@ mod tests {
         }
         let dense = Conv2dSpec::new(64, 64, 3).padding(Padding::uniform(1));
         let matrix = nhwc::COOP_NHWC_F32.reference();
-        let with_inf = autotune_candidates(&h100, &dense, &tiled::TILED.reference(), false);
+        let tiled = tiled::TILED.reference();
+        let with_matrix = autotune_candidates(&h100, &dense, &tiled, true);
+        assert!(with_matrix.iter().any(|k| k.family() == matrix.family()), "{with_matrix:?}");
+        let with_inf = autotune_candidates(&h100, &dense, &tiled, false);
         assert!(!with_inf.iter().any(|k| k.family() == matrix.family()), "{with_inf:?}");
+        // Not on a GPU the rules never give it, nor the stem kernel off NVIDIA.
+        let amd = DeviceCaps { vendor: 0x1002, ..gpu.clone() };
+        assert!(!autotune_candidates(&amd, &dense, &tiled, true).iter().any(|k| k.family() == matrix.family()));
+        let image = Conv2dSpec::new(3, 64, 7).stride(2).padding(Padding::uniform(3));
+        let f16 = pick(&amd, image, Precision::F16Accum32).kernel;
+        let list = autotune_candidates(&amd, &image, &f16, true);
+        assert!(!list.iter().any(|k| k.family() == stem::STEM.name()), "{list:?}");
+        let on_nvidia = autotune_candidates(&gpu, &image, &f16, true);
+        assert!(on_nvidia.iter().any(|k| k.family() == stem::STEM.name()), "{on_nvidia:?}");
     }
 
     /// The benchmark sweeps every family of a precision that the device runs, never the

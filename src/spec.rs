@@ -135,6 +135,16 @@ pub enum PaddingMode {
 }
 
 impl PaddingMode {
+    /// The name a cache key records: `zeros`, `reflect`, `replicate`, `circular`.
+    #[cfg_attr(not(feature = "tune"), allow(dead_code))]
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            PaddingMode::Zeros => "zeros",
+            PaddingMode::Reflect => "reflect",
+            PaddingMode::Replicate => "replicate",
+            PaddingMode::Circular => "circular",
+        }
+    }
     /// The mode's code in the kernels' `Params.flags` (bits 1-2).
     pub(crate) fn code(self) -> u32 {
         match self {

@@ -1,6 +1,7 @@
 //! GPU time of work recorded into one compute pass (a [`crate::ConvPlan`]) from timestamp
 //! queries (host wall-clock, marked as such, where a device has none), and the statistics
-//! every report quotes. Also `wgconv::tune::timing`.
+//! every report quotes; public as `wgconv::tune::timing`. A module of its own below both
+//! `Conv2d` (its autotuner) and the tuner.
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
@@ -43,17 +44,23 @@ pub fn time_plan(gpu: &Gpu, plan: &impl EncodePass, warmup: u32, runs: u32) -> R
     if runs == 0 || runs > MAX_TIMED_RUNS {
         return Err(Error::InvalidOptions(format!("time_plan times 1 to {MAX_TIMED_RUNS} runs, not {runs}")));
     }
+    // Every submission inside an error scope: a validation error is this call's, not the
+    // device's uncaptured-error handler's (wgpu's default one panics).
+    let scope = ErrorScope::push(&gpu.device);
     for _ in 0..warmup {
         submit(gpu, plan);
     }
+    scope.finish("warm-up runs")?;
     if !gpu.has_timestamps() {
         gpu.wait()?;
         let mut times = Vec::with_capacity(runs as usize);
         for _ in 0..runs {
+            let scope = ErrorScope::push(&gpu.device);
             let t0 = std::time::Instant::now();
             submit(gpu, plan);
             gpu.wait()?;
             times.push(t0.elapsed().as_secs_f64() * 1e3);
+            scope.finish("timed runs")?;
         }
         return Ok((times, Clock::HostWallClock));
     }

@@ -122,7 +122,11 @@
 pub mod cache {
     pub use crate::cache::*;
 }
-pub use crate::timing;
+/// GPU time of a [`crate::ConvPlan`] from timestamp queries, and the statistics every report
+/// quotes.
+pub mod timing {
+    pub use crate::timing::*;
+}
 
 use self::timing::{Clock, Summary};
 use crate::cache::{CacheKey, CachedDecision, DeviceKey, TuningCache};
