@@ -366,21 +366,7 @@ impl Conv2d {
         let selection = crate::select::select_on(gpu, &spec, &options, finite_weights)?;
         #[cfg(feature = "tune")]
         let selection = match options.tuning_key_input.filter(|_| options.autotune) {
-            Some(input) => {
-                let problem = spec.problem(input)?;
-                match autotune(gpu, &problem, &options, finite_weights, weight, bias, selection.clone()) {
-                    Ok(tuned) => tuned,
-                    Err(e) if gpu.check_alive().is_err() => return Err(gpu.lost_or(e)),
-                    Err(e) => {
-                        log::warn!(
-                            "autotune at input {input} failed ({e}); running the selection's {}",
-                            selection.kernel
-                        );
-                        let reason = format!("{}; autotune at input {input} failed: {e}", selection.reason);
-                        Selection { reason, ..selection }
-                    }
-                }
-            }
+            Some(input) => autotuned(gpu, &spec.problem(input)?, &options, finite_weights, weight, bias, selection)?,
             None => selection,
         };
         let initial = Bound::new(gpu, &spec, selection, weight, bias).map_err(|e| gpu.lost_or(e))?;
@@ -511,11 +497,7 @@ impl Conv2d {
         let selected = match selected {
             Ok(s) if options.autotune => {
                 let (w, b) = (&pending.weight, pending.bias.as_deref());
-                autotune(&self.gpu, problem, &options, pending.finite_weights, w, b, s.clone()).or_else(|e| {
-                    log::warn!("autotune at input {input} failed ({e}); running the selection's {}", s.kernel);
-                    let reason = format!("{}; autotune at input {input} failed: {e}", s.reason);
-                    Ok(Selection { reason, ..s })
-                })
+                autotuned(&self.gpu, problem, &options, pending.finite_weights, w, b, s)
             }
             other => other,
         };
@@ -1359,6 +1341,30 @@ fn autotune_key(
     }
 }
 
+/// [`autotune`], or where it fails `selected` with a reason that says why (an error only for
+/// a lost device).
+#[cfg(feature = "tune")]
+fn autotuned(
+    gpu: &Gpu,
+    problem: &ConvProblem,
+    options: &Conv2dOptions,
+    finite_weights: bool,
+    weight: &[f32],
+    bias: Option<&[f32]>,
+    selected: Selection,
+) -> Result<Selection> {
+    match autotune(gpu, problem, options, finite_weights, weight, bias, selected.clone()) {
+        Ok(tuned) => Ok(tuned),
+        Err(e) if gpu.check_alive().is_err() => Err(gpu.lost_or(e)),
+        Err(e) => {
+            let input = problem.input;
+            log::warn!("autotune at input {input} failed ({e}); running the selection's {}", selected.kernel);
+            let reason = format!("{}; autotune at input {input} failed: {e}", selected.reason);
+            Ok(Selection { reason, ..selected })
+        }
+    }
+}
+
 /// [`Conv2dOptions::autotune`]: the autotune cache's decision for this device, problem and
 /// options where its kernel still builds with these weights, else the fastest by median GPU
 /// time of the first [`crate::AUTOTUNE_MAX_CANDIDATES`] candidates that build
@@ -1389,7 +1395,14 @@ fn autotune(
     let key = autotune_key(gpu, problem, options, finite_weights);
     let cache = crate::cache::TuningCache::open_default().map(|c| c.autotune());
     if let Some(d) = cache.as_ref().and_then(|c| c.autotune_lookup(&key)) {
-        match Kernel::parse(&d.kernel).and_then(|k| build(&k).map(|_| k)) {
+        // Whether it still runs this convolution here and takes these weights, on the host
+        // (the op built from the decision uploads them once).
+        let takes = |k: &Kernel| -> Result<()> {
+            k.check(spec, gpu.caps())?;
+            let zeros = crate::alloc::zeroed_vec::<f32>(spec.out_channels as usize, "the zero bias")?;
+            k.config().pack(spec, weight, bias.unwrap_or(&zeros)).map(|_| ())
+        };
+        match Kernel::parse(&d.kernel).and_then(|k| takes(&k).map(|()| k)) {
             Ok(kernel) if kernel.precision() == options.precision => {
                 let reason = format!("the autotune cache's decision for input {shape} (timed {})", d.tuned_at);
                 return Ok(Selection { kernel, source: crate::options::ConfigSource::Autotune, reason });
