@@ -378,7 +378,8 @@ pub const DEPTHWISE_F16_COOP_CHANNELS_LAST_MAX_CHANNELS_PER_GROUP: u32 = 4;
 /// The grouped rule's configs of `coop-grouped-f16`, in order of preference: the first that
 /// the layer's channels allow runs. On the H100 (f16 tensors, channels last and NCHW;
 /// ResNeXt-50's grouped 3×3 layers of 8 and 16 channels per group at N = 32) the 64×64
-/// block on 4 warps ran fastest of five configs on each of the 4 layers in both layouts.
+/// block on 4 warps ran fastest of the family's configs on each of the 4 layers in both
+/// layouts (five configs on NCHW tensors, six on channels-last ones).
 const GROUPED_CONFIGS: [TileConfig; 2] =
     [TileConfig::with_thread_tile(64, 64, 64, 4, 8, 1), TileConfig::with_thread_tile(64, 32, 32, 4, 4, 1)];
 
