@@ -1392,6 +1392,9 @@ fn autotune(
         let opts = Conv2dOptions { kernel: Some(kernel.clone()), autotune: false, ..options.clone() };
         Conv2d::new(gpu, *spec, weight, bias, opts)
     };
+    // One op at a time on a device: another op's runs would disturb this one's times, and an
+    // op of the same key waiting here then finds this one's decision in the cache.
+    let _turn = gpu.autotune_turn();
     let key = autotune_key(gpu, problem, options, finite_weights);
     let cache = crate::cache::TuningCache::open_default().map(|c| c.autotune());
     if let Some(d) = cache.as_ref().and_then(|c| c.autotune_lookup(&key)) {

@@ -155,6 +155,10 @@ struct Shared {
     caps: DeviceCaps,
     /// wgpu's reason and message once the device is lost (devices of [`Gpu::new`] only).
     lost: std::sync::Arc<std::sync::OnceLock<(String, String)>>,
+    /// Taken while an op's autotuner times its candidates (`Conv2dOptions::autotune`), so
+    /// that two ops autotuning at once on this device do not disturb each other's times.
+    #[cfg_attr(not(feature = "tune"), allow(dead_code))]
+    autotune: std::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -388,7 +392,14 @@ impl Gpu {
     ) -> Self {
         let tiled_layout_passes = tiled_layout_passes(&caps);
         let lost = Default::default();
-        let shared = Shared { pipelines: PipelineCache::default(), runtime_checks, tiled_layout_passes, caps, lost };
+        let shared = Shared {
+            pipelines: PipelineCache::default(),
+            runtime_checks,
+            tiled_layout_passes,
+            caps,
+            lost,
+            autotune: std::sync::Mutex::new(()),
+        };
         Gpu { device, queue, info, shared: std::sync::Arc::new(shared) }
     }
 
@@ -417,6 +428,12 @@ impl Gpu {
     /// What the device can do, as the kernels and the selection see it.
     pub fn caps(&self) -> &DeviceCaps {
         &self.shared.caps
+    }
+
+    /// The device's autotune turn: held while one op times its candidates.
+    #[cfg(feature = "tune")]
+    pub(crate) fn autotune_turn(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.shared.autotune.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn pipelines(&self) -> &PipelineCache {

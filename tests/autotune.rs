@@ -1,8 +1,9 @@
 //! `Conv2dOptions::autotune`: the op times the selection's kernel and other candidates at the
 //! input shape and keeps the fastest, stored in the autotune cache (`autotune.json` in
 //! `WGCONV_CACHE_DIR`) and reused by later ops of the same key; at the first forward where the
-//! shape was not given; a corrupt cache is ignored and rewritten; a named kernel is refused.
-//! Runs on any adapter (lavapipe in CI).
+//! shape was not given; a corrupt cache is ignored and rewritten; two ops autotuning at once
+//! take turns; a named kernel is refused. Runs on any adapter (lavapipe in CI). One test,
+//! its steps in order: they share the cache file.
 #![cfg(feature = "tune")]
 
 mod common;
@@ -83,6 +84,22 @@ fn autotune_times_candidates_and_reuses_the_cache() {
     let r = Conv2d::new(&gpu, reflect, &want.w, want.b.as_deref(), opts.clone().tuning_key_input(shape)).unwrap();
     assert!(r.kernel().reason.contains("the fastest of"), "{}", r.kernel());
     assert_close("reflect", &r.forward(&want.x, shape).unwrap(), &want.want, 1e-5);
+
+    // Two ops of one key autotuning at once on one device take turns: one times, the
+    // other finds its decision in the cache.
+    let spec = Conv2dSpec::new(4, 8, 3).padding(Padding::uniform(1));
+    let shape = Shape4::new(1, 4, 9, 11);
+    let case = Case::new("autotune turns", spec, shape);
+    let opts = Conv2dOptions::default().autotune(true).tuning_key_input(shape);
+    let reasons: Vec<String> = std::thread::scope(|s| {
+        let ops: Vec<_> = (0..2)
+            .map(|_| s.spawn(|| Conv2d::new(&gpu, spec, &case.w, None, opts.clone()).unwrap().kernel().reason.clone()))
+            .collect();
+        ops.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let timed_ops = reasons.iter().filter(|r| r.contains("the fastest of")).count();
+    let cached = reasons.iter().filter(|r| r.contains("the autotune cache's decision")).count();
+    assert_eq!((timed_ops, cached), (1, 1), "{reasons:?}");
 
     // A named kernel leaves nothing to choose.
     let named = opts.kernel("direct".parse::<wgconv::Kernel>().unwrap());
