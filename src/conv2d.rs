@@ -366,7 +366,11 @@ impl Conv2d {
         let selection = crate::select::select_on(gpu, &spec, &options, finite_weights)?;
         #[cfg(feature = "tune")]
         let selection = match options.tuning_key_input.filter(|_| options.autotune) {
-            Some(input) => autotuned(gpu, &spec.problem(input)?, &options, finite_weights, weight, bias, selection)?,
+            Some(input) => {
+                let problem = spec.problem(input)?;
+                Autotune { gpu, problem: &problem, options: &options, finite_weights, weight, bias }
+                    .or_selection(selection)?
+            }
             None => selection,
         };
         let initial = Bound::new(gpu, &spec, selection, weight, bias).map_err(|e| gpu.lost_or(e))?;
@@ -496,8 +500,9 @@ impl Conv2d {
         #[cfg(feature = "tune")]
         let selected = match selected {
             Ok(s) if options.autotune => {
-                let (w, b) = (&pending.weight, pending.bias.as_deref());
-                autotuned(&self.gpu, problem, &options, pending.finite_weights, w, b, s)
+                let (weight, bias) = (&pending.weight, pending.bias.as_deref());
+                let finite_weights = pending.finite_weights;
+                Autotune { gpu: &self.gpu, problem, options: &options, finite_weights, weight, bias }.or_selection(s)
             }
             other => other,
         };
@@ -1341,177 +1346,179 @@ fn autotune_key(
     }
 }
 
-/// [`autotune`], or where it fails `selected` with a reason that says why (an error only for
-/// a lost device).
+/// What [`Conv2dOptions::autotune`] works on: the device, the problem at its input shape,
+/// the op's options and its weights as given.
 #[cfg(feature = "tune")]
-fn autotuned(
-    gpu: &Gpu,
-    problem: &ConvProblem,
-    options: &Conv2dOptions,
+#[derive(Clone, Copy)]
+struct Autotune<'a> {
+    gpu: &'a Gpu,
+    problem: &'a ConvProblem,
+    options: &'a Conv2dOptions,
     finite_weights: bool,
-    weight: &[f32],
-    bias: Option<&[f32]>,
-    selected: Selection,
-) -> Result<Selection> {
-    match autotune(gpu, problem, options, finite_weights, weight, bias, selected.clone()) {
-        Ok(tuned) => Ok(tuned),
-        Err(e) if gpu.check_alive().is_err() => Err(gpu.lost_or(e)),
-        Err(e) => {
-            let input = problem.input;
-            log::warn!("autotune at input {input} failed ({e}); running the selection's {}", selected.kernel);
-            let reason = format!("{}; autotune at input {input} failed: {e}", selected.reason);
-            Ok(Selection { reason, ..selected })
-        }
-    }
+    weight: &'a [f32],
+    bias: Option<&'a [f32]>,
 }
 
-/// [`Conv2dOptions::autotune`]: the autotune cache's decision for this device, problem and
-/// options where its kernel still builds with these weights, else the fastest by median GPU
-/// time of the first [`crate::AUTOTUNE_MAX_CANDIDATES`] candidates that build
-/// (`select::autotune_candidates`, `selected`'s kernel first), each built as its own op with
-/// the caller's weights and run on scratch tensors of the problem's shape (uniform values in
-/// [-1, 1); at a smaller batch where the whole one would exceed a buffer or binding), and
-/// whose output agrees with the selection's kernel's ([`autotune_agreement`]); then stored in
-/// the cache. A candidate that cannot be built, run or agree is skipped (logged). Errors: the
-/// device lost; the selection's own kernel not running here.
 #[cfg(feature = "tune")]
-fn autotune(
-    gpu: &Gpu,
-    problem: &ConvProblem,
-    options: &Conv2dOptions,
-    finite_weights: bool,
-    weight: &[f32],
-    bias: Option<&[f32]>,
-    selected: Selection,
-) -> Result<Selection> {
-    use crate::kernel::Kernel;
-    let spec = &problem.spec;
-    let input = problem.input;
-    let shape = format!("[{}, {}, {}, {}]", input.n, input.c, input.h, input.w);
-    let build = |kernel: &Kernel| {
-        let opts = Conv2dOptions { kernel: Some(kernel.clone()), autotune: false, ..options.clone() };
-        Conv2d::new(gpu, *spec, weight, bias, opts)
-    };
-    // One op at a time on a device: another op's runs would disturb this one's times, and an
-    // op of the same key waiting here then finds this one's decision in the cache.
-    let _turn = gpu.autotune_turn();
-    let key = autotune_key(gpu, problem, options, finite_weights);
-    let cache = crate::cache::TuningCache::open_default().map(|c| c.autotune());
-    if let Some(d) = cache.as_ref().and_then(|c| c.autotune_lookup(&key)) {
-        // Whether it still runs this convolution here and takes these weights, on the host
-        // (the op built from the decision uploads them once).
-        let takes = |k: &Kernel| -> Result<()> {
-            k.check(spec, gpu.caps())?;
-            let zeros = crate::alloc::zeroed_vec::<f32>(spec.out_channels as usize, "the zero bias")?;
-            k.config().pack(spec, weight, bias.unwrap_or(&zeros)).map(|_| ())
+impl Autotune<'_> {
+    /// [`Autotune::run`], or where it fails `selected` with a reason that says why (an error
+    /// only for a lost device).
+    fn or_selection(self, selected: Selection) -> Result<Selection> {
+        match self.run(selected.clone()) {
+            Ok(tuned) => Ok(tuned),
+            Err(e) if self.gpu.check_alive().is_err() => Err(self.gpu.lost_or(e)),
+            Err(e) => {
+                let input = self.problem.input;
+                log::warn!("autotune at input {input} failed ({e}); running the selection's {}", selected.kernel);
+                let reason = format!("{}; autotune at input {input} failed: {e}", selected.reason);
+                Ok(Selection { reason, ..selected })
+            }
+        }
+    }
+
+    /// [`Conv2dOptions::autotune`]: the autotune cache's decision for this device, problem and
+    /// options where its kernel still builds with these weights, else the fastest by median GPU
+    /// time of the first [`crate::AUTOTUNE_MAX_CANDIDATES`] candidates that build
+    /// (`select::autotune_candidates`, `selected`'s kernel first), each built as its own op with
+    /// the caller's weights and run on scratch tensors of the problem's shape (uniform values in
+    /// [-1, 1); at a smaller batch where the whole one would exceed a buffer or binding), and
+    /// whose output agrees with the selection's kernel's ([`autotune_agreement`]); then stored in
+    /// the cache. A candidate that cannot be built, run or agree is skipped (logged). Errors: the
+    /// device lost; the selection's own kernel not running here.
+    fn run(self, selected: Selection) -> Result<Selection> {
+        use crate::kernel::Kernel;
+        let Autotune { gpu, problem, options, finite_weights, weight, bias } = self;
+        let spec = &problem.spec;
+        let input = problem.input;
+        let shape = format!("[{}, {}, {}, {}]", input.n, input.c, input.h, input.w);
+        let build = |kernel: &Kernel| {
+            let opts = Conv2dOptions { kernel: Some(kernel.clone()), autotune: false, ..options.clone() };
+            Conv2d::new(gpu, *spec, weight, bias, opts)
         };
-        match Kernel::parse(&d.kernel).and_then(|k| takes(&k).map(|()| k)) {
-            Ok(kernel) if kernel.precision() == options.precision => {
-                let reason = format!("the autotune cache's decision for input {shape} (timed {})", d.tuned_at);
-                return Ok(Selection { kernel, source: crate::options::ConfigSource::Autotune, reason });
+        // One op at a time on a device: another op's runs would disturb this one's times, and an
+        // op of the same key waiting here then finds this one's decision in the cache.
+        let _turn = gpu.autotune_turn();
+        let key = autotune_key(gpu, problem, options, finite_weights);
+        let cache = crate::cache::TuningCache::open_default().map(|c| c.autotune());
+        if let Some(d) = cache.as_ref().and_then(|c| c.autotune_lookup(&key)) {
+            // Whether it still runs this convolution here and takes these weights, on the host
+            // (the op built from the decision uploads them once).
+            let takes = |k: &Kernel| -> Result<()> {
+                k.check(spec, gpu.caps())?;
+                let zeros = crate::alloc::zeroed_vec::<f32>(spec.out_channels as usize, "the zero bias")?;
+                k.config().pack(spec, weight, bias.unwrap_or(&zeros)).map(|_| ())
+            };
+            match Kernel::parse(&d.kernel).and_then(|k| takes(&k).map(|()| k)) {
+                Ok(kernel) if kernel.precision() == options.precision => {
+                    let reason = format!("the autotune cache's decision for input {shape} (timed {})", d.tuned_at);
+                    return Ok(Selection { kernel, source: crate::options::ConfigSource::Autotune, reason });
+                }
+                Ok(kernel) => log::warn!("autotune cache: {kernel} computes in {}; timing again", kernel.precision()),
+                Err(e) => log::warn!("autotune cache: {} cannot run here ({e}); timing again", d.kernel),
             }
-            Ok(kernel) => log::warn!("autotune cache: {kernel} computes in {}; timing again", kernel.precision()),
-            Err(e) => log::warn!("autotune cache: {} cannot run here ({e}); timing again", d.kernel),
         }
-    }
-    // Scratch tensors of the problem's shape, at a batch each buffer and binding can hold.
-    let element = options.storage.element_bytes();
-    let most = gpu.caps().limits.max_buffer_size.min(gpu.caps().limits.max_storage_buffer_binding_size);
-    let per_image = input.per_image().max(problem.output.per_image()).saturating_mul(element).max(1);
-    let batch = (most / per_image).clamp(1, input.n as u64) as u32;
-    let timed_input = Shape4 { n: batch, ..input };
-    let timed_problem = spec.problem(timed_input)?;
-    let len = usize::try_from(timed_input.len()).map_err(|_| Error::TooLarge(format!("the input {input}")))?;
-    let mut rng = fastrand::Rng::with_seed(0x5eed_a070);
-    let mut contents =
-        crate::alloc::vec_with_capacity::<u8>(len.saturating_mul(element as usize), "the autotune input")?;
-    for _ in 0..len {
-        let v = rng.f32() * 2.0 - 1.0;
-        match options.storage {
-            Storage::F32 => contents.extend_from_slice(&v.to_le_bytes()),
-            Storage::F16 => contents.extend_from_slice(&half::f16::from_f32(v).to_le_bytes()),
-        }
-    }
-    let x = gpu.buffer_init("wgconv autotune input", &contents, wgpu::BufferUsages::STORAGE)?;
-    drop(contents);
-    let out_len = timed_problem.output.len();
-    let y = gpu.create_buffer(
-        "wgconv autotune output",
-        out_len.saturating_mul(element),
-        wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
-    )?;
-    let read_output = || -> Result<Vec<f32>> {
-        let n = usize::try_from(out_len).map_err(|_| Error::TooLarge("the autotune output".into()))?;
-        Ok(match options.storage {
-            Storage::F32 => gpu.read_buffer::<f32>(&y, 0, n)?,
-            Storage::F16 => gpu.read_buffer::<half::f16>(&y, 0, n)?.iter().map(|v| v.to_f32()).collect(),
-        })
-    };
-    let mut reference: Option<Vec<f32>> = None;
-    let mut timed: Vec<(Kernel, f64)> = Vec::new();
-    for kernel in crate::select::autotune_candidates(gpu.caps(), spec, &selected.kernel, finite_weights) {
-        if timed.len() == crate::AUTOTUNE_MAX_CANDIDATES {
-            break;
-        }
-        let first = kernel == selected.kernel;
-        let time = (|| -> Result<f64> {
-            let conv = build(&kernel)?;
-            let plan = conv.plan(timed_input, &x, &y)?;
-            if !gpu.is_cpu() {
-                crate::timing::keep_busy(gpu, &plan, AUTOTUNE_BUSY)?;
+        // Scratch tensors of the problem's shape, at a batch each buffer and binding can hold.
+        let element = options.storage.element_bytes();
+        let most = gpu.caps().limits.max_buffer_size.min(gpu.caps().limits.max_storage_buffer_binding_size);
+        let per_image = input.per_image().max(problem.output.per_image()).saturating_mul(element).max(1);
+        let batch = (most / per_image).clamp(1, input.n as u64) as u32;
+        let timed_input = Shape4 { n: batch, ..input };
+        let timed_problem = spec.problem(timed_input)?;
+        let len = usize::try_from(timed_input.len()).map_err(|_| Error::TooLarge(format!("the input {input}")))?;
+        let mut rng = fastrand::Rng::with_seed(0x5eed_a070);
+        let mut contents =
+            crate::alloc::vec_with_capacity::<u8>(len.saturating_mul(element as usize), "the autotune input")?;
+        for _ in 0..len {
+            let v = rng.f32() * 2.0 - 1.0;
+            match options.storage {
+                Storage::F32 => contents.extend_from_slice(&v.to_le_bytes()),
+                Storage::F16 => contents.extend_from_slice(&half::f16::from_f32(v).to_le_bytes()),
             }
-            let (times, _) = crate::timing::time_plan(gpu, &plan, AUTOTUNE_WARMUP, AUTOTUNE_RUNS)?;
-            let output = read_output()?;
-            match &reference {
-                None => reference = Some(output),
-                Some(want) => {
-                    let distance = agreement_distance(&output, want);
-                    if distance.is_nan() || distance > autotune_agreement(options.precision) {
-                        return Err(Error::unsupported(format!(
-                            "its output is {distance:.2e} (relative L2) from the selection's kernel's"
-                        )));
+        }
+        let x = gpu.buffer_init("wgconv autotune input", &contents, wgpu::BufferUsages::STORAGE)?;
+        drop(contents);
+        let out_len = timed_problem.output.len();
+        let y = gpu.create_buffer(
+            "wgconv autotune output",
+            out_len.saturating_mul(element),
+            wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+        )?;
+        let read_output = || -> Result<Vec<f32>> {
+            let n = usize::try_from(out_len).map_err(|_| Error::TooLarge("the autotune output".into()))?;
+            Ok(match options.storage {
+                Storage::F32 => gpu.read_buffer::<f32>(&y, 0, n)?,
+                Storage::F16 => gpu.read_buffer::<half::f16>(&y, 0, n)?.iter().map(|v| v.to_f32()).collect(),
+            })
+        };
+        let mut reference: Option<Vec<f32>> = None;
+        let mut timed: Vec<(Kernel, f64)> = Vec::new();
+        for kernel in crate::select::autotune_candidates(gpu.caps(), spec, &selected.kernel, finite_weights) {
+            if timed.len() == crate::AUTOTUNE_MAX_CANDIDATES {
+                break;
+            }
+            let first = kernel == selected.kernel;
+            let time = (|| -> Result<f64> {
+                let conv = build(&kernel)?;
+                let plan = conv.plan(timed_input, &x, &y)?;
+                if !gpu.is_cpu() {
+                    crate::timing::keep_busy(gpu, &plan, AUTOTUNE_BUSY)?;
+                }
+                let (times, _) = crate::timing::time_plan(gpu, &plan, AUTOTUNE_WARMUP, AUTOTUNE_RUNS)?;
+                let output = read_output()?;
+                match &reference {
+                    None => reference = Some(output),
+                    Some(want) => {
+                        let distance = agreement_distance(&output, want);
+                        if distance.is_nan() || distance > autotune_agreement(options.precision) {
+                            return Err(Error::unsupported(format!(
+                                "its output is {distance:.2e} (relative L2) from the selection's kernel's"
+                            )));
+                        }
                     }
                 }
-            }
-            crate::timing::Summary::of(&times)
-                .map(|s| s.median)
-                .ok_or_else(|| Error::Wgpu { stage: "autotune", message: format!("{kernel}: no usable time") })
-        })();
-        match time {
-            Ok(t) => timed.push((kernel, t)),
-            Err(e) if gpu.check_alive().is_err() => return Err(gpu.lost_or(e)),
-            // The candidates are compared with the selection's own kernel's output.
-            Err(e) if first => return Err(e),
-            Err(e) => log::info!("autotune at input {shape}: {kernel} skipped: {e}"),
-        }
-    }
-    let Some((best, best_ms)) = timed.iter().min_by(|a, b| a.1.total_cmp(&b.1)).cloned() else {
-        return Err(Error::unsupported(format!("autotune at input {shape}: no candidate ran")));
-    };
-    let decision = crate::cache::AutotuneDecision {
-        kernel: best.to_string(),
-        timed: timed.iter().map(|(k, t)| (k.to_string(), *t)).collect(),
-        tuned_at: crate::cache::rfc3339_utc(std::time::SystemTime::now()),
-    };
-    match &cache {
-        Some(c) => {
-            if let Err(e) = c.autotune_store(&key, &decision) {
-                log::warn!("autotune: the decision was not stored: {e}");
+                crate::timing::Summary::of(&times)
+                    .map(|s| s.median)
+                    .ok_or_else(|| Error::Wgpu { stage: "autotune", message: format!("{kernel}: no usable time") })
+            })();
+            match time {
+                Ok(t) => timed.push((kernel, t)),
+                Err(e) if gpu.check_alive().is_err() => return Err(gpu.lost_or(e)),
+                // The candidates are compared with the selection's own kernel's output.
+                Err(e) if first => return Err(e),
+                Err(e) => log::info!("autotune at input {shape}: {kernel} skipped: {e}"),
             }
         }
-        None => log::warn!("autotune: no cache location (set {}); the decision was not stored", crate::cache::DIR_ENV),
+        let Some((best, best_ms)) = timed.iter().min_by(|a, b| a.1.total_cmp(&b.1)).cloned() else {
+            return Err(Error::unsupported(format!("autotune at input {shape}: no candidate ran")));
+        };
+        let decision = crate::cache::AutotuneDecision {
+            kernel: best.to_string(),
+            timed: timed.iter().map(|(k, t)| (k.to_string(), *t)).collect(),
+            tuned_at: crate::cache::rfc3339_utc(std::time::SystemTime::now()),
+        };
+        match &cache {
+            Some(c) => {
+                if let Err(e) = c.autotune_store(&key, &decision) {
+                    log::warn!("autotune: the decision was not stored: {e}");
+                }
+            }
+            None => {
+                log::warn!("autotune: no cache location (set {}); the decision was not stored", crate::cache::DIR_ENV)
+            }
+        }
+        let selected_ms = timed.iter().find(|(k, _)| *k == selected.kernel).map(|(_, t)| *t);
+        let against = match selected_ms {
+            Some(t) if best != selected.kernel => format!(" against {t:.4} ms for the selection's {}", selected.kernel),
+            _ => " (the selection's own kernel)".to_string(),
+        };
+        let at = match batch == input.n {
+            true => String::new(),
+            false => format!(" (timed at batch {batch}, which one buffer holds)"),
+        };
+        let reason =
+            format!("the fastest of {} kernels timed at input {shape}{at}: {best_ms:.4} ms{against}", timed.len());
+        Ok(Selection { kernel: best, source: crate::options::ConfigSource::Autotune, reason })
     }
-    let selected_ms = timed.iter().find(|(k, _)| *k == selected.kernel).map(|(_, t)| *t);
-    let against = match selected_ms {
-        Some(t) if best != selected.kernel => format!(" against {t:.4} ms for the selection's {}", selected.kernel),
-        _ => " (the selection's own kernel)".to_string(),
-    };
-    let at = match batch == input.n {
-        true => String::new(),
-        false => format!(" (timed at batch {batch}, which one buffer holds)"),
-    };
-    let reason = format!("the fastest of {} kernels timed at input {shape}{at}: {best_ms:.4} ms{against}", timed.len());
-    Ok(Selection { kernel: best, source: crate::options::ConfigSource::Autotune, reason })
 }
 
 /// The relative L2 distance of `got` from `want` over their finite elements; infinite where
