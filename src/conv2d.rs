@@ -1301,6 +1301,12 @@ const AUTOTUNE_WARMUP: u32 = 2;
 /// that its clock is up (`timing::keep_busy`).
 #[cfg(feature = "tune")]
 const AUTOTUNE_BUSY: std::time::Duration = std::time::Duration::from_millis(20);
+/// How long a GPU is kept busy after the candidates' pipelines were built, before the first
+/// candidate's runs: the builds leave it idle for a second or two, and an H100's clock was
+/// still low 20 ms into the runs after such a pause (the rules' own kernel then measured at
+/// 2–4× its time, and slower candidates won).
+#[cfg(feature = "tune")]
+const AUTOTUNE_SPIN_UP: std::time::Duration = std::time::Duration::from_millis(150);
 
 /// The relative L2 distance within which a candidate's output must come to the selection's
 /// kernel's on the autotuner's scratch input: twice the precision's bound against the exact
@@ -1391,10 +1397,6 @@ impl Autotune<'_> {
         let spec = &problem.spec;
         let input = problem.input;
         let shape = format!("[{}, {}, {}, {}]", input.n, input.c, input.h, input.w);
-        let build = |kernel: &Kernel| {
-            let opts = Conv2dOptions { kernel: Some(kernel.clone()), autotune: false, ..options.clone() };
-            Conv2d::new(gpu, *spec, weight, bias, opts)
-        };
         // One op at a time on a device: another op's runs would disturb this one's times, and an
         // op of the same key waiting here then finds this one's decision in the cache.
         let _turn = gpu.autotune_turn();
@@ -1443,49 +1445,90 @@ impl Autotune<'_> {
             out_len.saturating_mul(element),
             wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
         )?;
+        // The outputs compared: the first and the last image (a whole large batch would take
+        // longer to read back and compare than to time).
+        let per_image = timed_problem.output.per_image();
+        let images: Vec<u64> = match batch {
+            1 => vec![0],
+            // A range must start at a multiple of 4 bytes (an odd f16 image may not).
+            b if ((b as u64 - 1) * per_image * element) % wgpu::COPY_BUFFER_ALIGNMENT == 0 => vec![0, b as u64 - 1],
+            _ => vec![0],
+        };
         let read_output = || -> Result<Vec<f32>> {
-            let n = usize::try_from(out_len).map_err(|_| Error::TooLarge("the autotune output".into()))?;
-            Ok(match options.storage {
-                Storage::F32 => gpu.read_buffer::<f32>(&y, 0, n)?,
-                Storage::F16 => gpu.read_buffer::<half::f16>(&y, 0, n)?.iter().map(|v| v.to_f32()).collect(),
-            })
+            let n = usize::try_from(per_image).map_err(|_| Error::TooLarge("the autotune output".into()))?;
+            let mut out = Vec::new();
+            for &image in &images {
+                let at = image * per_image * element;
+                match options.storage {
+                    Storage::F32 => out.extend(gpu.read_buffer::<f32>(&y, at, n)?),
+                    Storage::F16 => out.extend(gpu.read_buffer::<half::f16>(&y, at, n)?.iter().map(|v| v.to_f32())),
+                }
+            }
+            Ok(out)
+        };
+        // A candidate's op and its plan on the scratch tensors (where its pipelines compile).
+        let build = |kernel: &Kernel| -> Result<(Conv2d, ConvPlan)> {
+            let opts = Conv2dOptions { kernel: Some(kernel.clone()), autotune: false, ..options.clone() };
+            let conv = Conv2d::new(gpu, *spec, weight, bias, opts)?;
+            let plan = conv.plan(timed_input, &x, &y)?;
+            Ok((conv, plan))
         };
         let mut reference: Option<Vec<f32>> = None;
         let mut timed: Vec<(Kernel, f64)> = Vec::new();
-        for kernel in crate::select::autotune_candidates(gpu.caps(), spec, &selected.kernel, finite_weights) {
-            if timed.len() == crate::AUTOTUNE_MAX_CANDIDATES {
+        let mut pending =
+            crate::select::autotune_candidates(gpu.caps(), spec, &selected.kernel, finite_weights).into_iter();
+        while timed.len() < crate::AUTOTUNE_MAX_CANDIDATES {
+            // As many candidates as places are left, built at once (most of an autotune's time
+            // is the driver compiling their pipelines), then timed one by one.
+            let next: Vec<Kernel> = pending.by_ref().take(crate::AUTOTUNE_MAX_CANDIDATES - timed.len()).collect();
+            if next.is_empty() {
                 break;
             }
-            let first = kernel == selected.kernel;
-            let time = (|| -> Result<f64> {
-                let conv = build(&kernel)?;
-                let plan = conv.plan(timed_input, &x, &y)?;
-                if !gpu.is_cpu() {
-                    crate::timing::keep_busy(gpu, &plan, AUTOTUNE_BUSY)?;
+            let started = std::time::Instant::now();
+            let built = build_all(&next, &build);
+            log::debug!(
+                "autotune at input {shape}: {} kernels built in {:.3} s",
+                next.len(),
+                started.elapsed().as_secs_f64()
+            );
+            if !gpu.is_cpu() {
+                if let Some(Ok((_, plan))) = built.iter().find(|b| b.is_ok()) {
+                    crate::timing::keep_busy(gpu, plan, AUTOTUNE_SPIN_UP)?;
                 }
-                let (times, _) = crate::timing::time_plan(gpu, &plan, AUTOTUNE_WARMUP, AUTOTUNE_RUNS)?;
-                let output = read_output()?;
-                match &reference {
-                    None => reference = Some(output),
-                    Some(want) => {
-                        let distance = agreement_distance(&output, want);
-                        if distance.is_nan() || distance > autotune_agreement(options.precision) {
-                            return Err(Error::unsupported(format!(
-                                "its output is {distance:.2e} (relative L2) from the selection's kernel's"
-                            )));
+            }
+            for (kernel, conv) in next.iter().zip(built) {
+                let first = *kernel == selected.kernel;
+                let started = std::time::Instant::now();
+                let time = (|| -> Result<f64> {
+                    let (_conv, plan) = conv?;
+                    if !gpu.is_cpu() {
+                        crate::timing::keep_busy(gpu, &plan, AUTOTUNE_BUSY)?;
+                    }
+                    let (times, _) = crate::timing::time_plan(gpu, &plan, AUTOTUNE_WARMUP, AUTOTUNE_RUNS)?;
+                    let output = read_output()?;
+                    match &reference {
+                        None => reference = Some(output),
+                        Some(want) => {
+                            let distance = agreement_distance(&output, want);
+                            if distance.is_nan() || distance > autotune_agreement(options.precision) {
+                                return Err(Error::unsupported(format!(
+                                    "its output is {distance:.2e} (relative L2) from the selection's kernel's"
+                                )));
+                            }
                         }
                     }
+                    crate::timing::Summary::of(&times)
+                        .map(|s| s.median)
+                        .ok_or_else(|| Error::Wgpu { stage: "autotune", message: format!("{kernel}: no usable time") })
+                })();
+                log::debug!("autotune at input {shape}: {kernel} timed in {:.3} s", started.elapsed().as_secs_f64());
+                match time {
+                    Ok(t) => timed.push((kernel.clone(), t)),
+                    Err(e) if gpu.check_alive().is_err() => return Err(gpu.lost_or(e)),
+                    // The candidates are compared with the selection's own kernel's output.
+                    Err(e) if first => return Err(e),
+                    Err(e) => log::info!("autotune at input {shape}: {kernel} skipped: {e}"),
                 }
-                crate::timing::Summary::of(&times)
-                    .map(|s| s.median)
-                    .ok_or_else(|| Error::Wgpu { stage: "autotune", message: format!("{kernel}: no usable time") })
-            })();
-            match time {
-                Ok(t) => timed.push((kernel, t)),
-                Err(e) if gpu.check_alive().is_err() => return Err(gpu.lost_or(e)),
-                // The candidates are compared with the selection's own kernel's output.
-                Err(e) if first => return Err(e),
-                Err(e) => log::info!("autotune at input {shape}: {kernel} skipped: {e}"),
             }
         }
         let Some((best, best_ms)) = timed.iter().min_by(|a, b| a.1.total_cmp(&b.1)).cloned() else {
@@ -1519,6 +1562,37 @@ impl Autotune<'_> {
             format!("the fastest of {} kernels timed at input {shape}{at}: {best_ms:.4} ms{against}", timed.len());
         Ok(Selection { kernel: best, source: crate::options::ConfigSource::Autotune, reason })
     }
+}
+
+/// Builds each kernel's op and plan (`build`), on one thread per kernel where there are
+/// threads: drivers compile the pipelines of different threads at once. In order; a build that panicked
+/// is an error, not a panic.
+#[cfg(all(feature = "tune", not(target_arch = "wasm32")))]
+fn build_all<T: Send, F>(kernels: &[crate::kernel::Kernel], build: &F) -> Vec<Result<T>>
+where
+    F: Fn(&crate::kernel::Kernel) -> Result<T> + Sync,
+{
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = kernels.iter().map(|k| scope.spawn(move || build(k))).collect();
+        handles
+            .into_iter()
+            .zip(kernels)
+            .map(|(h, k)| {
+                h.join().unwrap_or_else(|_| {
+                    Err(Error::Wgpu { stage: "autotune", message: format!("building {k} panicked") })
+                })
+            })
+            .collect()
+    })
+}
+
+/// [`build_all`] on one thread (wasm32 has none to spare).
+#[cfg(all(feature = "tune", target_arch = "wasm32"))]
+fn build_all<T: Send, F>(kernels: &[crate::kernel::Kernel], build: &F) -> Vec<Result<T>>
+where
+    F: Fn(&crate::kernel::Kernel) -> Result<T>,
+{
+    kernels.iter().map(build).collect()
 }
 
 /// The relative L2 distance of `got` from `want` over their finite elements; infinite where

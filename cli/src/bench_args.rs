@@ -72,6 +72,12 @@ pub struct Args {
     /// Also run the direct (one output per invocation) kernel
     #[arg(long)]
     pub(crate) direct: bool,
+    /// With --model: also build each layer's Conv2d with autotuning on (random weights, the
+    /// input shape given), report how long its construction took and which kernel it kept,
+    /// and time that kernel beside the default. The decisions go to the autotune cache
+    /// (WGCONV_CACHE_DIR): point it at an empty directory to time cold autotuning
+    #[arg(long, requires = "model")]
+    pub(crate) autotune: bool,
     /// Timed runs per config (at least 20; with --model at least 1)
     #[arg(long, default_value_t = 30)]
     pub(crate) runs: u32,
@@ -175,6 +181,36 @@ pub(crate) fn auto_selection(
     let conv = Conv2d::new(gpu, spec, &weight, bias.as_deref(), options)
         .map_err(|e| CliError(format!("--configs auto: {e}")))?;
     Ok(conv.kernel().clone())
+}
+
+/// What a `Conv2d` with [`Conv2dOptions::autotune`] on (random weights, the input shape
+/// given, otherwise default options) keeps on this problem, and the seconds its construction
+/// took (the autotuning, or a cache read).
+pub(crate) fn autotune_selection(
+    gpu: &Gpu,
+    problem: &ConvProblem,
+    precision: Precision,
+    activation: Activation,
+    layout: wgconv::Layout,
+    storage: wgconv::Storage,
+) -> CliResult<(Selection, f64)> {
+    use rand::{Rng, SeedableRng};
+    let spec = problem.spec;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
+    let mut random = |len: usize| (0..len).map(|_| rng.random_range(-1.0f32..1.0)).collect::<Vec<_>>();
+    let weight = random(spec.weight_len());
+    let bias = spec.bias.then(|| random(spec.out_channels as usize));
+    let options = Conv2dOptions::default()
+        .precision(precision)
+        .activation(activation)
+        .layout(layout)
+        .storage(storage)
+        .tuning_key_input(problem.input)
+        .autotune(true);
+    let start = std::time::Instant::now();
+    let conv =
+        Conv2d::new(gpu, spec, &weight, bias.as_deref(), options).map_err(|e| CliError(format!("--autotune: {e}")))?;
+    Ok((conv.kernel().clone(), start.elapsed().as_secs_f64()))
 }
 
 /// Writes a benchmark's report as JSON (`--json`) and its chart as SVG (`--svg`), where asked.

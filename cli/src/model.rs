@@ -5,7 +5,7 @@
 //! (max(FLOPs / peak, bytes / bandwidth), the bandwidth measured at start) and, with
 //! `--compare`, against cuDNN's times from scripts/cudnn_layers.py.
 
-use crate::bench_args::{auto_selection, parse_entry, write_outputs, Args};
+use crate::bench_args::{auto_selection, autotune_selection, parse_entry, write_outputs, Args};
 use crate::bench_run::{self, AutoSelection, Bandwidth, BenchOptions, CheckImages, KernelResult, Outcome};
 use crate::cli::{CliError, CliResult};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -222,6 +222,8 @@ pub struct LayerReport {
     pub mbytes: f64,
     /// What a default `Conv2d` picks, where it could be built.
     pub default_selection: Option<AutoSelection>,
+    /// With `--autotune`: what a `Conv2d` with autotuning on kept, and how long it took.
+    pub autotune: Option<AutotuneReport>,
     /// The default kernel's figures; `None` where it was wrong, refused or failed
     /// (`default_problem` says which).
     pub default: Option<Perf>,
@@ -237,6 +239,19 @@ pub struct LayerReport {
     pub clock: Option<Clock>,
     /// Every kernel run on the layer, the default first.
     pub results: Vec<KernelResult>,
+}
+
+/// A layer's `Conv2d` built with autotuning on (`--autotune`).
+#[derive(Debug, Clone, Serialize)]
+pub struct AutotuneReport {
+    /// The construction's wall-clock seconds: the autotuning, or the read of its cache.
+    pub seconds: f64,
+    pub selection: Option<AutoSelection>,
+    /// Its kernel's median in this bench (ms), where it ran correctly.
+    pub time_ms: Option<f64>,
+    /// The default's median over the autotuned kernel's.
+    pub default_over_autotune: Option<f64>,
+    pub error: Option<String>,
 }
 
 /// Σ time × count over the layers that have a time; the layers that have none.
@@ -527,6 +542,7 @@ fn bench_layer(
         gflop: f64::NAN,
         mbytes: f64::NAN,
         default_selection: None,
+        autotune: None,
         default: None,
         default_problem: None,
         best: None,
@@ -560,6 +576,32 @@ fn bench_layer(
     };
     report.default_selection = selection.as_ref().map(AutoSelection::from);
     let mut kernels: Vec<Kernel> = selection.iter().map(|s| s.kernel.clone()).collect();
+    let mut autotuned = None;
+    if args.autotune {
+        progress("autotuning");
+        let layout = args.layout.into();
+        report.autotune =
+            Some(match autotune_selection(gpu, &problem, precision, activation, layout, args.storage.into()) {
+                Ok((s, seconds)) => {
+                    kernels.push(s.kernel.clone());
+                    autotuned = Some(s.kernel.clone());
+                    AutotuneReport {
+                        seconds,
+                        selection: Some(AutoSelection::from(&s)),
+                        time_ms: None,
+                        default_over_autotune: None,
+                        error: None,
+                    }
+                }
+                Err(e) => AutotuneReport {
+                    seconds: f64::NAN,
+                    selection: None,
+                    time_ms: None,
+                    default_over_autotune: None,
+                    error: Some(e.0),
+                },
+            });
+    }
     kernels.extend(candidates.iter().cloned());
     // Without --configs, the sweep of the family the selection picked too (the depthwise
     // family on depthwise layers), so that "best" compares the default with its neighbours.
@@ -627,6 +669,10 @@ fn bench_layer(
     });
     report.default_over_best =
         report.default.as_ref().zip(report.best.as_ref()).map(|(d, b)| d.time_ms.median / b.time_ms.median);
+    if let (Some(a), Some(kernel)) = (report.autotune.as_mut(), autotuned) {
+        a.time_ms = kernels.iter().position(|k| *k == kernel).and_then(|i| run.results.get(i)?.median_ms());
+        a.default_over_autotune = report.default.as_ref().zip(a.time_ms).map(|(d, t)| d.time_ms.median / t);
+    }
     report.clock = run.clock;
     report.results = run.results;
     report
@@ -865,6 +911,22 @@ pub fn table(report: &ModelReport) -> String {
             None => {
                 let _ =
                     writeln!(s, "  {}: {}", l.name, l.default_problem.as_deref().or(l.error.as_deref()).unwrap_or("-"));
+            }
+        }
+    }
+    if report.layers.iter().any(|l| l.autotune.is_some()) {
+        let _ =
+            writeln!(s, "autotuned (a Conv2d with autotune on: seconds at construction, kernel kept, default / it):");
+        for l in &report.layers {
+            let Some(a) = &l.autotune else { continue };
+            match (&a.selection, &a.error) {
+                (Some(sel), _) => {
+                    let vs = a.default_over_autotune.map_or("-".into(), |r| format!("{r:.3}"));
+                    let _ = writeln!(s, "  {}: {:.2} s, {} ({vs}): {}", l.name, a.seconds, sel.kernel, sel.reason);
+                }
+                (None, e) => {
+                    let _ = writeln!(s, "  {}: failed: {}", l.name, e.as_deref().unwrap_or("-"));
+                }
             }
         }
     }
