@@ -1387,13 +1387,30 @@ const F32_SHAPE_CONFIGS: [(TileConfig, f64, f64); 4] = [
 /// The shape rule's 64×32 block, for few output channels per group.
 const NARROW_BLOCK: TileConfig = TileConfig::with_thread_tile(64, 32, 16, 4, 4, 1);
 
+/// The shape rule's block for 1×1 layers and its rate ([`F32_SHAPE_CONFIGS`]' scale): 64
+/// rows by 128 output channels on 8 warps of 4×8 register tiles (half the accumulators of the
+/// 128×64 block's 8×8 tiles, and twice the workgroups' warps). On the H100 (Vulkan
+/// 580.159.04, f32, 2026-11-28, every dense layer of the five networks, the four configs of
+/// [`F32_SHAPE_CONFIGS`] and this one timed in one call) it ran the 1×1 layers of 128 to 512
+/// output channels at 28×28 and 56×56 1.08–1.24× faster than the rule's pick (ResNet-50's
+/// l2.1x1.512-128: 0.122 → 0.098 ms) and every 3×3 layer 1.3–2.2× slower than the best of
+/// the four, so the rule weighs it on 1×1 layers only. With it at 1.1 the rule's picks over
+/// the 37 layers that run the FMA kernels there took 7.27 ms against 7.94 (7.16 for each
+/// layer's best of the five); rates 0.9–1.2 (1.05–1.1 on the long 1×1 layers) made about
+/// the same picks. Picking among the five on every dense layer, as on a device without
+/// matrix units: 41.27 ms against 42.21, though 4 % to 20 % slower on four 1×1 layers of
+/// 1024 or 2048 channels at 7×7 and 14×14, whose grids fill few waves.
+const POINTWISE_BLOCK: (TileConfig, f64) = (TileConfig::with_thread_tile(64, 128, 8, 4, 8, 1), 1.1);
+
 /// The shape rule's configs that the f32 matrix rule's FMA estimate counts: those its
-/// constants were fitted against. [`NARROW_BLOCK`] came later; counting it lowered the FMA
-/// estimate of small grids and moved layers never measured that way off the matrix units
-/// (ResNet-50's 64→64 3×3 layer at 56×56, batch 1), so the matrix rule decides as fitted
-/// and, where it declines, the shape rule may still pick the 64×32 block.
+/// constants were fitted against. [`NARROW_BLOCK`] and [`POINTWISE_BLOCK`] came later;
+/// counting the 64×32 block lowered the FMA estimate of small grids and moved layers never
+/// measured that way off the matrix units (ResNet-50's 64→64 3×3 layer at 56×56, batch 1),
+/// and the 64×128 block lost to the matrix path on all but one of the 1×1 layers rule 5
+/// sends there on the H100 (0.52–0.92×), so the matrix rule decides as fitted and, where it
+/// declines, the shape rule may still pick either.
 fn matrix_rule_fma_configs(spec: &Conv2dSpec) -> Vec<(TileConfig, f64)> {
-    f32_shape_configs(spec).into_iter().filter(|(tile, _)| *tile != NARROW_BLOCK).collect()
+    f32_shape_configs(spec).into_iter().filter(|(tile, _)| ![NARROW_BLOCK, POINTWISE_BLOCK.0].contains(tile)).collect()
 }
 
 /// The f32 shape rule's tile configs on CPU adapters and their relative rate per padded FMA:
@@ -1412,11 +1429,13 @@ const F32_CPU_SHAPE_CONFIGS: [(TileConfig, f64); 3] = [
     (TileConfig::with_thread_tile(32, 64, 32, 4, 4, 2), 0.7),
 ];
 
-/// [`F32_SHAPE_CONFIGS`] with the rates for the spec.
-fn f32_shape_configs(spec: &Conv2dSpec) -> [(TileConfig, f64); F32_SHAPE_CONFIGS.len()] {
-    let long_pointwise = spec.kernel == [1, 1] && spec.in_channels_per_group() > tiled::ROWS_FASTEST_MAX_K;
-    F32_SHAPE_CONFIGS
-        .map(|(tile, rate, long_pointwise_rate)| (tile, if long_pointwise { long_pointwise_rate } else { rate }))
+/// [`F32_SHAPE_CONFIGS`] with the rates for the spec, and [`POINTWISE_BLOCK`] on 1×1 layers.
+fn f32_shape_configs(spec: &Conv2dSpec) -> Vec<(TileConfig, f64)> {
+    let pointwise = spec.kernel == [1, 1];
+    let long_pointwise = pointwise && spec.in_channels_per_group() > tiled::ROWS_FASTEST_MAX_K;
+    let rated = F32_SHAPE_CONFIGS
+        .map(|(tile, rate, long_pointwise_rate)| (tile, if long_pointwise { long_pointwise_rate } else { rate }));
+    rated.into_iter().chain(pointwise.then_some(POINTWISE_BLOCK)).collect()
 }
 
 /// The f32 shape rule, where the input shape is known (`Conv2dOptions::tuning_key_input`):
@@ -2169,7 +2188,7 @@ mod tests {
         let gpu = caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, true);
         let cpu = caps(wgpu::DeviceType::Cpu, 0x10005, false);
         let rules = F32_SHAPE_CONFIGS.iter().map(|c| c.0).chain(F32_CPU_SHAPE_CONFIGS.iter().map(|c| c.0));
-        for tile in rules.chain([f32_tile(&gpu).0, f32_tile(&cpu).0]) {
+        for tile in rules.chain([f32_tile(&gpu).0, f32_tile(&cpu).0, POINTWISE_BLOCK.0]) {
             assert!(tiled.contains(&tile), "{} is not in the tiled sweep", tile.name());
         }
         let f16: Vec<TileConfig> = CHANNELS_LAST_F16_CONFIGS
@@ -2235,6 +2254,10 @@ mod tests {
         assert!(vgg.reason.contains("shape rule") && vgg.source == ConfigSource::Default, "{vgg}");
         let narrow = at(Conv2dSpec::new(256, 64, 1), Shape4::new(32, 256, 56, 56), &gpu);
         assert_eq!(narrow.kernel.to_string(), "tiled:m128n64k8-t8x8-w4-s1", "{narrow}");
+        // 1×1 layers of 128 output channels or more: the 64x128 block (on 1×1 layers only:
+        // the 3×3 layer above has as many channels).
+        let pointwise = at(Conv2dSpec::new(512, 128, 1), Shape4::new(32, 512, 28, 28), &gpu);
+        assert_eq!(pointwise.kernel.to_string(), "tiled:m64n128k8-t4x8-w8-s1", "{pointwise}");
         // Few tiles, deep K: the default's 64x96 block fills the device best (dilated, so
         // that the Winograd rule leaves it to this one).
         let dilated = Conv2dSpec::new(512, 512, 3).padding(Padding::uniform(2)).dilation((2, 2));
