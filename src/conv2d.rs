@@ -1290,23 +1290,21 @@ impl Conv2d {
     }
 }
 
-/// Timed runs per candidate of the autotuner, after [`AUTOTUNE_WARMUP`] untimed ones: its
-/// median decides.
+/// Timed rounds of the autotuner (one run of each candidate per round), after
+/// [`AUTOTUNE_WARMUP`] untimed ones: each candidate's median decides.
 #[cfg(feature = "tune")]
 const AUTOTUNE_RUNS: u32 = 7;
-/// Untimed runs before each candidate's timed ones.
+/// Untimed rounds of runs before the timed ones.
 #[cfg(feature = "tune")]
 const AUTOTUNE_WARMUP: u32 = 2;
-/// How long a GPU (not a CPU adapter) is kept busy before each candidate's timed runs, so
-/// that its clock is up (`timing::keep_busy`).
+/// How long a GPU (not a CPU adapter) is kept busy before the candidates' timed runs, so that
+/// its clock is up (`timing::keep_busy`): building their pipelines leaves it idle for a
+/// second or two. The candidates are then timed in interleaved rounds
+/// (`timing::time_interleaved`): timed one after the other after such a pause, with 20 ms
+/// or 150 ms of spin-up, the first one (the rules' own kernel) measured 2–4× its time on an
+/// H100 in some layers and a slower candidate won.
 #[cfg(feature = "tune")]
-const AUTOTUNE_BUSY: std::time::Duration = std::time::Duration::from_millis(20);
-/// How long a GPU is kept busy after the candidates' pipelines were built, before the first
-/// candidate's runs: the builds leave it idle for a second or two, and an H100's clock was
-/// still low 20 ms into the runs after such a pause (the rules' own kernel then measured at
-/// 2–4× its time, and slower candidates won).
-#[cfg(feature = "tune")]
-const AUTOTUNE_SPIN_UP: std::time::Duration = std::time::Duration::from_millis(150);
+const AUTOTUNE_SPIN_UP: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The relative L2 distance within which a candidate's output must come to the selection's
 /// kernel's on the autotuner's scratch input: twice the precision's bound against the exact
@@ -1451,7 +1449,9 @@ impl Autotune<'_> {
         let images: Vec<u64> = match batch {
             1 => vec![0],
             // A range must start at a multiple of 4 bytes (an odd f16 image may not).
-            b if ((b as u64 - 1) * per_image * element) % wgpu::COPY_BUFFER_ALIGNMENT == 0 => vec![0, b as u64 - 1],
+            b if ((b as u64 - 1) * per_image * element).is_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT) => {
+                vec![0, b as u64 - 1]
+            }
             _ => vec![0],
         };
         let read_output = || -> Result<Vec<f32>> {
@@ -1491,20 +1491,14 @@ impl Autotune<'_> {
                 next.len(),
                 started.elapsed().as_secs_f64()
             );
-            if !gpu.is_cpu() {
-                if let Some(Ok((_, plan))) = built.iter().find(|b| b.is_ok()) {
-                    crate::timing::keep_busy(gpu, plan, AUTOTUNE_SPIN_UP)?;
-                }
-            }
+            // Each candidate runs once and its output is compared with the selection's kernel's;
+            // those that agree are then timed together.
+            let mut agreeing = Vec::new();
             for (kernel, conv) in next.iter().zip(built) {
                 let first = *kernel == selected.kernel;
-                let started = std::time::Instant::now();
-                let time = (|| -> Result<f64> {
-                    let (_conv, plan) = conv?;
-                    if !gpu.is_cpu() {
-                        crate::timing::keep_busy(gpu, &plan, AUTOTUNE_BUSY)?;
-                    }
-                    let (times, _) = crate::timing::time_plan(gpu, &plan, AUTOTUNE_WARMUP, AUTOTUNE_RUNS)?;
+                let checked = (|| -> Result<(Conv2d, ConvPlan)> {
+                    let (conv, plan) = conv?;
+                    crate::timing::time_plan(gpu, &plan, 0, 1)?;
                     let output = read_output()?;
                     match &reference {
                         None => reference = Some(output),
@@ -1517,17 +1511,33 @@ impl Autotune<'_> {
                             }
                         }
                     }
-                    crate::timing::Summary::of(&times)
-                        .map(|s| s.median)
-                        .ok_or_else(|| Error::Wgpu { stage: "autotune", message: format!("{kernel}: no usable time") })
+                    Ok((conv, plan))
                 })();
-                log::debug!("autotune at input {shape}: {kernel} timed in {:.3} s", started.elapsed().as_secs_f64());
-                match time {
-                    Ok(t) => timed.push((kernel.clone(), t)),
+                match checked {
+                    Ok(op) => agreeing.push((kernel.clone(), op)),
                     Err(e) if gpu.check_alive().is_err() => return Err(gpu.lost_or(e)),
                     // The candidates are compared with the selection's own kernel's output.
                     Err(e) if first => return Err(e),
                     Err(e) => log::info!("autotune at input {shape}: {kernel} skipped: {e}"),
+                }
+            }
+            let Some((_, (_, spin))) = agreeing.first() else { continue };
+            let started = std::time::Instant::now();
+            if !gpu.is_cpu() {
+                crate::timing::keep_busy(gpu, spin, AUTOTUNE_SPIN_UP)?;
+            }
+            let plans: Vec<&ConvPlan> = agreeing.iter().map(|(_, (_, plan))| plan).collect();
+            let (times, _) = crate::timing::time_interleaved(gpu, &plans, AUTOTUNE_WARMUP, AUTOTUNE_RUNS)
+                .map_err(|e| gpu.lost_or(e))?;
+            log::debug!(
+                "autotune at input {shape}: {} kernels timed in {:.3} s",
+                plans.len(),
+                started.elapsed().as_secs_f64()
+            );
+            for ((kernel, _), times) in agreeing.iter().zip(times) {
+                match crate::timing::Summary::of(&times) {
+                    Some(s) => timed.push((kernel.clone(), s.median)),
+                    None => log::info!("autotune at input {shape}: {kernel} skipped: no usable time"),
                 }
             }
         }

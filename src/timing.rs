@@ -101,6 +101,89 @@ pub fn time_plan(gpu: &Gpu, plan: &impl EncodePass, warmup: u32, runs: u32) -> R
     Ok((times, Clock::GpuTimestamps))
 }
 
+/// Times several plans in interleaved rounds: `warmup` untimed rounds, then `rounds` timed
+/// ones, each round one run of every plan, the plan that starts a round rotating, all timed
+/// rounds in one submission; milliseconds per run, per plan. A clock that changes while they
+/// run (an idle GPU's clock coming back up) then falls on every plan alike, where plans timed
+/// one after the other would each meet it at another point. A device without timestamp
+/// queries times each plan after the other by the host clock ([`time_plan`]). At most
+/// [`MAX_TIMED_RUNS`] timed runs in all.
+pub fn time_interleaved<P: EncodePass>(
+    gpu: &Gpu,
+    plans: &[&P],
+    warmup: u32,
+    rounds: u32,
+) -> Result<(Vec<Vec<f64>>, Clock)> {
+    let runs = (plans.len() as u64).saturating_mul(rounds as u64);
+    if plans.is_empty() || rounds == 0 || runs > MAX_TIMED_RUNS as u64 {
+        return Err(Error::InvalidOptions(format!(
+            "time_interleaved times 1 to {MAX_TIMED_RUNS} runs in all, not {} plans x {rounds} rounds",
+            plans.len()
+        )));
+    }
+    if !gpu.has_timestamps() {
+        let mut times = Vec::with_capacity(plans.len());
+        for plan in plans {
+            times.push(time_plan(gpu, *plan, warmup, rounds)?.0);
+        }
+        return Ok((times, Clock::HostWallClock));
+    }
+    let scope = ErrorScope::push(&gpu.device);
+    for _ in 0..warmup {
+        for plan in plans {
+            submit(gpu, *plan);
+        }
+    }
+    scope.finish("warm-up runs")?;
+    let count = (runs * 2) as u32;
+    let scope = ErrorScope::push(&gpu.device);
+    let queries = gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
+        label: Some("wgconv timestamps"),
+        ty: wgpu::QueryType::Timestamp,
+        count,
+    });
+    let resolve = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("wgconv timestamps resolve"),
+        size: (count as u64 * 8).next_multiple_of(crate::gpu::BUFFER_GRANULE),
+        usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    });
+    let n = plans.len();
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    let mut slot = 0u32;
+    // Which plan each pair of timestamps belongs to.
+    let mut owner = Vec::with_capacity(runs as usize);
+    for round in 0..rounds as usize {
+        for j in 0..n {
+            let i = (round + j) % n;
+            plans[i].encode_pass(
+                &mut enc,
+                Some(wgpu::ComputePassTimestampWrites {
+                    query_set: &queries,
+                    beginning_of_pass_write_index: Some(slot),
+                    end_of_pass_write_index: Some(slot + 1),
+                }),
+            );
+            owner.push(i);
+            slot += 2;
+        }
+    }
+    enc.resolve_query_set(&queries, 0..count, &resolve, 0);
+    gpu.queue.submit([enc.finish()]);
+    scope.finish("timed runs")?;
+    let stamps = gpu.read_buffer::<u64>(&resolve, 0, count as usize)?;
+    let period = gpu.queue.get_timestamp_period() as f64;
+    let mut times = vec![Vec::with_capacity(rounds as usize); n];
+    for (pair, &i) in stamps.chunks(2).zip(&owner) {
+        let t = pair[1].wrapping_sub(pair[0]) as f64 * period / 1e6;
+        if !t.is_finite() || t <= 0.0 || t > 1e6 {
+            return Err(Error::Wgpu { stage: "timestamps", message: format!("implausible GPU time {t} ms") });
+        }
+        times[i].push(t);
+    }
+    Ok((times, Clock::GpuTimestamps))
+}
+
 /// Keeps the GPU busy with `plan` for at least `min` of wall time (at least one run), so
 /// that its clocks are up when the next submission runs: the runs go in command buffers of
 /// growing size (doubling while a round of encoding one and waiting for the one before takes

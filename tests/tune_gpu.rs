@@ -255,3 +255,36 @@ fn f16_tunes_its_own_kernel() {
 fn f16x3_tunes_its_own_kernel() {
     tune_at(Precision::F16x3);
 }
+
+/// `time_interleaved`: one median-able sample per plan, in the order given, every time
+/// positive; no plans, no rounds, or more runs than one query set holds are refused.
+#[test]
+fn interleaved_timing_times_each_plan() {
+    use wgconv::tune::timing::{time_interleaved, MAX_TIMED_RUNS};
+    let (_cache, _turn) = setup();
+    let gpu = gpu();
+    let (spec, shape) = small();
+    let case = Case::new("interleaved", spec, shape);
+    let out_len = spec.problem(shape).unwrap().output.len();
+    let x = gpu.buffer_init("x", bytemuck::cast_slice(&case.x), wgpu::BufferUsages::STORAGE).unwrap();
+    let y = gpu.create_buffer("y", out_len * 4, wgpu::BufferUsages::STORAGE).unwrap();
+    let ops: Vec<Conv2d> = [TileConfig::seed(), original()]
+        .into_iter()
+        .map(|t| {
+            let kernel = Kernel::parse("tiled").unwrap().with_tile(t).unwrap();
+            let opts = Conv2dOptions::default().kernel(kernel);
+            Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap()
+        })
+        .collect();
+    let plans: Vec<ConvPlan> = ops.iter().map(|c| c.plan(shape, &x, &y).unwrap()).collect();
+    let refs: Vec<&ConvPlan> = plans.iter().collect();
+    let (times, _) = time_interleaved(&gpu, &refs, 1, 3).unwrap();
+    assert_eq!(times.len(), 2);
+    for t in &times {
+        assert_eq!(t.len(), 3);
+        assert!(t.iter().all(|v| v.is_finite() && *v > 0.0), "{t:?}");
+    }
+    assert!(matches!(time_interleaved::<ConvPlan>(&gpu, &[], 1, 3), Err(Error::InvalidOptions(_))));
+    assert!(matches!(time_interleaved(&gpu, &refs, 1, 0), Err(Error::InvalidOptions(_))));
+    assert!(matches!(time_interleaved(&gpu, &refs, 0, MAX_TIMED_RUNS), Err(Error::InvalidOptions(_))));
+}

@@ -1113,6 +1113,7 @@ mod tests {
             gflop: 0.0,
             mbytes: 0.0,
             default_selection: None,
+            autotune: None,
             default: None,
             default_problem: None,
             best: None,
