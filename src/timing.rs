@@ -44,6 +44,14 @@ pub fn time_plan(gpu: &Gpu, plan: &impl EncodePass, warmup: u32, runs: u32) -> R
     if runs == 0 || runs > MAX_TIMED_RUNS {
         return Err(Error::InvalidOptions(format!("time_plan times 1 to {MAX_TIMED_RUNS} runs, not {runs}")));
     }
+    if gpu.has_timestamps() {
+        let (times, clock) = time_interleaved(gpu, &[plan], warmup, runs)?;
+        let times = times
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::Wgpu { stage: "timestamps", message: "no times came back".into() })?;
+        return Ok((times, clock));
+    }
     // Every submission inside an error scope: a validation error is this call's, not the
     // device's uncaptured-error handler's (wgpu's default one panics).
     let scope = ErrorScope::push(&gpu.device);
@@ -51,54 +59,17 @@ pub fn time_plan(gpu: &Gpu, plan: &impl EncodePass, warmup: u32, runs: u32) -> R
         submit(gpu, plan);
     }
     scope.finish("warm-up runs")?;
-    if !gpu.has_timestamps() {
+    gpu.wait()?;
+    let mut times = Vec::with_capacity(runs as usize);
+    for _ in 0..runs {
+        let scope = ErrorScope::push(&gpu.device);
+        let t0 = std::time::Instant::now();
+        submit(gpu, plan);
         gpu.wait()?;
-        let mut times = Vec::with_capacity(runs as usize);
-        for _ in 0..runs {
-            let scope = ErrorScope::push(&gpu.device);
-            let t0 = std::time::Instant::now();
-            submit(gpu, plan);
-            gpu.wait()?;
-            times.push(t0.elapsed().as_secs_f64() * 1e3);
-            scope.finish("timed runs")?;
-        }
-        return Ok((times, Clock::HostWallClock));
+        times.push(t0.elapsed().as_secs_f64() * 1e3);
+        scope.finish("timed runs")?;
     }
-    let count = runs * 2;
-    let scope = ErrorScope::push(&gpu.device);
-    let queries = gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
-        label: Some("wgconv timestamps"),
-        ty: wgpu::QueryType::Timestamp,
-        count,
-    });
-    let resolve = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("wgconv timestamps resolve"),
-        // Whole granules, as every buffer wgconv makes (`BUFFER_GRANULE`).
-        size: (count as u64 * 8).next_multiple_of(crate::gpu::BUFFER_GRANULE),
-        usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
-        mapped_at_creation: false,
-    });
-    let mut enc = gpu.device.create_command_encoder(&Default::default());
-    for i in 0..runs {
-        plan.encode_pass(
-            &mut enc,
-            Some(wgpu::ComputePassTimestampWrites {
-                query_set: &queries,
-                beginning_of_pass_write_index: Some(2 * i),
-                end_of_pass_write_index: Some(2 * i + 1),
-            }),
-        );
-    }
-    enc.resolve_query_set(&queries, 0..count, &resolve, 0);
-    gpu.queue.submit([enc.finish()]);
-    scope.finish("timed runs")?;
-    let stamps = gpu.read_buffer::<u64>(&resolve, 0, count as usize)?;
-    let period = gpu.queue.get_timestamp_period() as f64;
-    let times: Vec<f64> = stamps.chunks(2).map(|p| p[1].wrapping_sub(p[0]) as f64 * period / 1e6).collect();
-    if times.iter().any(|t| !t.is_finite() || *t <= 0.0 || *t > 1e6) {
-        return Err(Error::Wgpu { stage: "timestamps", message: format!("implausible GPU times {times:?}") });
-    }
-    Ok((times, Clock::GpuTimestamps))
+    Ok((times, Clock::HostWallClock))
 }
 
 /// Times several plans in interleaved rounds: `warmup` untimed rounds, then `rounds` timed
@@ -128,6 +99,8 @@ pub fn time_interleaved<P: EncodePass>(
         }
         return Ok((times, Clock::HostWallClock));
     }
+    // Every submission inside an error scope: a validation error is this call's, not the
+    // device's uncaptured-error handler's (wgpu's default one panics).
     let scope = ErrorScope::push(&gpu.device);
     for _ in 0..warmup {
         for plan in plans {
@@ -144,6 +117,7 @@ pub fn time_interleaved<P: EncodePass>(
     });
     let resolve = gpu.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("wgconv timestamps resolve"),
+        // Whole granules, as every buffer wgconv makes (`BUFFER_GRANULE`).
         size: (count as u64 * 8).next_multiple_of(crate::gpu::BUFFER_GRANULE),
         usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
         mapped_at_creation: false,

@@ -1,7 +1,7 @@
 //! `wgconv bench`: compare kernels on one problem (the benchmark itself is
 //! [`crate::bench_run`]).
 
-use crate::bench_args::{auto_selection, parse_entry, write_outputs, Args};
+use crate::bench_args::{built_selection, parse_entry, write_outputs, Args};
 use crate::bench_run::{self, BenchOptions, BenchReport, CheckImages, Outcome};
 use crate::cli::{CliError, CliResult};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -48,14 +48,11 @@ pub fn main(args: Args) -> CliResult {
                     Some(k) => kernels.push(k),
                     None => {
                         if auto.is_none() {
-                            auto = Some(auto_selection(
-                                &gpu,
-                                &problem,
-                                precision,
-                                activation,
-                                args.layout.into(),
-                                args.storage.into(),
-                            )?);
+                            let layout = args.layout.into();
+                            let storage = args.storage.into();
+                            let (s, _) =
+                                built_selection(&gpu, &problem, precision, activation, layout, storage, false)?;
+                            auto = Some(s);
                         }
                         kernels.extend(auto.as_ref().map(|s| s.kernel.clone()));
                     }

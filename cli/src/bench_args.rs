@@ -158,58 +158,40 @@ pub(crate) fn parse_entry(entry: &str, precision: Precision, gpu: &Gpu) -> CliRe
 }
 
 /// The kernel a `Conv2d` with default options (at this precision, activation, layout and
-/// storage, told the input shape as `wgconv run` tells it) runs on this problem and device, and why:
-/// `--configs auto`. Built for real (with zero weights), so that it is the library's own
-/// selection, not a copy of it.
-pub(crate) fn auto_selection(
+/// storage, told the input shape as `wgconv run` tells it) runs on this problem and device, and
+/// why, and the seconds its construction took: `--configs auto` (zero weights), or with
+/// `autotune` what such a `Conv2d` with [`Conv2dOptions::autotune`] on keeps (random weights;
+/// the seconds are then the autotuning's, or a cache read's). Built for real, so that it is
+/// the library's own selection, not a copy of it.
+pub(crate) fn built_selection(
     gpu: &Gpu,
     problem: &ConvProblem,
     precision: Precision,
     activation: Activation,
     layout: wgconv::Layout,
     storage: wgconv::Storage,
-) -> CliResult<Selection> {
-    let spec = problem.spec;
-    let weight = vec![0.0f32; spec.weight_len()];
-    let bias = spec.bias.then(|| vec![0.0f32; spec.out_channels as usize]);
-    let options = Conv2dOptions::default()
-        .precision(precision)
-        .activation(activation)
-        .layout(layout)
-        .storage(storage)
-        .tuning_key_input(problem.input);
-    let conv = Conv2d::new(gpu, spec, &weight, bias.as_deref(), options)
-        .map_err(|e| CliError(format!("--configs auto: {e}")))?;
-    Ok(conv.kernel().clone())
-}
-
-/// What a `Conv2d` with [`Conv2dOptions::autotune`] on (random weights, the input shape
-/// given, otherwise default options) keeps on this problem, and the seconds its construction
-/// took (the autotuning, or a cache read).
-pub(crate) fn autotune_selection(
-    gpu: &Gpu,
-    problem: &ConvProblem,
-    precision: Precision,
-    activation: Activation,
-    layout: wgconv::Layout,
-    storage: wgconv::Storage,
+    autotune: bool,
 ) -> CliResult<(Selection, f64)> {
     use rand::{Rng, SeedableRng};
     let spec = problem.spec;
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
-    let mut random = |len: usize| (0..len).map(|_| rng.random_range(-1.0f32..1.0)).collect::<Vec<_>>();
-    let weight = random(spec.weight_len());
-    let bias = spec.bias.then(|| random(spec.out_channels as usize));
+    let mut values = |len: usize| match autotune {
+        true => (0..len).map(|_| rng.random_range(-1.0f32..1.0)).collect::<Vec<_>>(),
+        false => vec![0.0f32; len],
+    };
+    let weight = values(spec.weight_len());
+    let bias = spec.bias.then(|| values(spec.out_channels as usize));
     let options = Conv2dOptions::default()
         .precision(precision)
         .activation(activation)
         .layout(layout)
         .storage(storage)
         .tuning_key_input(problem.input)
-        .autotune(true);
+        .autotune(autotune);
+    let flag = if autotune { "--autotune" } else { "--configs auto" };
     let start = std::time::Instant::now();
     let conv =
-        Conv2d::new(gpu, spec, &weight, bias.as_deref(), options).map_err(|e| CliError(format!("--autotune: {e}")))?;
+        Conv2d::new(gpu, spec, &weight, bias.as_deref(), options).map_err(|e| CliError(format!("{flag}: {e}")))?;
     Ok((conv.kernel().clone(), start.elapsed().as_secs_f64()))
 }
 

@@ -5,7 +5,7 @@
 //! (max(FLOPs / peak, bytes / bandwidth), the bandwidth measured at start) and, with
 //! `--compare`, against cuDNN's times from scripts/cudnn_layers.py.
 
-use crate::bench_args::{auto_selection, autotune_selection, parse_entry, write_outputs, Args};
+use crate::bench_args::{built_selection, parse_entry, write_outputs, Args};
 use crate::bench_run::{self, AutoSelection, Bandwidth, BenchOptions, CheckImages, KernelResult, Outcome};
 use crate::cli::{CliError, CliResult};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -566,14 +566,14 @@ fn bench_layer(
     report.gflop = flops / 1e9;
     report.mbytes = bytes / 1e6;
     progress("selecting the default");
-    let selection = match auto_selection(gpu, &problem, precision, activation, args.layout.into(), args.storage.into())
-    {
-        Ok(s) => Some(s),
-        Err(e) => {
-            report.default_problem = Some(format!("no default Conv2d: {}", e.0));
-            None
-        }
-    };
+    let selection =
+        match built_selection(gpu, &problem, precision, activation, args.layout.into(), args.storage.into(), false) {
+            Ok((s, _)) => Some(s),
+            Err(e) => {
+                report.default_problem = Some(format!("no default Conv2d: {}", e.0));
+                None
+            }
+        };
     report.default_selection = selection.as_ref().map(AutoSelection::from);
     let mut kernels: Vec<Kernel> = selection.iter().map(|s| s.kernel.clone()).collect();
     let mut autotuned = None;
@@ -581,7 +581,7 @@ fn bench_layer(
         progress("autotuning");
         let layout = args.layout.into();
         report.autotune =
-            Some(match autotune_selection(gpu, &problem, precision, activation, layout, args.storage.into()) {
+            Some(match built_selection(gpu, &problem, precision, activation, layout, args.storage.into(), true) {
                 Ok((s, seconds)) => {
                     kernels.push(s.kernel.clone());
                     autotuned = Some(s.kernel.clone());
