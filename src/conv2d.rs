@@ -1477,10 +1477,11 @@ impl Autotune<'_> {
         let mut timed: Vec<(Kernel, f64)> = Vec::new();
         let mut pending =
             crate::select::autotune_candidates(gpu.caps(), spec, &selected.kernel, finite_weights).into_iter();
-        while timed.len() < crate::AUTOTUNE_MAX_CANDIDATES {
+        while timed.len() < crate::select::AUTOTUNE_MAX_CANDIDATES {
             // As many candidates as places are left, built at once (most of an autotune's time
             // is the driver compiling their pipelines), then timed one by one.
-            let next: Vec<Kernel> = pending.by_ref().take(crate::AUTOTUNE_MAX_CANDIDATES - timed.len()).collect();
+            let next: Vec<Kernel> =
+                pending.by_ref().take(crate::select::AUTOTUNE_MAX_CANDIDATES - timed.len()).collect();
             if next.is_empty() {
                 break;
             }
@@ -1676,7 +1677,7 @@ mod tests {
         let initial = conv.kernel().clone();
         if let Some(pending) = conv.pending.lock().unwrap().as_mut() {
             pending.weight = vec![1e6; weight.len()];
-            let f16 = crate::Kernel::parse("tiled-f16").unwrap();
+            let f16 = crate::kernel::Kernel::parse("tiled-f16").unwrap();
             pending.options = pending.options.clone().kernel(f16).precision(Precision::F16Accum32);
         }
         let shape = Shape4::new(1, 2, 2, 2);
