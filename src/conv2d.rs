@@ -1293,7 +1293,7 @@ impl Conv2d {
 /// Timed rounds of the autotuner (one run of each candidate per round), after
 /// [`AUTOTUNE_WARMUP`] untimed ones: each candidate's median decides.
 #[cfg(feature = "tune")]
-const AUTOTUNE_RUNS: u32 = 7;
+const AUTOTUNE_ROUNDS: u32 = 7;
 /// Untimed rounds of runs before the timed ones.
 #[cfg(feature = "tune")]
 const AUTOTUNE_WARMUP: u32 = 2;
@@ -1386,9 +1386,11 @@ impl Autotune<'_> {
     /// (`select::autotune_candidates`, `selected`'s kernel first), each built as its own op with
     /// the caller's weights and run on scratch tensors of the problem's shape (uniform values in
     /// [-1, 1); at a smaller batch where the whole one would exceed a buffer or binding), and
-    /// whose output agrees with the selection's kernel's ([`autotune_agreement`]); then stored in
-    /// the cache. A candidate that cannot be built, run or agree is skipped (logged). Errors: the
-    /// device lost; the selection's own kernel not running here.
+    /// whose output agrees with the selection's kernel's ([`autotune_agreement`]), timed together
+    /// in interleaved rounds ([`crate::timing::time_interleaved`]; one after the other where
+    /// that fails); then stored in the cache. A candidate that cannot be built, run, agree or
+    /// give a time is skipped (logged). Errors: the device lost; the selection's own kernel
+    /// not running here.
     fn run(self, selected: Selection) -> Result<Selection> {
         use crate::kernel::Kernel;
         let Autotune { gpu, problem, options, finite_weights, weight, bias } = self;
@@ -1444,61 +1446,80 @@ impl Autotune<'_> {
             wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
         )?;
         // The outputs compared: the first and the last image (a whole large batch would take
-        // longer to read back and compare than to time).
+        // longer to read back and compare than to time), each poisoned with NaN before a check
+        // run so that a kernel that leaves part of it unwritten cannot agree. Copies and writes
+        // move whole 4-byte words: an f16 image of an odd size starts or ends in half a word.
         let per_image = timed_problem.output.per_image();
-        let images: Vec<u64> = match batch {
-            1 => vec![0],
-            // A range must start at a multiple of 4 bytes (an odd f16 image may not).
-            b if ((b as u64 - 1) * per_image * element).is_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT) => {
-                vec![0, b as u64 - 1]
+        let n = usize::try_from(per_image).map_err(|_| Error::TooLarge("the autotune output".into()))?;
+        let images: Vec<u64> = if batch == 1 { vec![0] } else { vec![0, batch as u64 - 1] };
+        let word = wgpu::COPY_BUFFER_ALIGNMENT;
+        // Each image's byte range widened to whole words, and how many elements precede it there.
+        let span = |image: u64| {
+            let start = image * per_image * element;
+            let from = start - start % word;
+            let to = (start + per_image * element).next_multiple_of(word);
+            (from, to, ((start - from) / element) as usize)
+        };
+        let poison = || -> Result<()> {
+            let nan: &[u8] = match options.storage {
+                Storage::F32 => &[0x00, 0x00, 0xc0, 0x7f],
+                Storage::F16 => &[0x00, 0x7e, 0x00, 0x7e],
+            };
+            for &image in &images {
+                let (from, to, _) = span(image);
+                let len = (to - from) as usize;
+                let mut bytes = crate::alloc::vec_with_capacity::<u8>(len, "the autotune poison")?;
+                bytes.extend(nan.iter().copied().cycle().take(len));
+                gpu.queue.write_buffer(&y, from, &bytes);
             }
-            _ => vec![0],
+            Ok(())
         };
         let read_output = || -> Result<Vec<f32>> {
-            let n = usize::try_from(per_image).map_err(|_| Error::TooLarge("the autotune output".into()))?;
-            let mut out = Vec::new();
+            let mut out = crate::alloc::vec_with_capacity::<f32>(n * images.len(), "the autotune read-back")?;
             for &image in &images {
-                let at = image * per_image * element;
+                let (from, to, skip) = span(image);
+                let words = ((to - from) / element) as usize;
                 match options.storage {
-                    Storage::F32 => out.extend(gpu.read_buffer::<f32>(&y, at, n)?),
-                    Storage::F16 => out.extend(gpu.read_buffer::<half::f16>(&y, at, n)?.iter().map(|v| v.to_f32())),
+                    Storage::F32 => out.extend(gpu.read_buffer::<f32>(&y, from, words)?.into_iter().skip(skip).take(n)),
+                    Storage::F16 => out.extend(
+                        gpu.read_buffer::<half::f16>(&y, from, words)?
+                            .into_iter()
+                            .skip(skip)
+                            .take(n)
+                            .map(|v| v.to_f32()),
+                    ),
                 }
             }
             Ok(out)
         };
-        // A candidate's op and its plan on the scratch tensors (where its pipelines compile).
-        let build = |kernel: &Kernel| -> Result<(Conv2d, ConvPlan)> {
+        // A candidate's op with its pipelines for the scratch tensors' shape compiled (no
+        // scratch memory yet: the plans come after, the selection's kernel's first).
+        let compile = |kernel: &Kernel| -> Result<Conv2d> {
             let opts = Conv2dOptions { kernel: Some(kernel.clone()), autotune: false, ..options.clone() };
             let conv = Conv2d::new(gpu, *spec, weight, bias, opts)?;
-            let plan = conv.plan(timed_input, &x, &y)?;
-            Ok((conv, plan))
+            conv.prepared(conv.settle(&timed_problem), &timed_problem)?;
+            Ok(conv)
         };
         let mut reference: Option<Vec<f32>> = None;
-        let mut timed: Vec<(Kernel, f64)> = Vec::new();
+        let mut agreeing: Vec<(Kernel, Conv2d, ConvPlan)> = Vec::new();
         let mut pending =
             crate::select::autotune_candidates(gpu.caps(), spec, &selected.kernel, finite_weights).into_iter();
-        while timed.len() < crate::select::AUTOTUNE_MAX_CANDIDATES {
-            // As many candidates as places are left, built at once (most of an autotune's time
-            // is the driver compiling their pipelines), then timed one by one.
+        let started = std::time::Instant::now();
+        while agreeing.len() < crate::select::AUTOTUNE_MAX_CANDIDATES {
+            // As many candidates as places are left, compiled at once (most of an autotune's
+            // time is the driver compiling their pipelines), then each planned and run once,
+            // its output compared with the selection's kernel's.
             let next: Vec<Kernel> =
-                pending.by_ref().take(crate::select::AUTOTUNE_MAX_CANDIDATES - timed.len()).collect();
+                pending.by_ref().take(crate::select::AUTOTUNE_MAX_CANDIDATES - agreeing.len()).collect();
             if next.is_empty() {
                 break;
             }
-            let started = std::time::Instant::now();
-            let built = build_all(&next, &build);
-            log::debug!(
-                "autotune at input {shape}: {} kernels built in {:.3} s",
-                next.len(),
-                started.elapsed().as_secs_f64()
-            );
-            // Each candidate runs once and its output is compared with the selection's kernel's;
-            // those that agree are then timed together.
-            let mut agreeing = Vec::new();
-            for (kernel, conv) in next.iter().zip(built) {
+            for (kernel, conv) in next.iter().zip(compile_all(&next, &compile)) {
                 let first = *kernel == selected.kernel;
                 let checked = (|| -> Result<(Conv2d, ConvPlan)> {
-                    let (conv, plan) = conv?;
+                    let conv = conv?;
+                    let plan = conv.plan(timed_input, &x, &y)?;
+                    poison()?;
                     crate::timing::time_plan(gpu, &plan, 0, 1)?;
                     let output = read_output()?;
                     match &reference {
@@ -1515,31 +1536,49 @@ impl Autotune<'_> {
                     Ok((conv, plan))
                 })();
                 match checked {
-                    Ok(op) => agreeing.push((kernel.clone(), op)),
+                    Ok((conv, plan)) => agreeing.push((kernel.clone(), conv, plan)),
                     Err(e) if gpu.check_alive().is_err() => return Err(gpu.lost_or(e)),
                     // The candidates are compared with the selection's own kernel's output.
                     Err(e) if first => return Err(e),
                     Err(e) => log::info!("autotune at input {shape}: {kernel} skipped: {e}"),
                 }
             }
-            let Some((_, (_, spin))) = agreeing.first() else { continue };
-            let started = std::time::Instant::now();
-            if !gpu.is_cpu() {
-                crate::timing::keep_busy(gpu, spin, AUTOTUNE_SPIN_UP)?;
+        }
+        log::debug!(
+            "autotune at input {shape}: {} kernels compiled and checked in {:.3} s",
+            agreeing.len(),
+            started.elapsed().as_secs_f64()
+        );
+        // Those that agree, timed together: in interleaved rounds, else one after the other.
+        let started = std::time::Instant::now();
+        let plans: Vec<&ConvPlan> = agreeing.iter().map(|(_, _, plan)| plan).collect();
+        if let (false, Some(first)) = (gpu.is_cpu(), plans.first()) {
+            crate::timing::keep_busy(gpu, *first, AUTOTUNE_SPIN_UP).map_err(|e| gpu.lost_or(e))?;
+        }
+        let times = match crate::timing::time_interleaved(gpu, &plans, AUTOTUNE_WARMUP, AUTOTUNE_ROUNDS) {
+            Ok((times, _)) => times,
+            Err(e) if gpu.check_alive().is_err() => return Err(gpu.lost_or(e)),
+            Err(e) => {
+                log::info!("autotune at input {shape}: interleaved timing failed ({e}); timing one after the other");
+                plans
+                    .iter()
+                    .map(|plan| {
+                        crate::timing::time_plan(gpu, *plan, AUTOTUNE_WARMUP, AUTOTUNE_ROUNDS)
+                            .map_or(Vec::new(), |t| t.0)
+                    })
+                    .collect()
             }
-            let plans: Vec<&ConvPlan> = agreeing.iter().map(|(_, (_, plan))| plan).collect();
-            let (times, _) = crate::timing::time_interleaved(gpu, &plans, AUTOTUNE_WARMUP, AUTOTUNE_RUNS)
-                .map_err(|e| gpu.lost_or(e))?;
-            log::debug!(
-                "autotune at input {shape}: {} kernels timed in {:.3} s",
-                plans.len(),
-                started.elapsed().as_secs_f64()
-            );
-            for ((kernel, _), times) in agreeing.iter().zip(times) {
-                match crate::timing::Summary::of(&times) {
-                    Some(s) => timed.push((kernel.clone(), s.median)),
-                    None => log::info!("autotune at input {shape}: {kernel} skipped: no usable time"),
-                }
+        };
+        log::debug!(
+            "autotune at input {shape}: {} kernels timed in {:.3} s",
+            plans.len(),
+            started.elapsed().as_secs_f64()
+        );
+        let mut timed: Vec<(Kernel, f64)> = Vec::new();
+        for ((kernel, _, _), times) in agreeing.iter().zip(times) {
+            match crate::timing::Summary::of(&times) {
+                Some(s) => timed.push((kernel.clone(), s.median)),
+                None => log::info!("autotune at input {shape}: {kernel} skipped: no usable time"),
             }
         }
         let Some((best, best_ms)) = timed.iter().min_by(|a, b| a.1.total_cmp(&b.1)).cloned() else {
@@ -1575,36 +1614,38 @@ impl Autotune<'_> {
     }
 }
 
-/// Builds each kernel's op and plan (`build`), on one thread per kernel where there are
-/// threads: drivers compile the pipelines of different threads at once. In order; a build that panicked
-/// is an error, not a panic.
-#[cfg(all(feature = "tune", not(target_arch = "wasm32")))]
-fn build_all<T: Send, F>(kernels: &[crate::kernel::Kernel], build: &F) -> Vec<Result<T>>
+/// Compiles each kernel's op (`compile`) on a thread of its own where one can be had (drivers
+/// compile the pipelines of different threads at once), else on this one; in order. A
+/// compile that panicked is an error, not a panic.
+#[cfg(feature = "tune")]
+fn compile_all<F>(kernels: &[crate::kernel::Kernel], compile: &F) -> Vec<Result<Conv2d>>
 where
-    F: Fn(&crate::kernel::Kernel) -> Result<T> + Sync,
+    F: Fn(&crate::kernel::Kernel) -> Result<Conv2d> + Sync,
 {
     std::thread::scope(|scope| {
-        let handles: Vec<_> = kernels.iter().map(|k| scope.spawn(move || build(k))).collect();
+        let handles: Vec<_> = kernels
+            .iter()
+            .map(|k| {
+                // As large a stack as a main thread's: naga parses and validates the shaders here.
+                std::thread::Builder::new().stack_size(COMPILE_STACK).spawn_scoped(scope, move || compile(k)).ok()
+            })
+            .collect();
         handles
             .into_iter()
             .zip(kernels)
-            .map(|(h, k)| {
-                h.join().unwrap_or_else(|_| {
-                    Err(Error::Wgpu { stage: "autotune", message: format!("building {k} panicked") })
-                })
+            .map(|(handle, k)| match handle {
+                Some(h) => h.join().unwrap_or_else(|_| {
+                    Err(Error::Wgpu { stage: "autotune", message: format!("compiling {k} panicked") })
+                }),
+                None => compile(k),
             })
             .collect()
     })
 }
 
-/// [`build_all`] on one thread (wasm32 has none to spare).
-#[cfg(all(feature = "tune", target_arch = "wasm32"))]
-fn build_all<T: Send, F>(kernels: &[crate::kernel::Kernel], build: &F) -> Vec<Result<T>>
-where
-    F: Fn(&crate::kernel::Kernel) -> Result<T>,
-{
-    kernels.iter().map(build).collect()
-}
+/// The stack of the autotuner's compiling threads.
+#[cfg(feature = "tune")]
+const COMPILE_STACK: usize = 8 << 20;
 
 /// The relative L2 distance of `got` from `want` over their finite elements; infinite where
 /// one is finite and the other not, or where they hold different special values.

@@ -1402,8 +1402,8 @@ const NARROW_BLOCK: TileConfig = TileConfig::with_thread_tile(64, 32, 16, 4, 4, 
 /// 1024 or 2048 channels at 7×7 and 14×14, whose grids fill few waves.
 const POINTWISE_BLOCK: (TileConfig, f64) = (TileConfig::with_thread_tile(64, 128, 8, 4, 8, 1), 1.1);
 
-/// The shape rule's configs that the f32 matrix rule's FMA estimate counts: those its
-/// constants were fitted against. [`NARROW_BLOCK`] and [`POINTWISE_BLOCK`] came later;
+/// The shape rule's configs that the FMA estimate of the f32 matrix, split-K and Winograd
+/// rules counts ([`f32_fma_estimate`]): those rule 5's constants were fitted against. [`NARROW_BLOCK`] and [`POINTWISE_BLOCK`] came later;
 /// counting the 64×32 block lowered the FMA estimate of small grids and moved layers never
 /// measured that way off the matrix units (ResNet-50's 64→64 3×3 layer at 56×56, batch 1),
 /// and the 64×128 block lost to the matrix path on all but one of the 1×1 layers rule 5
@@ -1439,7 +1439,7 @@ fn f32_shape_configs(spec: &Conv2dSpec) -> Vec<(TileConfig, f64)> {
 }
 
 /// The f32 shape rule, where the input shape is known (`Conv2dOptions::tuning_key_input`):
-/// among [`F32_SHAPE_CONFIGS`] on GPUs, [`F32_CPU_SHAPE_CONFIGS`] on CPU adapters, the
+/// among [`F32_SHAPE_CONFIGS`] on GPUs (and [`POINTWISE_BLOCK`] on 1×1 layers), [`F32_CPU_SHAPE_CONFIGS`] on CPU adapters, the
 /// config with the least estimated time, `max(tiles, fill) × padded FMAs per tile / rate`
 /// ([`fill_workgroups`]) — padding of M, N and K to whole blocks, and grids that leave the
 /// device part empty, both counted. Returns the kernel and why, or `None` where no config of

@@ -278,14 +278,25 @@ fn interleaved_timing_times_each_plan() {
             Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap()
         })
         .collect();
-    let plans: Vec<ConvPlan> = ops.iter().map(|c| c.plan(shape, &x, &y).unwrap()).collect();
+    // The second op also on 16 times the input (in the same buffers' room): its times must
+    // come back in its own place, far above the first's.
+    let big = Shape4::new(1, 8, 128, 128);
+    let x_big = gpu.create_buffer("x big", big.len() * 4, wgpu::BufferUsages::STORAGE).unwrap();
+    let y_big = gpu.create_buffer("y big", spec.problem(big).unwrap().output.len() * 4, wgpu::BufferUsages::STORAGE);
+    let plans: Vec<ConvPlan> = vec![
+        ops[0].plan(shape, &x, &y).unwrap(),
+        ops[1].plan(shape, &x, &y).unwrap(),
+        ops[1].plan(big, &x_big, &y_big.unwrap()).unwrap(),
+    ];
     let refs: Vec<&ConvPlan> = plans.iter().collect();
     let (times, _) = time_interleaved(&gpu, &refs, 1, 3).unwrap();
-    assert_eq!(times.len(), 2);
+    assert_eq!(times.len(), 3);
     for t in &times {
         assert_eq!(t.len(), 3);
         assert!(t.iter().all(|v| v.is_finite() && *v > 0.0), "{t:?}");
     }
+    let median = |t: &Vec<f64>| Summary::of(t).unwrap().median;
+    assert!(median(&times[2]) > 4.0 * median(&times[0]).max(median(&times[1])), "{times:?}");
     assert!(matches!(time_interleaved::<ConvPlan>(&gpu, &[], 1, 3), Err(Error::InvalidOptions(_))));
     assert!(matches!(time_interleaved(&gpu, &refs, 1, 0), Err(Error::InvalidOptions(_))));
     assert!(matches!(time_interleaved(&gpu, &refs, 0, MAX_TIMED_RUNS), Err(Error::InvalidOptions(_))));
