@@ -89,6 +89,7 @@ pub mod advanced {
     pub use crate::families::band::{band_sweep, BandConfig};
     pub use crate::families::coop::coop_sweep;
     pub use crate::families::depthwise::{staged_sweep, strip_sweep, StagedConfig, StripConfig};
+    pub use crate::families::pointwise::{pointwise_sweep, PointwiseConfig};
     pub use crate::families::splitk::{split_sweep, SplitConfig};
     pub use crate::families::stem::{stem_sweep, StemConfig, StemLayout, MAX_STEM_K_FRAGS};
     pub use crate::families::tiled::default_sweep;

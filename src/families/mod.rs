@@ -9,6 +9,7 @@ pub(crate) mod coop_winograd;
 pub(crate) mod depthwise;
 pub(crate) mod direct;
 pub(crate) mod nhwc;
+pub(crate) mod pointwise;
 pub(crate) mod splitk;
 pub(crate) mod stem;
 pub mod tiled;
@@ -34,6 +35,7 @@ pub(crate) static FAMILIES: &[&dyn Family] = &[
     &tiled::TILED_F16,
     &winograd::WINOGRAD,
     &splitk::SPLITK,
+    &pointwise::POINTWISE,
     &depthwise::DEPTHWISE,
     &depthwise::DEPTHWISE_F16,
     &direct::DIRECT,
