@@ -324,7 +324,7 @@ impl Shaped for PointwiseShaped {
         Ok(Vec::new())
     }
     fn grid(&self, p: &ConvParams) -> Result<(Vec<u8>, u64)> {
-        if self.vec4 && (p.in_offset % POSITIONS != 0 || p.out_offset % POSITIONS != 0) {
+        if self.vec4 && !(p.in_offset.is_multiple_of(POSITIONS) && p.out_offset.is_multiple_of(POSITIONS)) {
             // Whole images of a plane of whole vectors start on whole vectors: only a window
             // bound at an offset that is not could do this.
             return Err(Error::InvalidOptions(format!(
