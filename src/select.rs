@@ -3,7 +3,8 @@
 //! grouped layers); the f16 small-GEMM rule (`tiled-f16` on NCHW); the grouped rule (f16
 //! groups of 8 or 16 channels on cooperative matrices); for f32, the Winograd
 //! rule (input shape known), the f32 matrix rule and the split-K rule (input shape known),
-//! each weighing its estimate against the others' on GPUs; the tuner's cached decision; the
+//! each weighing its estimate against the others' on GPUs, and the pointwise rule (1×1
+//! layers on NCHW f32 tensors, input shape known); the tuner's cached decision; the
 //! channels-last rule (f16 and f16x3 on cooperative matrices; f16 split-K on them where the
 //! grid is small, input shape known); the f32 shape rule (input
 //! shape known); the precision's default family with the config its rule picks for the
@@ -1480,9 +1481,22 @@ const POINTWISE_MIN_INVOCATIONS_PER_MULTIPROCESSOR: u64 = 64;
 /// invocations) is weighed: it halves the blocks that each reread the input.
 const POINTWISE_WIDE_MIN_K: u32 = 128;
 
-/// The pointwise rule's configs on CPU adapters, in order of preference.
+/// The pointwise rule's configs on CPU adapters, in order of preference: 16 output channels
+/// on 64 invocations, else (where a block's weights do not fit workgroup memory, or the
+/// positions are fewer than [`POINTWISE_CPU_WIDE_MIN_POSITIONS`]) 8 on 32. On lavapipe
+/// (Mesa 22.3.6, 2 cores, 2026-11-28, batch 1, four to seven configs of the family on every
+/// 1×1 layer of ResNet-50 and MobileNetV2, five runs each beside other work on those cores)
+/// the first ran every layer of at least 14×14 positions 1.8–6× faster than the CPU shape
+/// rule's tile and within 3 % of the family's best; on the 7×7 layers (seven runs, alone),
+/// whose 49 positions leave most of a workgroup's invocations idle (which a CPU driver still
+/// runs), 8 channels on 32 invocations were 1.3–2.6× faster than the tile, and 16 on 64 lost
+/// 1.3× to them.
 const POINTWISE_CPU_CONFIGS: [pointwise::PointwiseConfig; 2] =
     [pointwise::PointwiseConfig { c: 16, workgroup: 64 }, pointwise::PointwiseConfig { c: 8, workgroup: 32 }];
+
+/// The fewest positions at which the pointwise rule runs 16 output channels on 64 invocations
+/// on CPU adapters: half a workgroup's positions.
+const POINTWISE_CPU_WIDE_MIN_POSITIONS: u64 = 128;
 
 /// The pointwise rule: f32 on NCHW f32 tensors, on a GPU, with the input shape known, where
 /// rules 4 to 6 did not take the layer: ungrouped unpadded 1×1 convolutions at stride 1 of at
@@ -1505,16 +1519,18 @@ fn pointwise_rule(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, S
     if !pointwise::runs(spec) {
         return None;
     }
+    let positions = problem.output.len() / spec.out_channels as u64;
     if caps.is_cpu() {
-        let kernel = POINTWISE_CPU_CONFIGS
-            .into_iter()
-            .map(|cfg| pointwise::POINTWISE.with(cfg))
-            .find(|k| k.check(spec, caps).is_ok())?;
+        let configs = match positions >= POINTWISE_CPU_WIDE_MIN_POSITIONS {
+            true => &POINTWISE_CPU_CONFIGS[..],
+            false => &POINTWISE_CPU_CONFIGS[1..],
+        };
+        let kernel = configs.iter().map(|&cfg| pointwise::POINTWISE.with(cfg)).find(|k| k.check(spec, caps).is_ok())?;
         return Some((
             kernel.clone(),
             format!(
-                "f32 on a CPU adapter with the input shape known, a 1x1 layer at stride 1: the pointwise kernel ({}, \
-                 the first of the CPU configs whose block's weights fit workgroup memory)",
+                "f32 on a CPU adapter with the input shape known, a 1x1 layer at stride 1 over {positions} positions: \
+                 the pointwise kernel ({}, whose block's weights fit workgroup memory)",
                 kernel.config_name()
             ),
         ));
@@ -1522,7 +1538,6 @@ fn pointwise_rule(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, S
     if spec.out_channels > POINTWISE_MAX_OUT_CHANNELS {
         return None;
     }
-    let positions = problem.output.len() / spec.out_channels as u64;
     let invocations = |c: u32| positions.div_ceil(pointwise::POSITIONS as u64) * spec.out_channels.div_ceil(c) as u64;
     let multiprocessors = fill_workgroups(caps);
     if invocations(8) < POINTWISE_MIN_INVOCATIONS_PER_MULTIPROCESSOR * multiprocessors {
@@ -2349,8 +2364,11 @@ mod tests {
             assert!(!k.starts_with("pointwise"), "{spec:?} {input}: {k}");
         }
         assert_eq!(at(Conv2dSpec::new(256, 128, 1), Shape4::new(1, 256, 56, 56), &cpu, nchw), "pointwise:c16-w64");
-        // 1024 input channels: 64 KiB of a block's weights at 16 channels, 32 at 8.
+        // 1024 input channels: 64 KiB of a block's weights at 16 channels, 32 at 8; 49
+        // positions: 8 channels on 32 invocations.
         assert_eq!(at(Conv2dSpec::new(1024, 256, 1), Shape4::new(1, 1024, 14, 14), &cpu, nchw), "pointwise:c8-w32");
+        assert_eq!(at(Conv2dSpec::new(320, 1280, 1), Shape4::new(1, 320, 7, 7), &cpu, nchw), "pointwise:c8-w32");
+        assert!(!at(Conv2dSpec::new(2048, 512, 1), Shape4::new(1, 2048, 7, 7), &cpu, nchw).starts_with("pointwise"));
     }
 
     #[test]
