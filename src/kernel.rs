@@ -206,6 +206,18 @@ pub(crate) struct Packed {
     pub bias: Option<Vec<u8>>,
 }
 
+impl Packed {
+    /// Weights alone: no other buffer, the sums unscaled, the bias as given.
+    pub fn weights(weight: Vec<u8>) -> Packed {
+        Packed { weight, extra: Vec::new(), out_scale: 1.0, bias: None }
+    }
+
+    /// [`Packed::weights`] of f32 values.
+    pub fn f32_weights(weight: &[f32]) -> Result<Packed> {
+        Ok(Packed::weights(crate::alloc::bytes_of(weight, "the packed weights")?))
+    }
+}
+
 /// A kernel composed for one input size.
 pub(crate) trait Shaped: Send + Sync {
     /// The WGSL source (also the pipeline cache's key: the same source is one pipeline).

@@ -11,7 +11,7 @@
 mod common;
 use common::*;
 use rand::Rng;
-use wgconv::{Conv2d, Conv2dOptions, Conv2dSpec, Layout, Padding, Shape4};
+use wgconv::{Conv2d, Conv2dOptions, Conv2dSpec, Padding, Shape4};
 
 /// A random 1×1 convolution and input: odd and even planes, channels up to 40.
 fn random_case(rng: &mut rand::rngs::StdRng, i: usize, seed: u64) -> Case {
@@ -84,15 +84,7 @@ fn channels_last_and_f16_tensors() {
     let gpu = gpu();
     let spec = Conv2dSpec::new(24, 10, 1).with_bias(true);
     let case = Case::new("pointwise_forms", spec, Shape4::new(2, 24, 6, 7));
-    let k = kernel("pointwise:c8-w64");
-    for layout in [Layout::Nchw, Layout::Nhwc] {
-        check_f16_storage(&gpu, &case, Some(k.clone()), layout);
-    }
-    let opts = Conv2dOptions::default().kernel(Some(k)).layout(Layout::Nhwc);
-    let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap();
-    let x = wgconv::reference::to_nhwc(&case.x, case.shape).unwrap();
-    let want = wgconv::reference::to_nhwc(&case.want, case.problem.output).unwrap();
-    assert_close(&case.label("NHWC"), &conv.forward(&x, case.shape).unwrap(), &want, TOL_F32);
+    check_in_every_layout(&gpu, &case, &kernel("pointwise:c8-w64"));
 }
 
 /// A binding limit that holds a few images: chunks at nonzero offsets, in both forms of the
@@ -107,13 +99,7 @@ fn batch_chunks() {
         let case = Case::new("pointwise_chunked", spec, Shape4::new(7, 9, h, w));
         let opts = Conv2dOptions::default().kernel(Some(kernel("pointwise:c8-w64")));
         let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap();
-        let output = gpu.create_buffer("out", case.problem.output.len() * 4, wgpu::BufferUsages::STORAGE).unwrap();
-        let input = gpu.buffer_init("in", bytemuck::cast_slice(&case.x), wgpu::BufferUsages::STORAGE).unwrap();
-        let plan = conv.plan(case.shape, &input, &output).unwrap();
-        assert!(plan.chunks() >= 3, "{} chunks", plan.chunks());
-        let (got, tail) = run_poisoned_with(&gpu, &conv, &case.x, case.shape, f32::NAN, 5);
-        assert_close(&case.label("chunked"), &got, &case.want, TOL_F32);
-        assert!(tail.iter().all(|v| v.is_nan()));
+        check_chunked(&gpu, &case, &conv, Some(1));
     }
 }
 

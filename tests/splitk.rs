@@ -10,7 +10,7 @@
 mod common;
 use common::*;
 use rand::Rng;
-use wgconv::{Conv2d, Conv2dOptions, Conv2dSpec, Layout, Padding, PaddingMode, Shape4};
+use wgconv::{Conv2d, Conv2dOptions, Conv2dSpec, Padding, PaddingMode, Shape4};
 
 /// A random ungrouped convolution whose input channels are a multiple of `slices`.
 fn random_case(rng: &mut rand::rngs::StdRng, i: usize, seed: u64, slices: u32) -> Case {
@@ -59,15 +59,7 @@ fn channels_last_and_f16_tensors() {
     let gpu = gpu();
     let spec = Conv2dSpec::new(8, 10, 3).padding(Padding::uniform(1)).with_bias(true);
     let case = Case::new("splitk_forms", spec, Shape4::new(2, 8, 9, 12));
-    let k = kernel("splitk:m32n32k32-t4x4-w2-s2-k4");
-    for layout in [Layout::Nchw, Layout::Nhwc] {
-        check_f16_storage(&gpu, &case, Some(k.clone()), layout);
-    }
-    let opts = Conv2dOptions::default().kernel(Some(k)).layout(Layout::Nhwc);
-    let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap();
-    let x = wgconv::reference::to_nhwc(&case.x, case.shape).unwrap();
-    let want = wgconv::reference::to_nhwc(&case.want, case.problem.output).unwrap();
-    assert_close(&case.label("NHWC"), &conv.forward(&x, case.shape).unwrap(), &want, TOL_F32);
+    check_in_every_layout(&gpu, &case, &kernel("splitk:m32n32k32-t4x4-w2-s2-k4"));
 }
 
 /// A binding limit that holds a few images' partial sums: chunks, each through its own two
@@ -83,14 +75,7 @@ fn batch_chunks() {
     let gpu = gpu_with_limits(|l| l.max_storage_buffer_binding_size = 160_000);
     let opts = Conv2dOptions::default().kernel(Some(kernel("splitk:m32n32k32-t4x4-w2-s2-k8")));
     let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap();
-    let output = gpu.create_buffer("out", case.problem.output.len() * 4, wgpu::BufferUsages::STORAGE).unwrap();
-    let input = gpu.buffer_init("in", bytemuck::cast_slice(&case.x), wgpu::BufferUsages::STORAGE).unwrap();
-    let plan = conv.plan(case.shape, &input, &output).unwrap();
-    assert!(plan.chunks() >= 3, "{} chunks", plan.chunks());
-    assert_eq!(plan.dispatches(), 2 * plan.chunks());
-    let (got, tail) = run_poisoned_with(&gpu, &conv, &case.x, case.shape, f32::NAN, 5);
-    assert_close(&case.label("chunked"), &got, &case.want, TOL_F32);
-    assert!(tail.iter().all(|v| v.is_nan()));
+    check_chunked(&gpu, &case, &conv, Some(2));
 }
 
 /// Grouped convolutions and channel counts the slices do not divide are refused by name,

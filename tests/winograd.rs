@@ -9,7 +9,7 @@
 
 mod common;
 use common::*;
-use wgconv::{Conv2d, Conv2dOptions, Conv2dSpec, Layout, Padding, Shape4};
+use wgconv::{Conv2d, Conv2dOptions, Conv2dSpec, Padding, Shape4};
 
 /// 60 random shapes, one config of the sweep on each in turn, f32 within 1e-5; ReLU on
 /// every third.
@@ -35,14 +35,7 @@ fn channels_last_and_f16_tensors() {
     let gpu = gpu();
     let spec = Conv2dSpec::new(6, 10, 3).padding(Padding::uniform(1)).with_bias(true);
     let case = Case::new("wino_forms", spec, Shape4::new(2, 6, 9, 12));
-    for layout in [Layout::Nchw, Layout::Nhwc] {
-        check_f16_storage(&gpu, &case, Some(kernel("winograd")), layout);
-    }
-    let opts = Conv2dOptions::default().kernel(Some(kernel("winograd"))).layout(Layout::Nhwc);
-    let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap();
-    let x = wgconv::reference::to_nhwc(&case.x, case.shape).unwrap();
-    let want = wgconv::reference::to_nhwc(&case.want, case.problem.output).unwrap();
-    assert_close(&case.label("NHWC"), &conv.forward(&x, case.shape).unwrap(), &want, TOL_F32);
+    check_in_every_layout(&gpu, &case, &kernel("winograd"));
 }
 
 /// A binding limit that holds two images' products: chunks of two, each through its own
@@ -58,14 +51,7 @@ fn batch_chunks() {
     let conv =
         Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), Conv2dOptions::default().kernel(Some(kernel("winograd"))))
             .unwrap();
-    let output = gpu.create_buffer("out", case.problem.output.len() * 4, wgpu::BufferUsages::STORAGE).unwrap();
-    let input = gpu.buffer_init("in", bytemuck::cast_slice(&case.x), wgpu::BufferUsages::STORAGE).unwrap();
-    let plan = conv.plan(case.shape, &input, &output).unwrap();
-    assert!(plan.chunks() >= 3, "{} chunks", plan.chunks());
-    assert_eq!(plan.dispatches(), 3 * plan.chunks());
-    let (got, tail) = run_poisoned_with(&gpu, &conv, &case.x, case.shape, f32::NAN, 5);
-    assert_close(&case.label("chunked"), &got, &case.want, TOL_F32);
-    assert!(tail.iter().all(|v| v.is_nan()));
+    check_chunked(&gpu, &case, &conv, Some(3));
 }
 
 /// Shapes F(2×2, 3×3) does not cover are refused by name, never run.

@@ -437,6 +437,36 @@ pub fn f16_operand_references(case: &Case) -> [Vec<f32>; 2] {
     ]
 }
 
+/// A kernel that reads NCHW f32 tensors, run on the other forms through layout passes: f16
+/// tensors in both layouts ([`check_f16_storage`]) and channels-last f32 tensors through
+/// `forward`, each against the reference.
+pub fn check_in_every_layout(gpu: &Gpu, case: &Case, kernel: &Kernel) {
+    for layout in [Layout::Nchw, Layout::Nhwc] {
+        check_f16_storage(gpu, case, Some(kernel.clone()), layout);
+    }
+    let opts = Conv2dOptions::default().kernel(Some(kernel.clone())).layout(Layout::Nhwc);
+    let conv = Conv2d::new(gpu, case.spec, &case.w, case.b.as_deref(), opts).unwrap();
+    let x = reference::to_nhwc(&case.x, case.shape).unwrap();
+    let want = reference::to_nhwc(&case.want, case.problem.output).unwrap();
+    assert_close(&case.label(&format!("{kernel} NHWC")), &conv.forward(&x, case.shape).unwrap(), &want, TOL_F32);
+}
+
+/// `conv` (built on a device whose binding limit holds a few images) planned in at least 3
+/// chunks, each of `dispatches_per_chunk` dispatches where given, run on NaN-poisoned output:
+/// the result against the reference, the output past the last image untouched.
+pub fn check_chunked(gpu: &Gpu, case: &Case, conv: &Conv2d, dispatches_per_chunk: Option<usize>) {
+    let output = gpu.create_buffer("out", case.problem.output.len() * 4, wgpu::BufferUsages::STORAGE).unwrap();
+    let input = gpu.buffer_init("in", bytemuck::cast_slice(&case.x), wgpu::BufferUsages::STORAGE).unwrap();
+    let plan = conv.plan(case.shape, &input, &output).unwrap();
+    assert!(plan.chunks() >= 3, "{} chunks", plan.chunks());
+    if let Some(d) = dispatches_per_chunk {
+        assert_eq!(plan.dispatches(), d * plan.chunks());
+    }
+    let (got, tail) = run_poisoned_with(gpu, conv, &case.x, case.shape, f32::NAN, 5);
+    assert_close(&case.label("chunked"), &got, &case.want, TOL_F32);
+    assert!(tail.iter().all(|v| v.is_nan()));
+}
+
 /// The kernel on f16 tensors (`Storage::F16`; on devices with `SHADER_F16` it reads and
 /// writes them itself) against the reference of the f16-rounded input: what remains is the
 /// output's rounding to f16.

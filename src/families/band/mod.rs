@@ -576,12 +576,7 @@ impl KernelConfig for BandKernel {
         band_weight_len(spec, &self.0).saturating_mul(2)
     }
     fn pack(&self, spec: &Conv2dSpec, weight: &[f32], _bias: &[f32]) -> Result<Packed> {
-        Ok(Packed {
-            weight: f16_bytes(pack_band_weights(spec, weight, &self.0)?)?,
-            extra: Vec::new(),
-            out_scale: 1.0,
-            bias: None,
-        })
+        Ok(Packed::weights(f16_bytes(pack_band_weights(spec, weight, &self.0)?)?))
     }
     fn extra_bindings(&self) -> &'static [u32] {
         &[GRID_BINDING]

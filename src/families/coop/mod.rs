@@ -267,7 +267,7 @@ impl KernelConfig for CoopKernel {
             let (bytes, scale) = split_weights(&packed, false)?;
             Ok(Packed { weight: bytes, extra: Vec::new(), out_scale: 1.0 / scale, bias: None })
         } else {
-            Ok(Packed { weight: f16_bytes(packed)?, extra: Vec::new(), out_scale: 1.0, bias: None })
+            Ok(Packed::weights(f16_bytes(packed)?))
         }
     }
     fn extra_bindings(&self) -> &'static [u32] {

@@ -144,7 +144,7 @@ impl KernelConfig for GroupedKernel {
     }
     fn pack(&self, spec: &Conv2dSpec, weight: &[f32], _bias: &[f32]) -> Result<Packed> {
         let packed = nhwc::pack_diagonal(spec, weight, self.tile.block_n)?;
-        Ok(Packed { weight: f16_bytes(packed)?, extra: Vec::new(), out_scale: 1.0, bias: None })
+        Ok(Packed::weights(f16_bytes(packed)?))
     }
     fn extra_bindings(&self) -> &'static [u32] {
         nhwc::COOP_NHWC_F16.reference().config().extra_bindings()

@@ -24,7 +24,7 @@ pub(crate) fn staged_planes_per_tile(cfg: &StagedConfig, problem: &ConvProblem, 
 use crate::alloc;
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
-use crate::families::tiled::round_to_f16;
+use crate::families::tiled::{pass_workgroup_refusal, round_to_f16};
 use crate::kernel::{
     compose_defined, workgroups_u32, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, Shaped, SimtOperands,
     Target, TensorForm, F16_TENSORS, GRID_BINDING,
@@ -210,15 +210,10 @@ impl KernelConfig for StripKernel {
     }
     fn check_limits(&self, limits: &KernelLimits) -> Result<()> {
         self.cfg.check_shape()?;
-        let most = limits.invocations_per_workgroup.min(limits.workgroup_size_x);
-        if self.cfg.workgroup > most {
-            return Err(self.refuse(format!(
-                "{} invocations per workgroup exceed the device's {most} ({})",
-                self.cfg.workgroup,
-                limits.invocations_limit_name()
-            )));
+        match pass_workgroup_refusal(limits, self.cfg.workgroup, "its") {
+            Some(reason) => Err(self.refuse(reason)),
+            None => Ok(()),
         }
-        Ok(())
     }
     fn check_spec(&self, spec: &Conv2dSpec, _limits: &KernelLimits) -> Result<()> {
         let cin_g = spec.in_channels_per_group();
@@ -253,12 +248,7 @@ impl KernelConfig for StripKernel {
         if self.family.operands.f16 {
             round_to_f16(&mut packed, "weight")?;
         }
-        Ok(Packed {
-            weight: alloc::bytes_of(&packed, "the packed weights")?,
-            extra: Vec::new(),
-            out_scale: 1.0,
-            bias: None,
-        })
+        Packed::f32_weights(&packed)
     }
     fn extra_bindings(&self) -> &'static [u32] {
         &[GRID_BINDING]

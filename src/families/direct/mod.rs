@@ -99,16 +99,11 @@ impl KernelConfig for DirectKernel {
     }
     fn pack(&self, _spec: &Conv2dSpec, weight: &[f32], _bias: &[f32]) -> Result<Packed> {
         if !self.family.operands.f16 {
-            return Ok(Packed {
-                weight: alloc::bytes_of(weight, "the weights")?,
-                extra: Vec::new(),
-                out_scale: 1.0,
-                bias: None,
-            });
+            return Packed::f32_weights(weight);
         }
         let mut weight = alloc::copy_of(weight, "the f16-rounded weights")?;
         round_to_f16(&mut weight, "weight")?;
-        Ok(Packed { weight: alloc::bytes_of(&weight, "the weights")?, extra: Vec::new(), out_scale: 1.0, bias: None })
+        Packed::f32_weights(&weight)
     }
     fn extra_bindings(&self) -> &'static [u32] {
         &[]

@@ -681,7 +681,7 @@ impl KernelConfig for NhwcKernel {
         }
         let packed = pack_channels_last(spec, weight, self.tile.block_k, self.n_pad(spec))?;
         if !self.family.split() {
-            return Ok(Packed { weight: f16_bytes(packed)?, extra: Vec::new(), out_scale: 1.0, bias: None });
+            return Ok(Packed::weights(f16_bytes(packed)?));
         }
         // split_weights interleaves four high and four low halves; this kernel reads all
         // high halves, then all low ones (`Grid.w_lo`).

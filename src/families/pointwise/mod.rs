@@ -11,6 +11,7 @@
 use crate::alloc;
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
+use crate::families::tiled::pass_workgroup_refusal;
 use crate::kernel::{
     compose_defined, workgroups_u32, ConvParams, Family, Kernel, KernelConfig, Packed, Precision, Shaped, Target,
     ALL_TARGETS, GRID_BINDING,
@@ -192,15 +193,10 @@ impl KernelConfig for PointwiseKernel {
     }
     fn check_limits(&self, limits: &KernelLimits) -> Result<()> {
         self.cfg.check_shape()?;
-        let most = limits.invocations_per_workgroup.min(limits.workgroup_size_x);
-        if self.cfg.workgroup > most {
-            return Err(self.refuse(format!(
-                "{} invocations per workgroup exceed the device's {most} ({})",
-                self.cfg.workgroup,
-                limits.invocations_limit_name()
-            )));
+        match pass_workgroup_refusal(limits, self.cfg.workgroup, "its") {
+            Some(reason) => Err(self.refuse(reason)),
+            None => Ok(()),
         }
-        Ok(())
     }
     fn check_spec(&self, spec: &Conv2dSpec, limits: &KernelLimits) -> Result<()> {
         if let Some(reason) = spec_refusal(spec) {
@@ -221,12 +217,7 @@ impl KernelConfig for PointwiseKernel {
     }
     fn pack(&self, spec: &Conv2dSpec, weight: &[f32], _bias: &[f32]) -> Result<Packed> {
         let packed = pack_weights(spec, weight, &self.cfg)?;
-        Ok(Packed {
-            weight: alloc::bytes_of(&packed, "the packed weights")?,
-            extra: Vec::new(),
-            out_scale: 1.0,
-            bias: None,
-        })
+        Packed::f32_weights(&packed)
     }
     fn extra_bindings(&self) -> &'static [u32] {
         &[GRID_BINDING]

@@ -112,12 +112,7 @@ impl KernelConfig for TiledKernel {
         if self.family.operands.f16 {
             round_to_f16(&mut packed, "weight")?;
         }
-        Ok(Packed {
-            weight: alloc::bytes_of(&packed, "the packed weights")?,
-            extra: Vec::new(),
-            out_scale: 1.0,
-            bias: None,
-        })
+        Packed::f32_weights(&packed)
     }
     fn extra_bindings(&self) -> &'static [u32] {
         &[GATHER_TABLE_BINDING, GRID_BINDING]
