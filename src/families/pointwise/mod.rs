@@ -41,7 +41,7 @@ pub(crate) static POINTWISE: Pointwise = Pointwise;
 /// A pointwise config: what one invocation computes and how many share a workgroup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PointwiseConfig {
-    /// Output channels per invocation (a multiple of 4, at most [`MAX_CHANNELS`]).
+    /// Output channels per invocation (4, 8 or 16: their sums live in registers).
     pub c: u32,
     /// Invocations per workgroup (whole subgroups of 32).
     pub workgroup: u32,
