@@ -1492,7 +1492,7 @@ const POINTWISE_WIDE_MIN_K: u32 = 128;
 /// runs), 8 channels on 32 invocations were 1.3–2.6× faster than the tile, and 16 on 64 lost
 /// 1.3× to them.
 const POINTWISE_CPU_CONFIGS: [pointwise::PointwiseConfig; 2] =
-    [pointwise::PointwiseConfig { c: 16, workgroup: 64 }, pointwise::PointwiseConfig { c: 8, workgroup: 32 }];
+    [pointwise::PointwiseConfig::new(16, 64), pointwise::PointwiseConfig::new(8, 32)];
 
 /// The fewest positions at which the pointwise rule runs 16 output channels on 64 invocations
 /// on CPU adapters: half a workgroup's positions.
@@ -1545,7 +1545,7 @@ fn pointwise_rule(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, S
     }
     let wide = spec.in_channels >= POINTWISE_WIDE_MIN_K && invocations(16) >= 512 * multiprocessors;
     let cfg = match wide {
-        true => pointwise::PointwiseConfig { c: 16, workgroup: 128 },
+        true => pointwise::PointwiseConfig::new(16, 128),
         false => pointwise::PointwiseConfig::REFERENCE,
     };
     let kernel = pointwise::POINTWISE.with(cfg);

@@ -6,7 +6,8 @@
 //! their weights (all input channels') in workgroup memory, read by every invocation at the
 //! same address (`pointwise.wgsl`).
 //!
-//! Configs are named `c8-w64`: output channels per invocation, invocations per workgroup.
+//! Configs are named `c8-w64` (output channels per invocation, invocations per workgroup) or
+//! `c8-k2-w64` (the workgroup's invocations in 2 slices of the input channels).
 
 use crate::alloc;
 use crate::caps::{DeviceCaps, KernelLimits};
@@ -43,29 +44,45 @@ pub(crate) static POINTWISE: Pointwise = Pointwise;
 pub struct PointwiseConfig {
     /// Output channels per invocation (4, 8 or 16: their sums live in registers).
     pub c: u32,
-    /// Invocations per workgroup (whole subgroups of 32).
+    /// Slices of the input channels that the workgroup's invocations split between them (1,
+    /// 2 or 4), each summing its share for the same positions, added in slice order at the
+    /// end: more invocations per position for small maps.
+    pub slices: u32,
+    /// Invocations per workgroup (whole subgroups of 32 per slice).
     pub workgroup: u32,
 }
 
 impl PointwiseConfig {
     /// The family's reference config: 8 output channels, 64 invocations.
-    pub const REFERENCE: PointwiseConfig = PointwiseConfig { c: 8, workgroup: 64 };
+    pub const REFERENCE: PointwiseConfig = PointwiseConfig { c: 8, slices: 1, workgroup: 64 };
 
-    /// The config's name, e.g. `c8-w64`.
+    /// A config of one slice.
+    pub const fn new(c: u32, workgroup: u32) -> PointwiseConfig {
+        PointwiseConfig { c, slices: 1, workgroup }
+    }
+
+    /// The config's name, e.g. `c8-w64`, `c8-k2-w64`.
     pub fn name(&self) -> String {
-        format!("c{}-w{}", self.c, self.workgroup)
+        match self.slices {
+            1 => format!("c{}-w{}", self.c, self.workgroup),
+            k => format!("c{}-k{k}-w{}", self.c, self.workgroup),
+        }
     }
 
     /// Parses a name of [`PointwiseConfig::name`]'s form.
     pub fn parse(s: &str) -> Result<PointwiseConfig> {
         let bad = || {
             Error::ConfigParse(format!(
-                "pointwise config {s:?}: expected c<output channels>-w<invocations>, e.g. c8-w64"
+                "pointwise config {s:?}: expected c<output channels>[-k<slices>]-w<invocations>, e.g. c8-w64"
             ))
         };
         let (c, wg) = s.strip_prefix('c').and_then(|r| r.split_once("-w")).ok_or_else(bad)?;
         let num = |v: &str| v.parse::<u32>().map_err(|_| bad());
-        let cfg = PointwiseConfig { c: num(c)?, workgroup: num(wg)? };
+        let (c, slices) = match c.split_once("-k") {
+            Some((c, k)) => (num(c)?, num(k)?),
+            None => (num(c)?, 1),
+        };
+        let cfg = PointwiseConfig { c, slices, workgroup: num(wg)? };
         cfg.check_shape()?;
         Ok(cfg)
     }
@@ -76,8 +93,14 @@ impl PointwiseConfig {
         if self.c == 0 || !self.c.is_multiple_of(4) || self.c > MAX_CHANNELS {
             return refuse(format!("{} output channels per invocation: a multiple of 4 up to {MAX_CHANNELS}", self.c));
         }
-        if self.workgroup == 0 || !self.workgroup.is_multiple_of(32) {
-            return refuse(format!("{} invocations are not a whole number of 32-wide subgroups", self.workgroup));
+        if ![1, 2, 4].contains(&self.slices) {
+            return refuse(format!("{} slices of the input channels: 1, 2 or 4", self.slices));
+        }
+        if self.workgroup == 0 || !self.workgroup.is_multiple_of(32 * self.slices) {
+            return refuse(format!(
+                "{} invocations are not a whole number of 32-wide subgroups per slice ({} slices)",
+                self.workgroup, self.slices
+            ));
         }
         Ok(())
     }
@@ -85,8 +108,21 @@ impl PointwiseConfig {
 
 /// The configs the benchmark and the tuner try, the reference first.
 pub fn pointwise_sweep() -> Vec<PointwiseConfig> {
-    let c = |c, workgroup| PointwiseConfig { c, workgroup };
-    vec![PointwiseConfig::REFERENCE, c(8, 128), c(8, 32), c(16, 64), c(16, 128), c(4, 64), c(4, 128)]
+    let c = PointwiseConfig::new;
+    let k = |c, slices, workgroup| PointwiseConfig { c, slices, workgroup };
+    vec![
+        PointwiseConfig::REFERENCE,
+        c(8, 128),
+        c(8, 32),
+        c(16, 64),
+        c(16, 128),
+        c(4, 64),
+        c(4, 128),
+        k(8, 2, 64),
+        k(8, 2, 128),
+        k(8, 4, 128),
+        k(16, 2, 128),
+    ]
 }
 
 impl Family for Pointwise {
@@ -164,19 +200,26 @@ impl PointwiseKernel {
     fn source(&self, spec: &Conv2dSpec, vec4: bool) -> Result<String> {
         let header = format!(
             "// generated from PointwiseConfig {} and the convolution's channels\nconst CB: u32 = {}u;\n\
-             const WG: u32 = {}u;\nconst KC: u32 = {KC}u;\nconst C_IN_PAD: u32 = {}u;\n",
+             const WG: u32 = {}u;\nconst KS: u32 = {}u;\nconst KC: u32 = {KC}u;\nconst C_IN_PAD: u32 = {}u;\n",
             self.cfg.name(),
             self.cfg.c,
             self.cfg.workgroup,
-            c_in_pad(spec)
+            self.cfg.slices,
+            c_in_pad(spec, &self.cfg)
         );
-        let defines: &[&'static str] = if vec4 { &["VEC4"] } else { &[] };
+        let mut defines: Vec<&'static str> = Vec::new();
+        if vec4 {
+            defines.push("VEC4");
+        }
+        if self.cfg.slices > 1 {
+            defines.push("K_SLICES");
+        }
         compose_defined(
             "pointwise",
             &[("pointwise", POINTWISE_WGSL)],
             vec![("config", header)],
             Precision::F32,
-            defines,
+            &defines,
         )
     }
 }
@@ -205,9 +248,12 @@ impl KernelConfig for PointwiseKernel {
         let bytes = block_weight_bytes(spec, &self.cfg);
         if bytes > limits.workgroup_storage_bytes as u64 {
             return Err(self.refuse(format!(
-                "the weights of {} input channels for {} output channels are {bytes} bytes of workgroup memory, \
-                 more than the device's {} (max_compute_workgroup_storage_size)",
-                spec.in_channels, self.cfg.c, limits.workgroup_storage_bytes
+                "the weights of {} input channels for {} output channels{} are {bytes} bytes of workgroup \
+                 memory, more than the device's {} (max_compute_workgroup_storage_size)",
+                spec.in_channels,
+                self.cfg.c,
+                if self.cfg.slices > 1 { " and the slices' partial sums" } else { "" },
+                limits.workgroup_storage_bytes
             )));
         }
         Ok(())
@@ -236,7 +282,7 @@ impl KernelConfig for PointwiseKernel {
         Ok(Box::new(PointwiseShaped { cfg: self.cfg, vec4, source: self.source(&problem.spec, vec4)? }))
     }
     fn representative_sources(&self) -> Result<Vec<String>> {
-        let limits = KernelLimits::with_workgroup_bytes(16384);
+        let limits = KernelLimits::with_workgroup_bytes(48 * 1024);
         [7, 8]
             .into_iter()
             .map(|side| {
@@ -254,14 +300,17 @@ impl KernelConfig for PointwiseKernel {
     }
 }
 
-/// The input channels padded to whole steps of [`KC`].
-fn c_in_pad(spec: &Conv2dSpec) -> u32 {
-    spec.in_channels.next_multiple_of(KC)
+/// The input channels padded to whole steps of [`KC`] in each of the config's slices.
+fn c_in_pad(spec: &Conv2dSpec, cfg: &PointwiseConfig) -> u32 {
+    spec.in_channels.next_multiple_of(KC * cfg.slices)
 }
 
-/// Workgroup memory of a block's weights: every input channel's (padded), `cfg.c` each.
+/// Workgroup memory: a block's weights, every input channel's (padded), `cfg.c` each, and
+/// with slices the partial sums of all but the first (4 positions of `cfg.c` channels per
+/// invocation).
 fn block_weight_bytes(spec: &Conv2dSpec, cfg: &PointwiseConfig) -> u64 {
-    c_in_pad(spec) as u64 * cfg.c as u64 * 4
+    let partial = (cfg.slices as u64 - 1) * (cfg.workgroup / cfg.slices) as u64 * cfg.c as u64 * 16;
+    c_in_pad(spec, cfg) as u64 * cfg.c as u64 * 4 + partial
 }
 
 /// Blocks of `cfg.c` output channels.
@@ -271,7 +320,7 @@ fn c_blocks(spec: &Conv2dSpec, cfg: &PointwiseConfig) -> u32 {
 
 /// Elements of [`pack_weights`]' output.
 fn packed_len(spec: &Conv2dSpec, cfg: &PointwiseConfig) -> u64 {
-    c_blocks(spec, cfg) as u64 * c_in_pad(spec) as u64 * cfg.c as u64
+    c_blocks(spec, cfg) as u64 * c_in_pad(spec, cfg) as u64 * cfg.c as u64
 }
 
 /// Weights as the kernel reads them: `[C_out / c][C_in padded to whole steps][c]`, each
@@ -279,7 +328,7 @@ fn packed_len(spec: &Conv2dSpec, cfg: &PointwiseConfig) -> u64 {
 /// input and output channels.
 pub(crate) fn pack_weights(spec: &Conv2dSpec, weight: &[f32], cfg: &PointwiseConfig) -> Result<Vec<f32>> {
     let (c_in, c_out) = (spec.in_channels as usize, spec.out_channels as usize);
-    let (cb, pad) = (cfg.c as usize, c_in_pad(spec) as usize);
+    let (cb, pad) = (cfg.c as usize, c_in_pad(spec, cfg) as usize);
     let mut packed = alloc::zeroed_vec::<f32>(packed_len(spec, cfg) as usize, "the packed pointwise weights")?;
     for oc in 0..c_out {
         let (block, within) = (oc / cb, oc % cb);
@@ -324,7 +373,8 @@ impl Shaped for PointwiseShaped {
                 p.in_offset, p.out_offset
             )));
         }
-        let m_blocks = (p.m_total as u64).div_ceil(POSITIONS as u64 * self.cfg.workgroup as u64);
+        let lanes = (self.cfg.workgroup / self.cfg.slices) as u64;
+        let m_blocks = (p.m_total as u64).div_ceil(POSITIONS as u64 * lanes);
         let c_blocks = p.c_out.div_ceil(self.cfg.c) as u64;
         let total = m_blocks * c_blocks;
         let g = PointwiseGrid {
@@ -337,8 +387,9 @@ impl Shaped for PointwiseShaped {
     }
 }
 
-/// The CPU twin: `pointwise.wgsl`'s sums from the packed weights, in its order (input
-/// channels in order, one f32 fused multiply-add each, the bias after), for every position.
+/// The CPU twin: `pointwise.wgsl`'s sums from the packed weights, in its order (each slice's
+/// input channels in order, one f32 fused multiply-add each, the slices' sums added in slice
+/// order, the bias after), for every position.
 #[cfg(test)]
 pub(crate) fn pointwise_twin(
     problem: &ConvProblem,
@@ -350,18 +401,23 @@ pub(crate) fn pointwise_twin(
     let spec = &problem.spec;
     let packed = pack_weights(spec, weight, cfg).unwrap();
     let (c_in, c_out, cb, pad) =
-        (spec.in_channels as usize, spec.out_channels as usize, cfg.c as usize, c_in_pad(spec) as usize);
+        (spec.in_channels as usize, spec.out_channels as usize, cfg.c as usize, c_in_pad(spec, cfg) as usize);
+    let per_slice = pad / cfg.slices as usize;
     let plane = (problem.output.h * problem.output.w) as usize;
     let mut out = vec![0.0f32; problem.output.len() as usize];
     for img in 0..problem.output.n as usize {
         for oc in 0..c_out {
             for pos in 0..plane {
-                let mut acc = 0.0f32;
-                for k in 0..pad {
-                    let x = if k < c_in { input[(img * c_in + k) * plane + pos] } else { 0.0 };
-                    acc = x.mul_add(packed[((oc / cb) * pad + k) * cb + oc % cb], acc);
+                let mut total = 0.0f32;
+                for slice in 0..cfg.slices as usize {
+                    let mut acc = 0.0f32;
+                    for k in slice * per_slice..(slice + 1) * per_slice {
+                        let x = if k < c_in { input[(img * c_in + k) * plane + pos] } else { 0.0 };
+                        acc = x.mul_add(packed[((oc / cb) * pad + k) * cb + oc % cb], acc);
+                    }
+                    total = if slice == 0 { acc } else { total + acc };
                 }
-                out[(img * c_out + oc) * plane + pos] = acc + bias.map_or(0.0, |b| b[oc]);
+                out[(img * c_out + oc) * plane + pos] = total + bias.map_or(0.0, |b| b[oc]);
             }
         }
     }
@@ -378,9 +434,16 @@ mod tests {
     #[test]
     fn twin_matches_reference() {
         let cases = [
-            ("narrow", Conv2dSpec::new(5, 3, 1).with_bias(true), PointwiseConfig { c: 4, workgroup: 32 }, [2, 3, 5]),
-            ("step", Conv2dSpec::new(16, 24, 1), PointwiseConfig { c: 16, workgroup: 128 }, [1, 4, 4]),
-            ("spill", Conv2dSpec::new(37, 9, 1).with_bias(true), PointwiseConfig { c: 8, workgroup: 64 }, [3, 2, 7]),
+            ("narrow", Conv2dSpec::new(5, 3, 1).with_bias(true), PointwiseConfig::new(4, 32), [2, 3, 5]),
+            ("step", Conv2dSpec::new(16, 24, 1), PointwiseConfig::new(16, 128), [1, 4, 4]),
+            ("spill", Conv2dSpec::new(37, 9, 1).with_bias(true), PointwiseConfig::new(8, 64), [3, 2, 7]),
+            (
+                "slices",
+                Conv2dSpec::new(37, 9, 1).with_bias(true),
+                PointwiseConfig { c: 8, slices: 2, workgroup: 64 },
+                [2, 3, 5],
+            ),
+            ("four_slices", Conv2dSpec::new(70, 5, 1), PointwiseConfig { c: 4, slices: 4, workgroup: 128 }, [1, 4, 4]),
         ];
         for (name, spec, cfg, [n, h, w]) in cases {
             let problem = spec.problem(Shape4::new(n, spec.in_channels, h, w)).unwrap();
@@ -395,7 +458,9 @@ mod tests {
         for cfg in pointwise_sweep() {
             assert_eq!(PointwiseConfig::parse(&cfg.name()).unwrap(), cfg);
         }
-        for bad in ["c6-w128", "c24-w128", "c16-w100", "c16", "x16-w128", "c0-w32"] {
+        for bad in
+            ["c6-w128", "c24-w128", "c16-w100", "c16", "x16-w128", "c0-w32", "c8-k3-w96", "c8-k2-w32", "c8-k-w64"]
+        {
             assert!(PointwiseConfig::parse(bad).is_err(), "{bad}");
         }
         let limits = KernelLimits::with_workgroup_bytes(16384);

@@ -5,11 +5,15 @@
 // the input once instead. Each invocation owns 4 positions and CB output channels: it walks
 // the input channels, loading the 4 positions of each and adding them into the CB channels'
 // sums. The positions run over the batch's M = N·OH·OW outputs: 4 neighbouring ones, one
-// 16-byte vector, where each plane holds whole vectors (`VEC4`), else 4 that lie WG apart,
+// 16-byte vector, where each plane holds whole vectors (`VEC4`), else 4 that lie LANES apart,
 // so each of the 4 loads is a contiguous run over the workgroup. The block's weights, all
 // input channels' (C_IN_PAD × CB), are copied into workgroup memory once, then read by every
 // invocation at the same address (broadcast, no bank conflicts): the K loop has no barrier,
-// so the input loads of many channels can be in flight at once. On the H100 (Vulkan
+// so the input loads of many channels can be in flight at once. With KS > 1 the
+// workgroup's invocations are KS slices of LANES = WG / KS, each slice summing its own
+// contiguous share of the input channels for the same positions (KS times the invocations
+// per position, for maps too small to fill the device otherwise); the slices' sums are then
+// added in slice order through workgroup memory. On the H100 (Vulkan
 // 580.159.04) chunks of 16 channels' weights between barriers ran MobileNetV2's 28×28
 // projections ~1.2× slower than the tiled kernel, and the weights loaded from the buffer at
 // every step (a load instruction per 4 channels, at the same address in every invocation)
@@ -22,7 +26,7 @@
 
 // Written by the host (`PointwiseGrid`, same field order).
 struct Grid {
-    m_blocks: u32,      // blocks of 4·WG positions over the batch
+    m_blocks: u32,      // blocks of 4·LANES positions over the batch
     c_blocks: u32,      // blocks of CB output channels
     _pad: u32,
     total: u32,         // workgroups with work in this dispatch
@@ -42,7 +46,14 @@ struct Grid {
 @group(0) @binding(7) var<uniform> grid: Grid;
 
 const CB4: u32 = CB / 4u;
+const LANES: u32 = WG / KS;
+// Input channels per slice (C_IN_PAD is a whole number of KS · KC).
+const K_SLICE: u32 = C_IN_PAD / KS;
 var<workgroup> w_block: array<vec4<f32>, C_IN_PAD * CB4>;
+#ifdef K_SLICES
+// Slices 1 … KS − 1's sums, each lane's CB vectors, for slice 0 to add.
+var<workgroup> partial: array<vec4<f32>, (KS - 1u) * LANES * CB>;
+#endif
 // acc[c]: output channel c's sums at the invocation's 4 positions.
 var<private> acc: array<vec4<f32>, CB>;
 // Where the invocation's positions of input channel 0 lie (element index; `VEC4`: the
@@ -50,13 +61,13 @@ var<private> acc: array<vec4<f32>, CB>;
 var<private> at0: vec4<u32>;
 var<private> inside: vec4<bool>;
 
-// The invocation's 4 positions from its first, `m` (`VEC4`: 4 neighbours; else m + i·WG).
+// The invocation's 4 positions from its first, `m` (`VEC4`: 4 neighbours; else m + i·LANES).
 fn locate(m: u32, plane: u32) {
     for (var i = 0u; i < 4u; i++) {
 #ifdef VEC4
         let mi = m;
 #else
-        let mi = m + i * WG;
+        let mi = m + i * LANES;
 #endif
         inside[i] = mi < p.m_total;
         // Past the batch: its last position's place (read, never stored).
@@ -94,7 +105,7 @@ fn store4(oc: u32, m: u32, plane: u32, v: vec4<f32>) {
     output[at / 4u] = v;
 #else
     for (var i = 0u; i < 4u; i++) {
-        let mi = m + i * WG;
+        let mi = m + i * LANES;
         if (inside[i]) {
             output[p.out_offset + ((mi / plane) * p.c_out + oc) * plane + mi % plane] = v[i];
         }
@@ -116,10 +127,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     let cb = wg % grid.c_blocks;
     let mb = wg / grid.c_blocks;
     let plane = p.oh * p.ow;
+    let lane = t % LANES;
+    let slice = t / LANES;
 #ifdef VEC4
-    let m = (mb * WG + t) * 4u;
+    let m = (mb * LANES + lane) * 4u;
 #else
-    let m = mb * 4u * WG + t;
+    let m = mb * 4u * LANES + lane;
 #endif
     locate(m, plane);
     for (var c = 0u; c < CB; c++) {
@@ -130,7 +143,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         w_block[i] = weight[w0 + i];
     }
     workgroupBarrier();
-    for (var k0 = 0u; k0 < C_IN_PAD; k0 += KC) {
+    let k_first = slice * K_SLICE;
+    for (var k0 = k_first; k0 < k_first + K_SLICE; k0 += KC) {
         for (var kk = 0u; kk < KC; kk++) {
             let k = k0 + kk;
             // Past the input channels: zeros (a real channel's values are read, and
@@ -139,6 +153,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
             accumulate(select(vec4<f32>(0.0), x, k < p.c_in), k);
         }
     }
+#ifdef K_SLICES
+    if (slice > 0u) {
+        for (var c = 0u; c < CB; c++) {
+            partial[((slice - 1u) * LANES + lane) * CB + c] = acc[c];
+        }
+    }
+    workgroupBarrier();
+    if (slice > 0u) {
+        return;
+    }
+    for (var s = 1u; s < KS; s++) {
+        for (var c = 0u; c < CB; c++) {
+            acc[c] += partial[((s - 1u) * LANES + lane) * CB + c];
+        }
+    }
+#endif
     if (!inside.x) {
         return;
     }
