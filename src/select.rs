@@ -2,9 +2,9 @@
 //! the stem rule (f16 on NCHW image inputs); the depthwise rule (depthwise and narrow
 //! grouped layers); the f16 small-GEMM rule (`tiled-f16` on NCHW); the grouped rule (f16
 //! groups of 8 or 16 channels on cooperative matrices); for f32, the Winograd
-//! rule (input shape known), the f32 matrix rule and the split-K rule (input shape known),
-//! each weighing its estimate against the others' on GPUs, and the pointwise rule (1×1
-//! layers on NCHW f32 tensors, input shape known); the tuner's cached decision; the
+//! rule (input shape known), the f32 matrix rule, the pointwise rule (1×1 layers on NCHW
+//! f32 tensors) and the split-K rule (input shape known), the first two and the last
+//! weighing their estimates against the others' on GPUs; the tuner's cached decision; the
 //! channels-last rule (f16 and f16x3 on cooperative matrices; f16 split-K on them where the
 //! grid is small, input shape known); the f32 shape rule (input
 //! shape known); the precision's default family with the config its rule picks for the
@@ -232,10 +232,10 @@ pub(crate) fn select(
         if let Some((kernel, reason)) = matrix {
             return Ok(Selection { kernel, source: ConfigSource::Default, reason });
         }
-        if let Some((kernel, reason)) = problem.as_ref().and_then(|p| splitk_rule(caps, p, options.layout, converted)) {
+        if let Some((kernel, reason)) = problem.as_ref().filter(|_| !converted).and_then(|p| pointwise_rule(caps, p)) {
             return Ok(Selection { kernel, source: ConfigSource::Default, reason });
         }
-        if let Some((kernel, reason)) = problem.as_ref().filter(|_| !converted).and_then(|p| pointwise_rule(caps, p)) {
+        if let Some((kernel, reason)) = problem.as_ref().and_then(|p| splitk_rule(caps, p, options.layout, converted)) {
             return Ok(Selection { kernel, source: ConfigSource::Default, reason });
         }
     }
@@ -1473,9 +1473,24 @@ fn f32_shape_rule(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, S
 /// The most output channels for which the pointwise rule takes a layer.
 pub const POINTWISE_MAX_OUT_CHANNELS: u32 = 64;
 
-/// Invocations per multiprocessor below which the pointwise kernel's grid leaves the device
-/// too empty for the rule (two subgroups of 32).
+/// Invocations per multiprocessor below which the pointwise kernel's grid, its slices
+/// counted, leaves the device too empty for the rule (two subgroups of 32).
 const POINTWISE_MIN_INVOCATIONS_PER_MULTIPROCESSOR: u64 = 64;
+
+/// The pointwise rule's slices of the input channels by the invocations per multiprocessor of
+/// one slice (first that the grid reaches; below all, 4): whole slices only (at least one
+/// loop step of channels each). On the H100 (Vulkan 580.159.04, 2026-11-28, MobileNetV2's
+/// narrow 1×1 layers at N = 32, 8 and 1) one slice ran fastest from about 380 invocations per
+/// multiprocessor (its 56×56 and 112×112 layers at N = 32; two slices 1.3–1.5× slower
+/// there), two at 95–190 (its 28×28 and 14×14 projections at N = 32: 1.03–1.10× faster than
+/// one), four at 18–48 (14×14 at N = 8: 1.2× faster than split-K; 56×56 at N = 1: 1.06–1.17×
+/// faster than the tiled kernel).
+const POINTWISE_SLICES: [(u64, u32); 2] = [(256, 1), (64, 2)];
+
+/// The fewest input channels per slice of the pointwise rule: on the H100 MobileNetV2's 32→16
+/// layer at 112×112, N = 1, ran 4–6 % slower in 2 slices of 16 than on the tiled kernel, its
+/// 96→24 one at 56×56 6 % faster in 4 slices of 24.
+const POINTWISE_MIN_SLICE_CHANNELS: u32 = 24;
 
 /// The shortest K (input channels) at which the rule's wider block (16 output channels, 128
 /// invocations) is weighed: it halves the blocks that each reread the input.
@@ -1498,22 +1513,25 @@ const POINTWISE_CPU_CONFIGS: [pointwise::PointwiseConfig; 2] =
 /// on CPU adapters: half a workgroup's positions.
 const POINTWISE_CPU_WIDE_MIN_POSITIONS: u64 = 128;
 
-/// The pointwise rule: f32 on NCHW f32 tensors, on a GPU, with the input shape known, where
-/// rules 4 to 6 did not take the layer: ungrouped unpadded 1×1 convolutions at stride 1 of at
+/// The pointwise rule: f32 on NCHW f32 tensors with the input shape known, where rules 4 and
+/// 5 did not take the layer (before split-K, whose small grids it fills with slices of the
+/// input channels instead), on a GPU: ungrouped unpadded 1×1 convolutions at stride 1 of at
 /// most [`POINTWISE_MAX_OUT_CHANNELS`] output channels run the `pointwise` family, where its
-/// grid holds at least [`POINTWISE_MIN_INVOCATIONS_PER_MULTIPROCESSOR`] invocations per
-/// multiprocessor ([`fill_workgroups`]). Such layers move many bytes per multiply-add; the
-/// tiled kernels stage the input through workgroup memory and pad 16–64 output channels
-/// to blocks of 32–128, where the pointwise kernel streams the input once into sums held in
-/// registers. The config: 8 output channels on 64 invocations, or 16 on 128 where K is at
-/// least [`POINTWISE_WIDE_MIN_K`] and that grid still holds 512 invocations per
+/// grid, its slices counted, holds at least [`POINTWISE_MIN_INVOCATIONS_PER_MULTIPROCESSOR`]
+/// invocations per multiprocessor ([`fill_workgroups`]). Such layers move many bytes per
+/// multiply-add; the tiled kernels stage the input through workgroup memory and pad 16–64
+/// output channels to blocks of 32–128, where the pointwise kernel streams the input once
+/// into sums held in registers. The config: 8 output channels, on 64 invocations in one slice
+/// or 128 in 2 or 4 ([`POINTWISE_SLICES`]); 16 output channels on 128 invocations where K is
+/// at least [`POINTWISE_WIDE_MIN_K`] and that grid still holds 512 invocations per
 /// multiprocessor (fewer blocks reread the input). On the H100 (Vulkan 580.159.04, f32,
 /// N = 32, 2026-11-28, seven configs of the family on every 1×1 layer of ResNet-50,
-/// ResNeXt-50 and MobileNetV2) the family ran each of the 9 layers this rule takes 1.04–1.70×
-/// faster than the shape rule's tile (MobileNetV2's 144→24 projection at 56×56: 0.0685 →
-/// 0.0403 ms), the rule's config within 5 % of the family's best on each; on wider layers it
+/// ResNeXt-50 and MobileNetV2) the family in one slice ran each of the 9 layers this rule
+/// takes there 1.04–1.70× faster than the shape rule's tile (MobileNetV2's 144→24 projection
+/// at 56×56: 0.0685 → 0.0403 ms), within 5 % of the family's best on each; on wider layers it
 /// won on 3 of 35 (at most 1.17×) and lost up to 5× on the 7×7 ones (each block rereads the
-/// input). Returns the kernel and why, or `None`.
+/// input). On CPU adapters: every such layer ([`POINTWISE_CPU_CONFIGS`]). Returns the kernel
+/// and why, or `None`.
 fn pointwise_rule(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, String)> {
     let spec = &problem.spec;
     if !pointwise::runs(spec) {
@@ -1540,13 +1558,23 @@ fn pointwise_rule(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, S
     }
     let invocations = |c: u32| positions.div_ceil(pointwise::POSITIONS as u64) * spec.out_channels.div_ceil(c) as u64;
     let multiprocessors = fill_workgroups(caps);
-    if invocations(8) < POINTWISE_MIN_INVOCATIONS_PER_MULTIPROCESSOR * multiprocessors {
+    // Invocations per multiprocessor of one slice of 8 output channels each.
+    let per_multiprocessor = invocations(8) / multiprocessors;
+    let most_slices =
+        [4, 2, 1].into_iter().find(|&k| spec.in_channels >= k * POINTWISE_MIN_SLICE_CHANNELS).unwrap_or(1);
+    let slices = POINTWISE_SLICES
+        .iter()
+        .find(|&&(least, _)| per_multiprocessor >= least)
+        .map_or(4, |&(_, slices)| slices)
+        .min(most_slices);
+    if per_multiprocessor * (slices as u64) < POINTWISE_MIN_INVOCATIONS_PER_MULTIPROCESSOR {
         return None;
     }
     let wide = spec.in_channels >= POINTWISE_WIDE_MIN_K && invocations(16) >= 512 * multiprocessors;
-    let cfg = match wide {
-        true => pointwise::PointwiseConfig::new(16, 128),
-        false => pointwise::PointwiseConfig::REFERENCE,
+    let cfg = match (wide, slices) {
+        (true, _) => pointwise::PointwiseConfig::new(16, 128),
+        (false, 1) => pointwise::PointwiseConfig::REFERENCE,
+        (false, slices) => pointwise::PointwiseConfig { c: 8, slices, workgroup: 128 },
     };
     let kernel = pointwise::POINTWISE.with(cfg);
     kernel.check(spec, caps).ok()?;
@@ -1554,8 +1582,8 @@ fn pointwise_rule(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, S
         kernel,
         format!(
             "f32 on a GPU with the input shape known, a 1x1 layer of {} output channels over {positions} positions: \
-             the pointwise kernel, {} output channels per invocation",
-            spec.out_channels, cfg.c
+             the pointwise kernel, {} output channels per invocation, the input channels in {} slice(s)",
+            spec.out_channels, cfg.c, cfg.slices
         ),
     ))
 }
@@ -2338,7 +2366,8 @@ mod tests {
 
     /// Narrow 1×1 layers at stride 1 on NCHW f32 tensors run the pointwise family where its
     /// grid fills the device (GPUs: at most 64 output channels; the wider block where K is
-    /// long and the grid large), on every 1×1 layer it runs on CPU adapters; not at stride 2,
+    /// long and the grid large, slices of the input channels where it is small), on every 1×1
+    /// layer it runs on CPU adapters; not at stride 2,
     /// nor on channels-last tensors, nor on 128 output channels on GPUs, nor in a grid that
     /// leaves a GPU empty.
     #[test]
@@ -2353,7 +2382,12 @@ mod tests {
         let nchw = Layout::Nchw;
         assert_eq!(at(Conv2dSpec::new(144, 24, 1), Shape4::new(32, 144, 56, 56), &gpu, nchw), "pointwise:c8-w64");
         assert_eq!(at(Conv2dSpec::new(256, 64, 1), Shape4::new(32, 256, 56, 56), &gpu, nchw), "pointwise:c16-w128");
-        assert_eq!(at(Conv2dSpec::new(384, 64, 1), Shape4::new(32, 384, 14, 14), &gpu, nchw), "pointwise:c8-w64");
+        // Smaller grids: the input channels in 2 and 4 slices.
+        assert_eq!(at(Conv2dSpec::new(384, 64, 1), Shape4::new(32, 384, 14, 14), &gpu, nchw), "pointwise:c8-k2-w128");
+        assert_eq!(at(Conv2dSpec::new(384, 64, 1), Shape4::new(8, 384, 14, 14), &gpu, nchw), "pointwise:c8-k4-w128");
+        // 32 input channels: no slices of fewer than 24, and one leaves this grid too small.
+        assert!(!at(Conv2dSpec::new(32, 16, 1), Shape4::new(1, 32, 112, 112), &gpu, nchw).starts_with("pointwise"));
+        assert_eq!(at(Conv2dSpec::new(96, 24, 1), Shape4::new(1, 96, 56, 56), &gpu, nchw), "pointwise:c8-k4-w128");
         for (spec, input, layout) in [
             (Conv2dSpec::new(144, 24, 1).stride(2), Shape4::new(32, 144, 56, 56), nchw),
             (Conv2dSpec::new(144, 24, 1), Shape4::new(32, 144, 56, 56), Layout::Nhwc),
