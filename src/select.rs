@@ -1478,8 +1478,8 @@ pub const POINTWISE_MAX_OUT_CHANNELS: u32 = 64;
 const POINTWISE_MIN_INVOCATIONS_PER_MULTIPROCESSOR: u64 = 64;
 
 /// The pointwise rule's slices of the input channels by the invocations per multiprocessor of
-/// one slice (first that the grid reaches; below all, 4): whole slices only (at least one
-/// loop step of channels each). On the H100 (Vulkan 580.159.04, 2026-11-28, MobileNetV2's
+/// one slice (first that the grid reaches; below all, 4), where the layer has at least
+/// [`POINTWISE_MIN_SLICED_CHANNELS`] input channels. On the H100 (Vulkan 580.159.04, 2026-11-28, MobileNetV2's
 /// narrow 1×1 layers at N = 32, 8 and 1) one slice ran fastest from about 380 invocations per
 /// multiprocessor (its 56×56 and 112×112 layers at N = 32; two slices 1.3–1.5× slower
 /// there), two at 95–190 (its 28×28 and 14×14 projections at N = 32: 1.03–1.10× faster than
@@ -1487,10 +1487,11 @@ const POINTWISE_MIN_INVOCATIONS_PER_MULTIPROCESSOR: u64 = 64;
 /// faster than the tiled kernel).
 const POINTWISE_SLICES: [(u64, u32); 2] = [(256, 1), (64, 2)];
 
-/// The fewest input channels per slice of the pointwise rule: on the H100 MobileNetV2's 32→16
-/// layer at 112×112, N = 1, ran 4–6 % slower in 2 slices of 16 than on the tiled kernel, its
-/// 96→24 one at 56×56 6 % faster in 4 slices of 24.
-const POINTWISE_MIN_SLICE_CHANNELS: u32 = 24;
+/// The fewest input channels the pointwise rule splits into slices: on the H100 (N = 1)
+/// ResNet-50's 64→64 layer at 56×56 ran 6 % slower in 2 slices of 32 (0.0097 ms) than on the
+/// tiled kernel (0.0092), MobileNetV2's 32→16 at 112×112 4–6 % slower in 2 of 16, and its
+/// 96→24 at 56×56 6 % faster in 4 of 24.
+const POINTWISE_MIN_SLICED_CHANNELS: u32 = 96;
 
 /// The shortest K (input channels) at which the rule's wider block (16 output channels, 128
 /// invocations) is weighed: it halves the blocks that each reread the input.
@@ -1560,8 +1561,7 @@ fn pointwise_rule(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, S
     let multiprocessors = fill_workgroups(caps);
     // Invocations per multiprocessor of one slice of 8 output channels each.
     let per_multiprocessor = invocations(8) / multiprocessors;
-    let most_slices =
-        [4, 2, 1].into_iter().find(|&k| spec.in_channels >= k * POINTWISE_MIN_SLICE_CHANNELS).unwrap_or(1);
+    let most_slices = if spec.in_channels >= POINTWISE_MIN_SLICED_CHANNELS { 4 } else { 1 };
     let slices = POINTWISE_SLICES
         .iter()
         .find(|&&(least, _)| per_multiprocessor >= least)
@@ -2385,9 +2385,10 @@ mod tests {
         // Smaller grids: the input channels in 2 and 4 slices.
         assert_eq!(at(Conv2dSpec::new(384, 64, 1), Shape4::new(32, 384, 14, 14), &gpu, nchw), "pointwise:c8-k2-w128");
         assert_eq!(at(Conv2dSpec::new(384, 64, 1), Shape4::new(8, 384, 14, 14), &gpu, nchw), "pointwise:c8-k4-w128");
-        // 32 input channels: no slices of fewer than 24, and one leaves this grid too small.
+        // 32 input channels: not split, and one slice leaves this grid too small.
         assert!(!at(Conv2dSpec::new(32, 16, 1), Shape4::new(1, 32, 112, 112), &gpu, nchw).starts_with("pointwise"));
         assert_eq!(at(Conv2dSpec::new(96, 24, 1), Shape4::new(1, 96, 56, 56), &gpu, nchw), "pointwise:c8-k4-w128");
+        assert!(!at(Conv2dSpec::new(64, 64, 1), Shape4::new(1, 64, 56, 56), &gpu, nchw).starts_with("pointwise"));
         for (spec, input, layout) in [
             (Conv2dSpec::new(144, 24, 1).stride(2), Shape4::new(32, 144, 56, 56), nchw),
             (Conv2dSpec::new(144, 24, 1), Shape4::new(32, 144, 56, 56), Layout::Nhwc),
