@@ -1498,21 +1498,20 @@ const POINTWISE_MIN_SLICED_CHANNELS: u32 = 96;
 const POINTWISE_WIDE_MIN_K: u32 = 128;
 
 /// The pointwise rule's configs on CPU adapters, in order of preference: 16 output channels
-/// on 64 invocations, else (where a block's weights do not fit workgroup memory, or the
-/// positions are fewer than [`POINTWISE_CPU_WIDE_MIN_POSITIONS`]) 8 on 32. On lavapipe
-/// (Mesa 22.3.6, 2 cores, 2026-11-28, batch 1, four to seven configs of the family on every
-/// 1×1 layer of ResNet-50 and MobileNetV2, five runs each beside other work on those cores)
-/// the first ran every layer of at least 14×14 positions 1.8–6× faster than the CPU shape
-/// rule's tile and within 3 % of the family's best; on the 7×7 layers (seven runs, alone),
-/// whose 49 positions leave most of a workgroup's invocations idle (which a CPU driver still
-/// runs), 8 channels on 32 invocations were 1.3–2.6× faster than the tile, and 16 on 64 lost
-/// 1.3× to them.
+/// on 64 invocations (not for 16 output channels or fewer), else (where a block's weights do
+/// not fit workgroup memory) 8. On lavapipe (Mesa 22.3.6, 2 cores, nothing else running,
+/// 2026-11-28 04:39–04:46 UTC, batch 1, `wgconv bench --model NAME --precision f32 --runs 5
+/// --configs auto,<the eight tiled configs of the CPU tables>,<three pointwise configs>`) the
+/// family ran every 1×1 layer of MobileNetV2 and ResNet-50 of at least 14×14 positions 1.55–4.4×
+/// faster than the best tiled config, 16 channels fastest but for 16 output channels (1.5×
+/// behind 8 there) and 24 (within 4 %); the 7×7 layers 1.5–1.8× slower (49 positions leave
+/// most of a workgroup's invocations idle, which a CPU driver still runs).
 const POINTWISE_CPU_CONFIGS: [pointwise::PointwiseConfig; 2] =
-    [pointwise::PointwiseConfig::new(16, 64), pointwise::PointwiseConfig::new(8, 32)];
+    [pointwise::PointwiseConfig::new(16, 64), pointwise::PointwiseConfig::new(8, 64)];
 
-/// The fewest positions at which the pointwise rule runs 16 output channels on 64 invocations
-/// on CPU adapters: half a workgroup's positions.
-const POINTWISE_CPU_WIDE_MIN_POSITIONS: u64 = 128;
+/// The fewest positions (per batch: N·OH·OW) at which the pointwise rule takes a layer on CPU
+/// adapters (see [`POINTWISE_CPU_CONFIGS`]).
+const POINTWISE_CPU_MIN_POSITIONS: u64 = 128;
 
 /// The pointwise rule: f32 on NCHW f32 tensors with the input shape known, where rules 4 and
 /// 5 did not take the layer (before split-K, whose small grids it fills with slices of the
@@ -1531,7 +1530,8 @@ const POINTWISE_CPU_WIDE_MIN_POSITIONS: u64 = 128;
 /// takes there 1.04–1.70× faster than the shape rule's tile (MobileNetV2's 144→24 projection
 /// at 56×56: 0.0685 → 0.0403 ms), within 5 % of the family's best on each; on wider layers it
 /// won on 3 of 35 (at most 1.17×) and lost up to 5× on the 7×7 ones (each block rereads the
-/// input). On CPU adapters: every such layer ([`POINTWISE_CPU_CONFIGS`]). Returns the kernel
+/// input). On CPU adapters: every such layer of at least [`POINTWISE_CPU_MIN_POSITIONS`]
+/// positions whose block's weights fit ([`POINTWISE_CPU_CONFIGS`]). Returns the kernel
 /// and why, or `None`.
 fn pointwise_rule(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, String)> {
     let spec = &problem.spec;
@@ -1540,11 +1540,14 @@ fn pointwise_rule(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, S
     }
     let positions = problem.output.len() / spec.out_channels as u64;
     if caps.is_cpu() {
-        let configs = match positions >= POINTWISE_CPU_WIDE_MIN_POSITIONS {
-            true => &POINTWISE_CPU_CONFIGS[..],
-            false => &POINTWISE_CPU_CONFIGS[1..],
-        };
-        let kernel = configs.iter().map(|&cfg| pointwise::POINTWISE.with(cfg)).find(|k| k.check(spec, caps).is_ok())?;
+        if positions < POINTWISE_CPU_MIN_POSITIONS {
+            return None;
+        }
+        let kernel = POINTWISE_CPU_CONFIGS
+            .iter()
+            .filter(|cfg| cfg.c < 16 || spec.out_channels > 16)
+            .map(|&cfg| pointwise::POINTWISE.with(cfg))
+            .find(|k| k.check(spec, caps).is_ok())?;
         return Some((
             kernel.clone(),
             format!(
@@ -2366,8 +2369,8 @@ mod tests {
 
     /// Narrow 1×1 layers at stride 1 on NCHW f32 tensors run the pointwise family where its
     /// grid fills the device (GPUs: at most 64 output channels; the wider block where K is
-    /// long and the grid large, slices of the input channels where it is small), on every 1×1
-    /// layer it runs on CPU adapters; not at stride 2,
+    /// long and the grid large, slices of the input channels where it is small), on CPU
+    /// adapters every 1×1 layer of at least 128 positions whose weights fit; not at stride 2,
     /// nor on channels-last tensors, nor on 128 output channels on GPUs, nor in a grid that
     /// leaves a GPU empty.
     #[test]
@@ -2399,11 +2402,11 @@ mod tests {
             assert!(!k.starts_with("pointwise"), "{spec:?} {input}: {k}");
         }
         assert_eq!(at(Conv2dSpec::new(256, 128, 1), Shape4::new(1, 256, 56, 56), &cpu, nchw), "pointwise:c16-w64");
-        // 1024 input channels: 64 KiB of a block's weights at 16 channels, 32 at 8; 49
-        // positions: 8 channels on 32 invocations.
-        assert_eq!(at(Conv2dSpec::new(1024, 256, 1), Shape4::new(1, 1024, 14, 14), &cpu, nchw), "pointwise:c8-w32");
-        assert_eq!(at(Conv2dSpec::new(320, 1280, 1), Shape4::new(1, 320, 7, 7), &cpu, nchw), "pointwise:c8-w32");
-        assert!(!at(Conv2dSpec::new(2048, 512, 1), Shape4::new(1, 2048, 7, 7), &cpu, nchw).starts_with("pointwise"));
+        // 1024 input channels: 64 KiB of a block's weights at 16 channels, 32 at 8; 16 output
+        // channels: 8; 49 positions: the tiled kernel.
+        assert_eq!(at(Conv2dSpec::new(1024, 256, 1), Shape4::new(1, 1024, 14, 14), &cpu, nchw), "pointwise:c8-w64");
+        assert_eq!(at(Conv2dSpec::new(32, 16, 1), Shape4::new(1, 32, 112, 112), &cpu, nchw), "pointwise:c8-w64");
+        assert!(!at(Conv2dSpec::new(320, 1280, 1), Shape4::new(1, 320, 7, 7), &cpu, nchw).starts_with("pointwise"));
     }
 
     #[test]
