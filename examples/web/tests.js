@@ -103,6 +103,10 @@ const CASES = [
   ["depthwise, multiplier 2, stride 2", { inChannels: 8, outChannels: 16, kernel: 3, stride: 2, padding: 1, groups: 8 }, [1, 8, 13, 13], "depthwise"],
   ["bias + ReLU", { inChannels: 6, outChannels: 10, kernel: 3, padding: 1, bias: true, relu: true }, [2, 6, 8, 8]],
   ["1x1, 32→48", { inChannels: 32, outChannels: 48, kernel: 1 }, [1, 32, 7, 9]],
+  // The pointwise family (README, "Which kernel runs", under rule 6): a CPU adapter runs 1x1
+  // layers of at least 128 positions by it; planes of whole vectors of 4 positions and not.
+  ["1x1 over 288 positions, bias", { inChannels: 24, outChannels: 20, kernel: 1, bias: true }, [2, 24, 12, 12], "pointwise"],
+  ["1x1 over 143 positions, ReLU", { inChannels: 40, outChannels: 12, kernel: 1, relu: true }, [1, 40, 11, 13], "pointwise"],
   // Winograd (README, "Which kernel runs", rule 4): a CPU adapter (SwiftShader) runs 3x3
   // stride-1 layers of 16 channels and more by it, a GPU where its estimate wins, as it does
   // on this small layer at the rates assumed for GPUs the table of declared rates does not
