@@ -727,50 +727,82 @@ fn narrow_configs(spec: &Conv2dSpec) -> impl Iterator<Item = (TileConfig, f64)> 
 /// its 512-channel layers (K = 4608) with K steps of 64.
 pub const CHANNELS_LAST_SHORT_K: u64 = 576;
 /// The split kernels' configs (f16x3, and f32 on the matrix units), whose doubled tiles
-/// leave no room for K steps of 64 at 128×128, ranked in whole waves of one workgroup per
-/// multiprocessor ([`split_best`]). The first four were fitted to the H100's f32 sweeps of
-/// ResNet-50's and VGG-16's dense layers, where choosing by them came within 2.4 % of each
-/// layer's best kernel (geometric mean): the 64-wide blocks run at about 0.6 of the 128×128
-/// block's rate per multiply-add, and win where the wide one would pad N or leave the device
-/// half empty. The 64×64 block with K steps of 16 came later ([`SPLIT_SMALL_STEPS`]).
-const CHANNELS_LAST_SPLIT_CONFIGS: [(TileConfig, f64); 5] = [
+/// leave no room for K steps of 64 at 128×128, with their rates per padded multiply-add
+/// relative to the 128×128 block and the workgroups each runs per multiprocessor, ranked in
+/// whole waves with their epilogues ([`split_best`]). The 64-wide blocks run at 0.5–0.55 of
+/// the 128×128 block's rate and win where the wide one would pad N or leave the device half
+/// empty; the 64×64 block with K steps of 16 ([`SPLIT_SMALL_STEPS`]) has a small footprint and
+/// shares a multiprocessor with two others.
+///
+/// Fitted to H100 sweeps (Vulkan 580.159.04, 2026-11-28) of these five blocks: f32 on NCHW
+/// tensors over the dense layers of ResNet-50, ResNeXt-50, MobileNetV2, VGG-16 and AlexNet
+/// at their bench batches (37 layers the matrix path runs or nearly wins), of ResNet-50,
+/// ResNeXt-50 (with its grouped layers) and MobileNetV2 at batch 8 and 1 (15 it runs), f16x3
+/// over ResNet-50 and MobileNetV2 at N = 32 (41), and seven of ResNeXt-50's 1×1 layers in
+/// f16x3 timed with two of the blocks. Picking by this table came within 0.5 % of each
+/// layer's best on each set but the last (0.8 %; geometric means), 6 of the 100 layers under
+/// 0.97 of their best, 2 under 0.95: 0.92 (ResNet-50's 256→1024 1×1 layer at 14×14 in f32, 0.87
+/// in f16x3). The earlier table (every block one per multiprocessor, no epilogue, the 64-wide
+/// blocks at 0.65 and 0.6, the small steps at 0.8) was 0.94–0.98 on the first four, 17 layers
+/// under 0.95: its small steps took the 7×7 layers at N = 32, whose 200 tiles fill less than
+/// a wave of them, 1.07–1.2× slower than the 64×128 or the K-64 block (ResNet-50's 3×3
+/// stride-2 512-channel layer 0.235 → 0.202 ms, MobileNetV2's 960→320 projection 0.049 →
+/// 0.041), and at batch 8 its 14×14 and 7×7 layers 1.19–1.31× slower than the K-64 block.
+/// Without the epilogue no rates kept those gains and the 128×128 block on the long grids
+/// of 64–256 channels at 56×56 (in f16x3, 2–8 % ahead of the small steps); epilogues of 80–96
+/// multiply-adds per output element with these rates made the same picks, 64 or 112 lost
+/// 1–5 more layers, as did the 128×64 block at 0.55 or the small steps at 0.75 or 0.85.
+const CHANNELS_LAST_SPLIT_CONFIGS: [(TileConfig, f64, u64); 5] = [
+    (TileConfig::with_thread_tile(128, 128, 32, 8, 8, 1), 1.0, 1),
+    (TileConfig::with_thread_tile(128, 64, 32, 8, 8, 1), 0.5, 1),
+    (TileConfig::with_thread_tile(64, 128, 32, 8, 8, 1), 0.55, 1),
+    (TileConfig::with_thread_tile(64, 64, 64, 4, 8, 1), 0.55, 1),
+    SPLIT_SMALL_STEPS,
+];
+
+/// A 64×64 block of 4 warps with K steps of 16, three workgroups per multiprocessor, each
+/// at 0.8 of the 128×128 block's rate ([`CHANNELS_LAST_SPLIT_CONFIGS`]). It joined the
+/// table in a sweep of the 33 layers then on the matrix units (H100, 2026-11-27), 5–14 %
+/// faster than the 128×128 block on ResNet-50's 14×14 layers, its 3×3 64-channel one at
+/// 56×56 and VGG-16's 64-channel one at 224×224.
+const SPLIT_SMALL_STEPS: (TileConfig, f64, u64) = (TileConfig::with_thread_tile(64, 64, 16, 4, 8, 1), 0.8, 3);
+
+/// A split kernel's epilogue (its output tile read out of the accumulators and stored),
+/// counted as this many multiply-adds per output element of the tile, shared among the
+/// workgroups that run on a multiprocessor at once: with one, nothing hides it, so it
+/// weighs on short K ([`CHANNELS_LAST_SPLIT_CONFIGS`]).
+const SPLIT_EPILOGUE_MULTIPLY_ADDS: f64 = 96.0;
+
+/// What rule 5's family estimate ([`f32_matrix_estimate`]) counts of the matrix path: the
+/// split kernels' blocks at the rates its constants were fitted with, in waves of one
+/// workgroup per multiprocessor, without the small-step block (it came later; the family
+/// estimate decided as measured on all but three of the 72 dense layers of the five
+/// networks it estimates, at their bench batches, without it).
+const SPLIT_FAMILY_CONFIGS: [(TileConfig, f64); 4] = [
     (TileConfig::with_thread_tile(128, 128, 32, 8, 8, 1), 1.0),
     (TileConfig::with_thread_tile(128, 64, 32, 8, 8, 1), 0.65),
     (TileConfig::with_thread_tile(64, 128, 32, 8, 8, 1), 0.65),
     (TileConfig::with_thread_tile(64, 64, 64, 4, 8, 1), 0.6),
-    SPLIT_SMALL_STEPS,
 ];
 
-/// A 64×64 block of 4 warps with K steps of 16 (a small footprint, several workgroups per
-/// multiprocessor), at 0.8 of the 128×128 block's rate counted in whole waves of one
-/// workgroup per multiprocessor. Fitted to the H100's f32 sweeps (2026-11-27) of the 33
-/// layers of ResNet-50, ResNeXt-50, MobileNetV2, VGG-16 and AlexNet that run on the matrix
-/// units, each timed with the 128×128 block, this one and the rule's pick before: choosing
-/// with it moved 12 layers, 11 of them 5–14 % faster (ResNet-50's 14×14 layers, its 3×3
-/// 64-channel one at 56×56, VGG-16's 64-channel one at 224×224) and MobileNetV2's 960→320
-/// 1×1 layer at 7×7 (125 tiles, one part-empty wave) 18 % slower; the sum of the 33 times
-/// fell 3.0 %. Rates 0.8–0.85 gave the same picks; the grid model of [`estimated_best`]
-/// with any rate gained at most 1.9 %. The family estimate of rule 5 ([`f32_matrix_rule`])
-/// leaves it out ([`split_family_configs`]): its constants were fitted without it.
-const SPLIT_SMALL_STEPS: (TileConfig, f64) = (TileConfig::with_thread_tile(64, 64, 16, 4, 8, 1), 0.8);
-
-/// [`CHANNELS_LAST_SPLIT_CONFIGS`] but [`SPLIT_SMALL_STEPS`]: what rule 5's family
-/// estimate was fitted against.
-fn split_family_configs() -> Vec<(TileConfig, f64)> {
-    CHANNELS_LAST_SPLIT_CONFIGS.into_iter().filter(|c| *c != SPLIT_SMALL_STEPS).collect()
-}
-
 /// Among the split kernels' long-K configs ([`CHANNELS_LAST_SPLIT_CONFIGS`]), the one of
-/// least time in whole waves of one workgroup per multiprocessor
-/// ([`estimated_best_in_waves`]).
+/// least time in whole waves ([`work_in_waves`]), each tile's work its padded multiply-adds
+/// plus its epilogue ([`SPLIT_EPILOGUE_MULTIPLY_ADDS`]) shared among the workgroups of a
+/// multiprocessor.
 fn split_best(
     caps: &DeviceCaps,
     problem: &ConvProblem,
     k: u64,
     make: impl Fn(TileConfig) -> Option<Kernel>,
 ) -> Option<(Kernel, u64, TileConfig, f64)> {
-    let configs = CHANNELS_LAST_SPLIT_CONFIGS.map(|(tile, rate)| (tile, rate, 1));
-    estimated_best_in_waves(caps, problem, k, &configs, make)
+    let fill = fill_workgroups(caps);
+    let costs = CHANNELS_LAST_SPLIT_CONFIGS.iter().map(|&(t, rate, per_multiprocessor)| {
+        let (tiles, per_tile) = tiles_and_work(problem, k, t);
+        let outputs = (t.block_m * t.block_n) as f64;
+        let epilogue = SPLIT_EPILOGUE_MULTIPLY_ADDS * outputs / per_multiprocessor as f64;
+        (work_in_waves(tiles, per_tile + epilogue, rate, per_multiprocessor * fill), tiles, t)
+    });
+    least_cost(caps, problem, costs, make)
 }
 
 /// The split kernels' configs for short K (at most [`CHANNELS_LAST_SHORT_K`]) on
@@ -1164,7 +1196,7 @@ fn f32_matrix_estimate(
             CHANNELS_LAST_SPLIT_SHORT_K_CONFIGS.to_vec(),
             estimated_best(caps, problem, matrix_k, &CHANNELS_LAST_SPLIT_SHORT_K_CONFIGS, make)?,
         ),
-        false => (split_family_configs(), split_best(caps, problem, matrix_k, make)?),
+        false => (SPLIT_FAMILY_CONFIGS.to_vec(), split_best(caps, problem, matrix_k, make)?),
     };
     let (input, output) = (problem.input.len() as f64, problem.output.len() as f64);
     let bandwidth = rates.bandwidth_gbs * 1e9;
@@ -1408,6 +1440,25 @@ const NARROW_BLOCK: TileConfig = TileConfig::with_thread_tile(64, 32, 16, 4, 4, 
 /// 1024 or 2048 channels at 7×7 and 14×14, whose grids fill few waves.
 const WIDE_1X1_BLOCK: (TileConfig, f64) = (TileConfig::with_thread_tile(64, 128, 8, 4, 8, 1), 1.1);
 
+/// The same block with K steps of 16, in its place on 1×1 layers of at most
+/// [`WIDE_1X1_SHORT_K_MAX`] input channels per group that fill whole steps: half the
+/// barriers over so short a K. On the H100 (f32, 2026-11-28, one sweep with both) it ran the
+/// six such layers of ResNet-50 and ResNeXt-50 (64 and 128 channels) 1.04–1.07× faster than
+/// K steps of 8, and every 1×1 layer of 256 to 512 channels 1.02–1.10× slower; at 160
+/// channels (MobileNetV2's b6.ex) they tied, at 24 (padded to 32) it lost by 1.16×.
+const WIDE_1X1_SHORT_K_BLOCK: TileConfig = TileConfig::with_thread_tile(64, 128, 16, 4, 8, 1);
+/// See [`WIDE_1X1_SHORT_K_BLOCK`].
+const WIDE_1X1_SHORT_K_MAX: u32 = 128;
+
+/// The 64×128 block for a 1×1 layer ([`WIDE_1X1_BLOCK`], [`WIDE_1X1_SHORT_K_BLOCK`]).
+fn wide_1x1_block(spec: &Conv2dSpec) -> (TileConfig, f64) {
+    let k = spec.in_channels_per_group();
+    match k <= WIDE_1X1_SHORT_K_MAX && k % WIDE_1X1_SHORT_K_BLOCK.block_k == 0 {
+        true => (WIDE_1X1_SHORT_K_BLOCK, WIDE_1X1_BLOCK.1),
+        false => WIDE_1X1_BLOCK,
+    }
+}
+
 /// The shape rule's configs that the FMA estimate of the f32 matrix, split-K and Winograd
 /// rules counts ([`f32_fma_estimate`]): those rule 5's constants were fitted against. [`NARROW_BLOCK`] and [`WIDE_1X1_BLOCK`] came later;
 /// counting the 64×32 block lowered the FMA estimate of small grids and moved layers never
@@ -1416,7 +1467,10 @@ const WIDE_1X1_BLOCK: (TileConfig, f64) = (TileConfig::with_thread_tile(64, 128,
 /// sends there on the H100 (0.52–0.92×), so the matrix rule decides as fitted and, where it
 /// declines, the shape rule may still pick either.
 fn matrix_rule_fma_configs(spec: &Conv2dSpec) -> Vec<(TileConfig, f64)> {
-    f32_shape_configs(spec).into_iter().filter(|(tile, _)| ![NARROW_BLOCK, WIDE_1X1_BLOCK.0].contains(tile)).collect()
+    f32_shape_configs(spec)
+        .into_iter()
+        .filter(|(tile, _)| ![NARROW_BLOCK, WIDE_1X1_BLOCK.0, WIDE_1X1_SHORT_K_BLOCK].contains(tile))
+        .collect()
 }
 
 /// The f32 shape rule's tile configs on CPU adapters and their relative rate per padded FMA:
@@ -1435,17 +1489,18 @@ const F32_CPU_SHAPE_CONFIGS: [(TileConfig, f64); 3] = [
     (TileConfig::with_thread_tile(32, 64, 32, 4, 4, 2), 0.7),
 ];
 
-/// [`F32_SHAPE_CONFIGS`] with the rates for the spec, and [`WIDE_1X1_BLOCK`] on 1×1 layers.
+/// [`F32_SHAPE_CONFIGS`] with the rates for the spec, and the 64×128 block on 1×1 layers
+/// ([`wide_1x1_block`]).
 fn f32_shape_configs(spec: &Conv2dSpec) -> Vec<(TileConfig, f64)> {
     let pointwise = spec.kernel == [1, 1];
     let long_pointwise = pointwise && spec.in_channels_per_group() > tiled::ROWS_FASTEST_MAX_K;
     let rated = F32_SHAPE_CONFIGS
         .map(|(tile, rate, long_pointwise_rate)| (tile, if long_pointwise { long_pointwise_rate } else { rate }));
-    rated.into_iter().chain(pointwise.then_some(WIDE_1X1_BLOCK)).collect()
+    rated.into_iter().chain(pointwise.then(|| wide_1x1_block(spec))).collect()
 }
 
 /// The f32 shape rule, where the input shape is known (`Conv2dOptions::tuning_key_input`):
-/// among [`F32_SHAPE_CONFIGS`] on GPUs (and [`WIDE_1X1_BLOCK`] on 1×1 layers), [`F32_CPU_SHAPE_CONFIGS`] on CPU adapters, the
+/// among [`F32_SHAPE_CONFIGS`] on GPUs (and the 64×128 block on 1×1 layers, [`wide_1x1_block`]), [`F32_CPU_SHAPE_CONFIGS`] on CPU adapters, the
 /// config with the least estimated time, `max(tiles, fill) × padded FMAs per tile / rate`
 /// ([`fill_workgroups`]) — padding of M, N and K to whole blocks, and grids that leave the
 /// device part empty, both counted. Returns the kernel and why, or `None` where no config of
@@ -2314,7 +2369,7 @@ mod tests {
         let gpu = caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, true);
         let cpu = caps(wgpu::DeviceType::Cpu, 0x10005, false);
         let rules = F32_SHAPE_CONFIGS.iter().map(|c| c.0).chain(F32_CPU_SHAPE_CONFIGS.iter().map(|c| c.0));
-        for tile in rules.chain([f32_tile(&gpu).0, f32_tile(&cpu).0, WIDE_1X1_BLOCK.0]) {
+        for tile in rules.chain([f32_tile(&gpu).0, f32_tile(&cpu).0, WIDE_1X1_BLOCK.0, WIDE_1X1_SHORT_K_BLOCK]) {
             assert!(tiled.contains(&tile), "{} is not in the tiled sweep", tile.name());
         }
         let f16: Vec<TileConfig> = CHANNELS_LAST_F16_CONFIGS
@@ -2327,8 +2382,12 @@ mod tests {
         for tile in GROUPED_CONFIGS {
             assert!(grouped.contains(&tile), "{} is not in the grouped sweep", tile.name());
         }
-        let split: Vec<TileConfig> =
-            CHANNELS_LAST_SPLIT_CONFIGS.iter().chain(&CHANNELS_LAST_SPLIT_SHORT_K_CONFIGS).map(|c| c.0).collect();
+        let split: Vec<TileConfig> = CHANNELS_LAST_SPLIT_CONFIGS
+            .iter()
+            .map(|c| c.0)
+            .chain(CHANNELS_LAST_SPLIT_SHORT_K_CONFIGS.iter().map(|c| c.0))
+            .chain(SPLIT_FAMILY_CONFIGS.iter().map(|c| c.0))
+            .collect();
         for (tiles, split) in [(f16, false), (split, true)] {
             let sweep = nhwc::nhwc_sweep(split);
             for tile in tiles {

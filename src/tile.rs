@@ -369,8 +369,9 @@ pub fn default_sweep() -> Vec<TileConfig> {
         // Few output channels per group (the f32 shape rule's narrow block).
         T::with_thread_tile(64, 32, 16, 4, 4, 1),
         // 128 output channels per block column on 8 warps of 4×8 register tiles (the f32
-        // shape rule's block for 1×1 layers).
+        // shape rule's block for 1×1 layers; K steps of 16 where K is short).
         T::with_thread_tile(64, 128, 8, 4, 8, 1),
+        T::with_thread_tile(64, 128, 16, 4, 8, 1),
         // A whole C_out = 96 in one block column (AlexNet conv1): no padded columns.
         // On the H100 the 4×12 tiles with one stage won: a small
         // workgroup footprint leaves L1 to the input gather, and 8 warps hide its latency.
