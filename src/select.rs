@@ -1157,16 +1157,17 @@ pub(crate) fn f32_matrix_rule(
     ))
 }
 
-/// Output elements per multiprocessor under which rule 5 weighs the FMA kernels' estimate up
-/// ([`fma_small_grid_factor`]): six 64×96 tiles.
-const FMA_SMALL_GRID_OUTPUTS: f64 = 6.0 * 64.0 * 96.0;
+/// Workgroup tiles of the FMA kernels' 64×96 block (the first of [`F32_SHAPE_CONFIGS`]) per
+/// multiprocessor under which rule 5 weighs their estimate up ([`fma_small_grid_factor`]).
+const FMA_SMALL_GRID_TILES: f64 = 6.0;
 /// The most [`fma_small_grid_factor`] adds to the FMA kernels' estimate, for a grid of no
 /// outputs.
 const FMA_SMALL_GRID_WEIGHT: f64 = 0.25;
 
 /// The factor rule 5 puts on the FMA kernels' estimate ([`f32_fma_estimate`]): 1 from
-/// [`FMA_SMALL_GRID_OUTPUTS`] per multiprocessor on, growing linearly to
-/// 1 + [`FMA_SMALL_GRID_WEIGHT`] as the outputs per multiprocessor fall to none. A grid of
+/// [`FMA_SMALL_GRID_TILES`] tiles of the 64×96 block per multiprocessor on (each group's
+/// columns padded to whole tiles), growing linearly to 1 + [`FMA_SMALL_GRID_WEIGHT`] as the
+/// tiles per multiprocessor fall to none. A grid of
 /// a workgroup or two per multiprocessor leaves their 4 warps' loads unhidden, which the
 /// estimate's rate, fitted on fuller grids, does not count; the matrix path's estimate
 /// held there. On the H100 (Vulkan 580.159.04, 2026-11-28, f32; ResNet-50, ResNeXt-50 and
@@ -1174,15 +1175,17 @@ const FMA_SMALL_GRID_WEIGHT: f64 = 0.25;
 /// families swept: 186 layers) the two estimates were within 1 % on five 1×1 layers of
 /// 512–2048 channels at 14×14 and 7×7 at batch 8, where the FMA kernels took 1.6–1.9×
 /// their estimate and the matrix path 0.9–1.0×: with this factor rule 5 sends them to the
-/// matrix path (1.6–1.9× faster), and three more (ResNeXt-50's 512→512 1×1 layer at 28×28 at
-/// batch 8, 1.09×; its 256→512 one at batch 1, a tie; its last grouped 3×3 layer at N = 32,
-/// 32 channels per group, not in the sweeps). Weights 0.2–0.3 and six to eight tiles made
-/// the same decisions on the swept layers; 0.5 also moved a grouped stride-2 layer at batch 8,
-/// which ran 1.5× slower on the matrix path.
+/// matrix path (1.6–1.9× faster), and two more (ResNeXt-50's 512→512 1×1 layer at 28×28 at
+/// batch 8, 1.09×; its 256→512 one at batch 1, a tie). Weights 0.2–0.3 and five to eight
+/// tiles made the same decisions on the swept layers; 0.5 also moved a grouped stride-2
+/// layer at batch 8, which ran 1.5× slower on the matrix path. Counted in outputs instead
+/// of tiles (each group's columns not padded), the factor moved ResNeXt-50's last grouped
+/// 3×3 layer at N = 32 (32 groups of 32 channels, 800 tiles of 64×32) to the matrix path,
+/// 1.4× slower (0.0716 ms against 0.0511).
 fn fma_small_grid_factor(problem: &ConvProblem, multiprocessors: u32) -> f64 {
-    let outputs = problem.output.len() as f64;
-    let per_multiprocessor = outputs / multiprocessors.max(1) as f64;
-    1.0 + FMA_SMALL_GRID_WEIGHT * (1.0 - per_multiprocessor / FMA_SMALL_GRID_OUTPUTS).max(0.0)
+    let (tiles, _) = tiles_and_work(problem, problem.spec.k_total() as u64, F32_SHAPE_CONFIGS[0].0);
+    let per_multiprocessor = tiles as f64 / multiprocessors.max(1) as f64;
+    1.0 + FMA_SMALL_GRID_WEIGHT * (1.0 - per_multiprocessor / FMA_SMALL_GRID_TILES).max(0.0)
 }
 
 /// What the f32 matrix path would run and its estimated time (rule 5's; see
