@@ -1176,7 +1176,7 @@ const FMA_SMALL_GRID_WEIGHT: f64 = 0.25;
 /// 512–2048 channels at 14×14 and 7×7 at batch 8, where the FMA kernels took 1.6–1.9×
 /// their estimate and the matrix path 0.9–1.0×: with this factor rule 5 sends them to the
 /// matrix path (1.6–1.9× faster), and two more (ResNeXt-50's 512→512 1×1 layer at 28×28 at
-/// batch 8, 1.09×; its 256→512 one at batch 1, a tie). Weights 0.2–0.3 and five to eight
+/// batch 8, 1.09×; its 256→512 one at batch 1, 0.96× in the call that checked it). Weights 0.2–0.3 and five to eight
 /// tiles made the same decisions on the swept layers; 0.5 also moved a grouped stride-2
 /// layer at batch 8, which ran 1.5× slower on the matrix path. Counted in outputs instead
 /// of tiles (each group's columns not padded), the factor moved ResNeXt-50's last grouped
