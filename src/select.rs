@@ -1486,7 +1486,7 @@ const WIDE_1X1_SHORT_K_MAX: u32 = 128;
 /// The 64×128 block for a 1×1 layer ([`WIDE_1X1_BLOCK`], [`WIDE_1X1_SHORT_K_BLOCK`]).
 fn wide_1x1_block(spec: &Conv2dSpec) -> (TileConfig, f64) {
     let k = spec.in_channels_per_group();
-    match k <= WIDE_1X1_SHORT_K_MAX && k % WIDE_1X1_SHORT_K_BLOCK.block_k == 0 {
+    match k <= WIDE_1X1_SHORT_K_MAX && k.is_multiple_of(WIDE_1X1_SHORT_K_BLOCK.block_k) {
         true => (WIDE_1X1_SHORT_K_BLOCK, WIDE_1X1_BLOCK.1),
         false => WIDE_1X1_BLOCK,
     }
