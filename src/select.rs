@@ -1750,7 +1750,9 @@ const UNLISTED_GPU_RATES: DeclaredRates = DeclaredRates {
 ///   f32) it picks Winograd for 13, 1.08–2.25× faster than the tiled default each, and the
 ///   tiled kernel for the two 64-channel layers on large maps, where Winograd measured
 ///   0.90× and 0.98×; with them, Winograd only for ResNet-50's 512-channel layer at 7×7
-///   (1.13× the matrix path) and VGG-16's at 14×14 (1.04×).
+///   (1.13× the matrix path) and VGG-16's at 14×14 (1.04×; since the matrix estimate counts
+///   the small steps, [`f32_matrix_estimate`], that layer stays on the matrix path, 1.11×
+///   faster than Winograd there in 2026-11-28's measure).
 ///
 /// Returns the kernel and why, or `None` where the rule does not apply.
 fn winograd_rule(
