@@ -2244,6 +2244,40 @@ mod tests {
     }
 
     /// Split-K on GPUs where the output grid leaves the device part empty and K is long:
+    /// f32 on the H100's declared rates with its matrix units, decisions measured on it
+    /// (BENCHMARKS, "The f32 matrix table in waves"): the split table's blocks for 7×7 layers
+    /// at N = 32 and 14×14 ones at batch 8, the 64×128 block's K steps by the input channels,
+    /// rule 5 on small grids (a grouped layer left to the tiled kernel), and VGG-16's
+    /// 512-channel layer at 14×14 on the matrix path rather than Winograd.
+    #[test]
+    fn f32_tables_on_the_h100() {
+        use crate::spec::Shape4;
+        let h100 = DeviceCaps {
+            name: "NVIDIA H100 80GB HBM3".into(),
+            ..caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, true)
+        };
+        let at = |spec: Conv2dSpec, n: u32, hw: u32| {
+            let opts = Conv2dOptions {
+                tuning_key_input: Some(Shape4::new(n, spec.in_channels, hw, hw)),
+                ..Default::default()
+            };
+            select(&h100, &spec, &opts, true, |_| None).unwrap().kernel.to_string()
+        };
+        let s2 = Conv2dSpec::new(512, 512, 3).stride(2).padding(Padding::uniform(1));
+        assert_eq!(at(s2, 32, 14), "coop-nhwc-f32:m64n128k32-t8x8-w4-s1");
+        assert_eq!(at(Conv2dSpec::new(960, 320, 1), 32, 7), "coop-nhwc-f32:m64n64k64-t4x8-w4-s1");
+        assert_eq!(at(Conv2dSpec::new(1024, 256, 1), 8, 14), "coop-nhwc-f32:m64n64k64-t4x8-w4-s1");
+        assert_eq!(at(Conv2dSpec::new(64, 256, 1), 32, 56), "tiled:m64n128k16-t4x8-w8-s1");
+        assert_eq!(at(Conv2dSpec::new(256, 128, 1), 32, 56), "tiled:m64n128k8-t4x8-w8-s1");
+        assert_eq!(at(Conv2dSpec::new(1024, 512, 1), 8, 14), "coop-nhwc-f32:m64n64k16-t4x8-w4-s1");
+        assert_eq!(at(Conv2dSpec::new(1024, 512, 1), 32, 14).split(':').next(), Some("coop-nhwc-f32"));
+        let grouped = Conv2dSpec::new(1024, 1024, 3).groups(32).padding(Padding::uniform(1));
+        assert_eq!(at(grouped, 32, 7), "tiled:m64n32k16-t4x4-w4-s1");
+        let vgg_c5 = Conv2dSpec::new(512, 512, 3).padding(Padding::uniform(1));
+        assert_eq!(at(vgg_c5, 16, 14), "coop-nhwc-f32:m64n64k16-t4x8-w4-s1");
+        assert_eq!(at(vgg_c5, 32, 7).split(':').next(), Some("winograd"));
+    }
+
     /// ResNet-50's 2048→512 1×1 layer at 7×7 and its 512-channel stride-2 3×3 layer at batch 1
     /// on the H100, not at N = 32, not MobileNetV2's 32→16 layer at 112×112 (the grid fills the
     /// device), never on CPU adapters.
