@@ -742,16 +742,12 @@ pub const CHANNELS_LAST_SHORT_K: u64 = 576;
 /// f16x3 timed with two of the blocks. Picking by this table came within 0.5 % of each
 /// layer's best on each set but the last (0.8 %; geometric means), 6 of the 100 layers under
 /// 0.97 of their best, 2 under 0.95: 0.92 (ResNet-50's 256→1024 1×1 layer at 14×14 in f32, 0.87
-/// in f16x3). The earlier table (every block one per multiprocessor, no epilogue, the 64-wide
-/// blocks at 0.65 and 0.6, the small steps at 0.8) was 0.94–0.98 on the first four, 17 layers
-/// under 0.95: its small steps took the 7×7 layers at N = 32, whose 200 tiles fill less than
-/// a wave of them, 1.07–1.2× slower than the 64×128 or the K-64 block (ResNet-50's 3×3
-/// stride-2 512-channel layer 0.235 → 0.202 ms, MobileNetV2's 960→320 projection 0.049 →
-/// 0.041), and at batch 8 its 14×14 and 7×7 layers 1.19–1.31× slower than the K-64 block.
-/// Without the epilogue no rates kept those gains and the 128×128 block on the long grids
-/// of 64–256 channels at 56×56 (in f16x3, 2–8 % ahead of the small steps); epilogues of 80–96
-/// multiply-adds per output element with these rates made the same picks, 64 or 112 lost
-/// 1–5 more layers, as did the 128×64 block at 0.55 or the small steps at 0.75 or 0.85.
+/// in f16x3); the table before (every block one per multiprocessor, no epilogue) left 17
+/// under 0.95. Without the epilogue no rates kept both the 7×7 and 14×14 layers at small
+/// grids on the right blocks and the long grids of 64–256 channels at 56×56 on the 128×128
+/// block; epilogues of 80–96 multiply-adds per output element with these rates made the same
+/// picks, 64 or 112 lost 1–5 more layers, as did the 128×64 block at 0.55 or the small steps
+/// at 0.75 or 0.85 (BENCHMARKS, "The f32 matrix table in waves").
 const CHANNELS_LAST_SPLIT_CONFIGS: [(TileConfig, f64, u64); 5] = [
     (TileConfig::with_thread_tile(128, 128, 32, 8, 8, 1), 1.0, 1),
     (TileConfig::with_thread_tile(128, 64, 32, 8, 8, 1), 0.5, 1),
@@ -760,25 +756,24 @@ const CHANNELS_LAST_SPLIT_CONFIGS: [(TileConfig, f64, u64); 5] = [
     SPLIT_SMALL_STEPS,
 ];
 
-/// A 64×64 block of 4 warps with K steps of 16, three workgroups per multiprocessor, each
-/// at 0.8 of the 128×128 block's rate ([`CHANNELS_LAST_SPLIT_CONFIGS`]). It joined the
-/// table in a sweep of the 33 layers then on the matrix units (H100, 2026-11-27), 5–14 %
-/// faster than the 128×128 block on ResNet-50's 14×14 layers, its 3×3 64-channel one at
-/// 56×56 and VGG-16's 64-channel one at 224×224.
+/// A 64×64 block of 4 warps with K steps of 16, three workgroups per multiprocessor that
+/// together reach 0.8 of the 128×128 block's rate ([`CHANNELS_LAST_SPLIT_CONFIGS`]): on the
+/// H100 5–14 % faster than the 128×128 block on ResNet-50's 14×14 layers, its 3×3 64-channel
+/// one at 56×56 and VGG-16's 64-channel one at 224×224 (f32, 2026-11-27).
 const SPLIT_SMALL_STEPS: (TileConfig, f64, u64) = (TileConfig::with_thread_tile(64, 64, 16, 4, 8, 1), 0.8, 3);
 
 /// A split kernel's epilogue (its output tile read out of the accumulators and stored),
-/// counted as this many multiply-adds per output element of the tile, shared among the
-/// workgroups that run on a multiprocessor at once: with one, nothing hides it, so it
-/// weighs on short K ([`CHANNELS_LAST_SPLIT_CONFIGS`]).
+/// counted as this many multiply-adds per output element of the tile at the block's rate,
+/// shared among the workgroups that run on a multiprocessor at once: with one, nothing
+/// hides it, so it weighs on short K ([`CHANNELS_LAST_SPLIT_CONFIGS`]).
 const SPLIT_EPILOGUE_MULTIPLY_ADDS: f64 = 96.0;
 
-/// What rule 5's family estimate ([`f32_matrix_estimate`]) counts of the matrix path: the
-/// split kernels' blocks at the rates its constants were fitted with, in waves of one
-/// workgroup per multiprocessor, without the small-step block (it came later; the family
-/// estimate decided as measured on all but three of the 72 dense layers of the five
-/// networks it estimates, at their bench batches, without it).
-const SPLIT_FAMILY_CONFIGS: [(TileConfig, f64); 4] = [
+/// The split kernels' blocks as rule 5's estimate of the matrix path ([`f32_matrix_estimate`])
+/// was fitted with: in waves of one workgroup per multiprocessor, at these rates, no
+/// epilogue, no small steps. The estimate takes the block [`split_best`] picks instead where
+/// that ranks lower — with one workgroup per multiprocessor, an epilogue and rates no higher
+/// than these, only the small steps can.
+const MATRIX_RULE_SPLIT_CONFIGS: [(TileConfig, f64); 4] = [
     (TileConfig::with_thread_tile(128, 128, 32, 8, 8, 1), 1.0),
     (TileConfig::with_thread_tile(128, 64, 32, 8, 8, 1), 0.65),
     (TileConfig::with_thread_tile(64, 128, 32, 8, 8, 1), 0.65),
@@ -786,23 +781,15 @@ const SPLIT_FAMILY_CONFIGS: [(TileConfig, f64); 4] = [
 ];
 
 /// Among the split kernels' long-K configs ([`CHANNELS_LAST_SPLIT_CONFIGS`]), the one of
-/// least time in whole waves ([`work_in_waves`]), each tile's work its padded multiply-adds
-/// plus its epilogue ([`SPLIT_EPILOGUE_MULTIPLY_ADDS`]) shared among the workgroups of a
-/// multiprocessor.
+/// least time in whole waves with their epilogues ([`estimated_best_in_waves`],
+/// [`SPLIT_EPILOGUE_MULTIPLY_ADDS`]).
 fn split_best(
     caps: &DeviceCaps,
     problem: &ConvProblem,
     k: u64,
     make: impl Fn(TileConfig) -> Option<Kernel>,
 ) -> Option<(Kernel, u64, TileConfig, f64)> {
-    let fill = fill_workgroups(caps);
-    let costs = CHANNELS_LAST_SPLIT_CONFIGS.iter().map(|&(t, rate, per_multiprocessor)| {
-        let (tiles, per_tile) = tiles_and_work(problem, k, t);
-        let outputs = (t.block_m * t.block_n) as f64;
-        let epilogue = SPLIT_EPILOGUE_MULTIPLY_ADDS * outputs / per_multiprocessor as f64;
-        (work_in_waves(tiles, per_tile + epilogue, rate, per_multiprocessor * fill), tiles, t)
-    });
-    least_cost(caps, problem, costs, make)
+    estimated_best_in_waves(caps, problem, k, &CHANNELS_LAST_SPLIT_CONFIGS, SPLIT_EPILOGUE_MULTIPLY_ADDS, make)
 }
 
 /// The split kernels' configs for short K (at most [`CHANNELS_LAST_SHORT_K`]) on
@@ -859,7 +846,7 @@ pub(crate) fn channels_last_rule(
             let short = CHANNELS_LAST_F16_SHORT_K_CONFIGS.into_iter().filter(|_| short_k);
             let narrow = narrow_configs(spec).map(|(tile, rate)| (tile, rate, 1));
             let configs: Vec<_> = CHANNELS_LAST_F16_CONFIGS.into_iter().chain(short).chain(narrow).collect();
-            estimated_best_in_waves(caps, p, k, &configs, make)
+            estimated_best_in_waves(caps, p, k, &configs, 0.0, make)
         }
     });
     if let Some((kernel, tiles, tile, cost)) = best {
@@ -992,17 +979,22 @@ fn estimated_best(
 /// [`estimated_best`] over configs (tile, rate, workgroups per multiprocessor) in whole
 /// waves ([`work_in_waves`]): a wave runs `per_multiprocessor` workgroups on each
 /// multiprocessor, each at `rate / per_multiprocessor` — a last wave part empty, or a grid
-/// under one, costs a whole one.
+/// under one, costs a whole one. Each tile's work is its padded multiply-adds plus
+/// `epilogue` multiply-adds per output element of the tile, shared among the workgroups of a
+/// multiprocessor (and, like the rest of the tile's work, divided by its rate).
 fn estimated_best_in_waves(
     caps: &DeviceCaps,
     problem: &ConvProblem,
     k: u64,
     configs: &[(TileConfig, f64, u64)],
+    epilogue: f64,
     make: impl Fn(TileConfig) -> Option<Kernel>,
 ) -> Option<(Kernel, u64, TileConfig, f64)> {
     let fill = fill_workgroups(caps);
     let costs = configs.iter().map(|&(t, rate, per_multiprocessor)| {
         let (tiles, per_tile) = tiles_and_work(problem, k, t);
+        let outputs = (t.block_m * t.block_n) as f64;
+        let per_tile = per_tile + epilogue * outputs / per_multiprocessor.max(1) as f64;
         (work_in_waves(tiles, per_tile, rate, per_multiprocessor * fill), tiles, t)
     });
     least_cost(caps, problem, costs, make)
@@ -1110,7 +1102,10 @@ const MATRIX_PASSES_SECONDS: f64 = 5e-6;
 /// the matrix path, the staging passes' bytes and their dispatches and its output's bytes
 /// ([`PASS_BANDWIDTH_SHARE`], [`MATRIX_OUTPUT_BANDWIDTH_SHARE`],
 /// [`MATRIX_NHWC_OUTPUT_BANDWIDTH_SHARE`]; counted as for f32 tensors on f16 ones), and for the FMA
-/// kernels the layout passes where the tensors are channels last. Fitted on the 71 dense
+/// kernels the layout passes where the tensors are channels last. The matrix path's work
+/// is that of [`MATRIX_RULE_SPLIT_CONFIGS`] or of the block it would run, whichever is less
+/// ([`f32_matrix_estimate`]); the FMA kernels' work is weighed up on small grids
+/// ([`fma_small_grid_factor`]). Fitted on the 71 dense
 /// layers of ResNet-50, ResNeXt-50, MobileNetV2, VGG-16 and AlexNet that the rule decides,
 /// swept with four tiled configs (the shape rule's three of then and a 128×128 block; see
 /// [`matrix_rule_fma_configs`]) and six of the
@@ -1130,8 +1125,8 @@ pub(crate) fn f32_matrix_rule(
     let problem = problem?;
     let matrix = f32_matrix_estimate(caps, spec, problem, layout, finite_weights)?;
     let split = splitk_estimate(caps, problem, converted, &matrix.rates).map(|e| e.seconds);
-    let tiled = f32_fma_estimate(caps, problem, layout, &matrix.rates)
-        .map(|t| t * fma_small_grid_factor(problem, matrix.rates.multiprocessors));
+    let small_grid = fma_small_grid_factor(problem, matrix.rates.multiprocessors);
+    let tiled = f32_fma_estimate(caps, problem, layout, &matrix.rates, small_grid);
     let fma = match (tiled, split) {
         (Some(tiled), Some(split)) => Some(tiled.min(split)),
         (tiled, split) => tiled.or(split),
@@ -1157,8 +1152,8 @@ pub(crate) fn f32_matrix_rule(
     ))
 }
 
-/// Workgroup tiles of the FMA kernels' 64×96 block (the first of [`F32_SHAPE_CONFIGS`]) per
-/// multiprocessor under which rule 5 weighs their estimate up ([`fma_small_grid_factor`]).
+/// Workgroup tiles of the FMA kernels' 64×96 block ([`FMA_GPU_BLOCK`]) per multiprocessor
+/// under which rule 5 weighs their estimate up ([`fma_small_grid_factor`]).
 const FMA_SMALL_GRID_TILES: f64 = 6.0;
 /// The most [`fma_small_grid_factor`] adds to the FMA kernels' estimate, for a grid of no
 /// outputs.
@@ -1167,23 +1162,23 @@ const FMA_SMALL_GRID_WEIGHT: f64 = 0.25;
 /// The factor rule 5 puts on the FMA kernels' estimate ([`f32_fma_estimate`]): 1 from
 /// [`FMA_SMALL_GRID_TILES`] tiles of the 64×96 block per multiprocessor on (each group's
 /// columns padded to whole tiles), growing linearly to 1 + [`FMA_SMALL_GRID_WEIGHT`] as the
-/// tiles per multiprocessor fall to none. A grid of
-/// a workgroup or two per multiprocessor leaves their 4 warps' loads unhidden, which the
-/// estimate's rate, fitted on fuller grids, does not count; the matrix path's estimate
-/// held there. On the H100 (Vulkan 580.159.04, 2026-11-28, f32; ResNet-50, ResNeXt-50 and
-/// MobileNetV2 at batch 8 and 1 and the five networks at their bench batches, both
-/// families swept: 186 layers) the two estimates were within 1 % on five 1×1 layers of
-/// 512–2048 channels at 14×14 and 7×7 at batch 8, where the FMA kernels took 1.6–1.9×
-/// their estimate and the matrix path 0.9–1.0×: with this factor rule 5 sends them to the
-/// matrix path (1.6–1.9× faster), and two more (ResNeXt-50's 512→512 1×1 layer at 28×28 at
-/// batch 8, 1.09×; its 256→512 one at batch 1, 0.96× in the call that checked it). Weights 0.2–0.3 and five to eight
-/// tiles made the same decisions on the swept layers; 0.5 also moved a grouped stride-2
-/// layer at batch 8, which ran 1.5× slower on the matrix path. Counted in outputs instead
-/// of tiles (each group's columns not padded), the factor moved ResNeXt-50's last grouped
-/// 3×3 layer at N = 32 (32 groups of 32 channels, 800 tiles of 64×32) to the matrix path,
-/// 1.4× slower (0.0716 ms against 0.0511).
+/// tiles per multiprocessor fall to none. A grid of a workgroup or two per multiprocessor
+/// leaves their 4 warps' loads unhidden, which the estimate's rate, fitted on fuller grids,
+/// does not count; the matrix path's estimate held there. Tiles, not outputs, so that
+/// grouped layers count the tiles they run (ResNeXt-50's last grouped 3×3 layer at N = 32,
+/// 32 groups of 32 channels, stays on the tiled kernel, 1.4× faster there).
+///
+/// On the H100 (Vulkan 580.159.04, 2026-11-28, f32; ResNet-50, ResNeXt-50 and MobileNetV2 at
+/// batch 8 and 1 and the five networks at their bench batches, both families swept: 186
+/// layers) the two estimates were within 1 % on five 1×1 layers of 512–2048 channels at
+/// 14×14 and 7×7 at batch 8, where the FMA kernels took 1.6–1.9× their estimate and the
+/// matrix path 0.9–1.0×: with this factor rule 5 sends them to the matrix path (1.6–1.9×
+/// faster), and two more (ResNeXt-50's 512→512 1×1 layer at 28×28 at batch 8, 1.09×; its
+/// 256→512 one at batch 1, 0.96×). Weights 0.2–0.3 and five to eight tiles made the same
+/// decisions on the swept layers; 0.5 also moved a grouped stride-2 layer at batch 8, which
+/// ran 1.5× slower on the matrix path.
 fn fma_small_grid_factor(problem: &ConvProblem, multiprocessors: u32) -> f64 {
-    let (tiles, _) = tiles_and_work(problem, problem.spec.k_total() as u64, F32_SHAPE_CONFIGS[0].0);
+    let (tiles, _) = tiles_and_work(problem, problem.spec.k_total() as u64, FMA_GPU_BLOCK);
     let per_multiprocessor = tiles as f64 / multiprocessors.max(1) as f64;
     1.0 + FMA_SMALL_GRID_WEIGHT * (1.0 - per_multiprocessor / FMA_SMALL_GRID_TILES).max(0.0)
 }
@@ -1229,16 +1224,16 @@ fn f32_matrix_estimate(
             CHANNELS_LAST_SPLIT_SHORT_K_CONFIGS.to_vec(),
             estimated_best(caps, problem, matrix_k, &CHANNELS_LAST_SPLIT_SHORT_K_CONFIGS, make)?,
         ),
-        false => (SPLIT_FAMILY_CONFIGS.to_vec(), split_best(caps, problem, matrix_k, make)?),
+        false => (MATRIX_RULE_SPLIT_CONFIGS.to_vec(), split_best(caps, problem, matrix_k, make)?),
     };
     let (input, output) = (problem.input.len() as f64, problem.output.len() as f64);
     let bandwidth = rates.bandwidth_gbs * 1e9;
-    // The family table's work (what rule 5 was fitted with), or the block it would run where
-    // that ranks lower (the long-K table's small steps share a multiprocessor three ways,
-    // which the family table does not count): on the H100 this moved one decision of the
-    // five networks at their bench batches, VGG-16's 512-channel 3×3 layer at 14×14 from
-    // Winograd to the matrix path (0.280 → 0.253 ms), at batch 8 its 256→512 layer at 28×28
-    // (0.260 → 0.251), and none of rule 5's.
+    // The fitted table's work, or the block the path would run where that ranks lower: the
+    // long-K table's blocks of one workgroup per multiprocessor carry an epilogue and rates no
+    // higher than the fitted table's, so only its small steps (three per multiprocessor,
+    // which the fitted table does not count) can. That keeps VGG-16's 512-channel 3×3 layer
+    // at 14×14 (N = 16) on the matrix path, 1.11× faster than Winograd on the H100, and moved
+    // none of rule 5's decisions there (BENCHMARKS, "The f32 matrix table in waves").
     let family_work = wave_work(problem, matrix_k, &configs, rates.multiprocessors as u64);
     let matrix_work = if short_k { family_work } else { family_work.min(cost) };
     let output_share = match layout {
@@ -1259,15 +1254,23 @@ fn f32_matrix_estimate(
 
 /// The f32 FMA kernels' (`tiled`) estimated time on a GPU of these rates: the configs
 /// rule 5 was fitted against ([`matrix_rule_fma_configs`]), padded work in whole waves at
-/// [`F32_SIMT_EFFICIENCY`] of the fp32 rate, plus the layout passes where the tensors are
-/// channels last; `None` where none of those configs fits the device.
-fn f32_fma_estimate(caps: &DeviceCaps, problem: &ConvProblem, layout: Layout, rates: &DeclaredRates) -> Option<f64> {
+/// [`F32_SIMT_EFFICIENCY`] of the fp32 rate times `weight` (rule 5's
+/// [`fma_small_grid_factor`]; 1 in the rules not fitted with it, Winograd's and
+/// split-K's), plus the layout passes where the tensors are channels last; `None` where
+/// none of those configs fits the device.
+fn f32_fma_estimate(
+    caps: &DeviceCaps,
+    problem: &ConvProblem,
+    layout: Layout,
+    rates: &DeclaredRates,
+    weight: f64,
+) -> Option<f64> {
     let configs = matrix_rule_fma_configs(&problem.spec);
     let k = problem.spec.k_total() as u64;
     estimated_best(caps, problem, k, &configs, |t| tiled::TILED.reference().with_tile(t))?;
     let work = wave_work(problem, k, &configs, rates.multiprocessors as u64);
     let passes = conversion_passes(problem, rates, layout == Layout::Nhwc);
-    Some(seconds_at(2.0 * work, rates.fp32_tflops, F32_SIMT_EFFICIENCY) + passes)
+    Some(weight * seconds_at(2.0 * work, rates.fp32_tflops, F32_SIMT_EFFICIENCY) + passes)
 }
 
 /// The seconds of the passes that convert the tensors for a kernel that does not read them
@@ -1300,11 +1303,8 @@ const SPLITK_PASS_SECONDS: f64 = 2.5e-6;
 /// to ResNet-50, MobileNetV2 and VGG-16 at batch 1 and ResNet-50's deep layers at N = 32, every
 /// split-K config of the sweep timed on each: the rule's picks came within 5.4 % of each
 /// layer's best kernel measured (geometric mean over the 72 layers; 1.41× on the worst).
-const SPLITK_TILE_RATES: [(TileConfig, f64); 3] = [
-    (TileConfig::with_thread_tile(64, 96, 16, 4, 12, 1), 1.0),
-    (NARROW_BLOCK, 0.8),
-    (TileConfig::with_thread_tile(32, 32, 32, 4, 4, 2), 0.4),
-];
+const SPLITK_TILE_RATES: [(TileConfig, f64); 3] =
+    [(FMA_GPU_BLOCK, 1.0), (NARROW_BLOCK, 0.8), (TileConfig::with_thread_tile(32, 32, 32, 4, 4, 2), 0.4)];
 /// Split-K is weighed only where the unsplit problem's grid of the smallest tile of
 /// [`F32_SHAPE_CONFIGS`] is under this many waves of one workgroup per multiprocessor: beyond,
 /// a grid fills the device without it.
@@ -1375,7 +1375,7 @@ fn splitk_estimate(
 fn splitk_rule(caps: &DeviceCaps, problem: &ConvProblem, layout: Layout, converted: bool) -> Option<(Kernel, String)> {
     let rates = caps.declared_rates()?;
     let split = splitk_estimate(caps, problem, converted, &rates)?;
-    let tiled = f32_fma_estimate(caps, problem, layout, &rates);
+    let tiled = f32_fma_estimate(caps, problem, layout, &rates, 1.0);
     if tiled.is_some_and(|t| t <= split.seconds) {
         return None;
     }
@@ -1413,10 +1413,7 @@ fn f32_tile(caps: &DeviceCaps) -> (crate::tile::TileConfig, &'static str) {
             "f32 on a CPU adapter: the tiled family's config fitted to CPU drivers (lavapipe)",
         )
     } else {
-        (
-            T::with_thread_tile(64, 96, 16, 4, 12, 1),
-            "f32 on a GPU: the tiled config closest to each layer's best over the measured networks",
-        )
+        (FMA_GPU_BLOCK, "f32 on a GPU: the tiled config closest to each layer's best over the measured networks")
     }
 }
 
@@ -1456,11 +1453,15 @@ fn fill_workgroups(caps: &DeviceCaps) -> u64 {
 /// 4 % faster than the 128×64 one where it won (VGG-16's 128-channel layers at 112×112), and
 /// rates that let it win there lost more elsewhere.
 const F32_SHAPE_CONFIGS: [(TileConfig, f64, f64); 4] = [
-    (TileConfig::with_thread_tile(64, 96, 16, 4, 12, 1), 1.0, 1.0),
+    (FMA_GPU_BLOCK, 1.0, 1.0),
     (TileConfig::with_thread_tile(128, 64, 8, 8, 8, 1), 0.8, 1.0),
     (NARROW_BLOCK, 0.6, 0.6),
     (TileConfig::with_thread_tile(32, 32, 32, 4, 4, 2), 0.4, 0.4),
 ];
+
+/// The FMA kernels' block on GPUs: 64 rows by 96 output channels on 4 warps of 4×12 register
+/// tiles ([`f32_tile`]), the reference of [`F32_SHAPE_CONFIGS`]' rates.
+const FMA_GPU_BLOCK: TileConfig = TileConfig::with_thread_tile(64, 96, 16, 4, 12, 1);
 
 /// The shape rule's 64×32 block, for few output channels per group.
 const NARROW_BLOCK: TileConfig = TileConfig::with_thread_tile(64, 32, 16, 4, 4, 1);
@@ -1500,17 +1501,16 @@ fn wide_1x1_block(spec: &Conv2dSpec) -> (TileConfig, f64) {
 }
 
 /// The shape rule's configs that the FMA estimate of the f32 matrix, split-K and Winograd
-/// rules counts ([`f32_fma_estimate`]): those rule 5's constants were fitted against. [`NARROW_BLOCK`] and [`WIDE_1X1_BLOCK`] came later;
-/// counting the 64×32 block lowered the FMA estimate of small grids and moved layers never
-/// measured that way off the matrix units (ResNet-50's 64→64 3×3 layer at 56×56, batch 1),
-/// and the 64×128 block lost to the matrix path on all but one of the 1×1 layers rule 5
-/// sends there on the H100 (0.52–0.92×), so the matrix rule decides as fitted and, where it
-/// declines, the shape rule may still pick either.
+/// rules counts ([`f32_fma_estimate`]): those rule 5's constants were fitted against,
+/// [`F32_SHAPE_CONFIGS`] rated for the spec without [`NARROW_BLOCK`] and without the 64×128
+/// blocks of 1×1 layers ([`wide_1x1_block`]). Counting the 64×32 block lowered the FMA
+/// estimate of small grids and moved layers never measured that way off the matrix units
+/// (ResNet-50's 64→64 3×3 layer at 56×56, batch 1), and the 64×128 block lost to the matrix
+/// path on all but one of the 1×1 layers rule 5 sends there on the H100 (0.52–0.92×), so
+/// the matrix rule decides as fitted and, where it declines, the shape rule may still pick
+/// either.
 fn matrix_rule_fma_configs(spec: &Conv2dSpec) -> Vec<(TileConfig, f64)> {
-    f32_shape_configs(spec)
-        .into_iter()
-        .filter(|(tile, _)| ![NARROW_BLOCK, WIDE_1X1_BLOCK.0, WIDE_1X1_SHORT_K_BLOCK].contains(tile))
-        .collect()
+    rated_shape_configs(spec).into_iter().filter(|(tile, _)| *tile != NARROW_BLOCK).collect()
 }
 
 /// The f32 shape rule's tile configs on CPU adapters and their relative rate per padded FMA:
@@ -1529,18 +1529,23 @@ const F32_CPU_SHAPE_CONFIGS: [(TileConfig, f64); 3] = [
     (TileConfig::with_thread_tile(32, 64, 32, 4, 4, 2), 0.7),
 ];
 
-/// [`F32_SHAPE_CONFIGS`] with the rates for the spec, and the 64×128 block on 1×1 layers
-/// ([`wide_1x1_block`]).
+/// [`F32_SHAPE_CONFIGS`] with the rates for the spec.
+fn rated_shape_configs(spec: &Conv2dSpec) -> [(TileConfig, f64); 4] {
+    let long_pointwise = spec.kernel == [1, 1] && spec.in_channels_per_group() > tiled::ROWS_FASTEST_MAX_K;
+    F32_SHAPE_CONFIGS
+        .map(|(tile, rate, long_pointwise_rate)| (tile, if long_pointwise { long_pointwise_rate } else { rate }))
+}
+
+/// [`F32_SHAPE_CONFIGS`] with the rates for the spec ([`rated_shape_configs`]), and the
+/// 64×128 block on 1×1 layers ([`wide_1x1_block`]).
 fn f32_shape_configs(spec: &Conv2dSpec) -> Vec<(TileConfig, f64)> {
-    let pointwise = spec.kernel == [1, 1];
-    let long_pointwise = pointwise && spec.in_channels_per_group() > tiled::ROWS_FASTEST_MAX_K;
-    let rated = F32_SHAPE_CONFIGS
-        .map(|(tile, rate, long_pointwise_rate)| (tile, if long_pointwise { long_pointwise_rate } else { rate }));
-    rated.into_iter().chain(pointwise.then(|| wide_1x1_block(spec))).collect()
+    let wide = (spec.kernel == [1, 1]).then(|| wide_1x1_block(spec));
+    rated_shape_configs(spec).into_iter().chain(wide).collect()
 }
 
 /// The f32 shape rule, where the input shape is known (`Conv2dOptions::tuning_key_input`):
-/// among [`F32_SHAPE_CONFIGS`] on GPUs (and the 64×128 block on 1×1 layers, [`wide_1x1_block`]), [`F32_CPU_SHAPE_CONFIGS`] on CPU adapters, the
+/// among [`F32_SHAPE_CONFIGS`] on GPUs (and the 64×128 block on 1×1 layers,
+/// [`wide_1x1_block`]), [`F32_CPU_SHAPE_CONFIGS`] on CPU adapters, the
 /// config with the least estimated time, `max(tiles, fill) × padded FMAs per tile / rate`
 /// ([`fill_workgroups`]) — padding of M, N and K to whole blocks, and grids that leave the
 /// device part empty, both counted. Returns the kernel and why, or `None` where no config of
@@ -1750,9 +1755,8 @@ const UNLISTED_GPU_RATES: DeclaredRates = DeclaredRates {
 ///   f32) it picks Winograd for 13, 1.08–2.25× faster than the tiled default each, and the
 ///   tiled kernel for the two 64-channel layers on large maps, where Winograd measured
 ///   0.90× and 0.98×; with them, Winograd only for ResNet-50's 512-channel layer at 7×7
-///   (1.13× the matrix path) and VGG-16's at 14×14 (1.04×; since the matrix estimate counts
-///   the small steps, [`f32_matrix_estimate`], that layer stays on the matrix path, 1.11×
-///   faster than Winograd there in 2026-11-28's measure).
+///   (1.13× the matrix path), VGG-16's at 14×14 staying on the matrix path (its small steps,
+///   which [`f32_matrix_estimate`] counts, ran it 1.11× faster than Winograd).
 ///
 /// Returns the kernel and why, or `None` where the rule does not apply.
 fn winograd_rule(
@@ -1804,7 +1808,7 @@ fn winograd_rule(
         + 4.0 * elements as f64 / (bandwidth * WINOGRAD_TRANSFORM_BANDWIDTH_SHARE)
         + MATRIX_PASSES_SECONDS
         + conversion_passes(problem, &rates, converted);
-    let fma = f32_fma_estimate(caps, problem, layout, &rates);
+    let fma = f32_fma_estimate(caps, problem, layout, &rates, 1.0);
     let matrix = f32_matrix_estimate(caps, spec, problem, layout, finite_weights).map(|m| m.seconds);
     let split = splitk_estimate(caps, problem, converted, &rates).map(|e| e.seconds);
     let mut against = Vec::new();
@@ -2243,7 +2247,6 @@ mod tests {
         assert_eq!(pick(&h100_fma, spec, Precision::F32).kernel.family(), "tiled");
     }
 
-    /// Split-K on GPUs where the output grid leaves the device part empty and K is long:
     /// f32 on the H100's declared rates with its matrix units, decisions measured on it
     /// (BENCHMARKS, "The f32 matrix table in waves"): the split table's blocks for 7×7 layers
     /// at N = 32 and 14×14 ones at batch 8, the 64×128 block's K steps by the input channels,
@@ -2278,6 +2281,7 @@ mod tests {
         assert_eq!(at(vgg_c5, 32, 7).split(':').next(), Some("winograd"));
     }
 
+    /// Split-K on GPUs where the output grid leaves the device part empty and K is long:
     /// ResNet-50's 2048→512 1×1 layer at 7×7 and its 512-channel stride-2 3×3 layer at batch 1
     /// on the H100, not at N = 32, not MobileNetV2's 32→16 layer at 112×112 (the grid fills the
     /// device), never on CPU adapters.
@@ -2462,7 +2466,7 @@ mod tests {
             .iter()
             .map(|c| c.0)
             .chain(CHANNELS_LAST_SPLIT_SHORT_K_CONFIGS.iter().map(|c| c.0))
-            .chain(SPLIT_FAMILY_CONFIGS.iter().map(|c| c.0))
+            .chain(MATRIX_RULE_SPLIT_CONFIGS.iter().map(|c| c.0))
             .collect();
         for (tiles, split) in [(f16, false), (split, true)] {
             let sweep = nhwc::nhwc_sweep(split);
