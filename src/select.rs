@@ -747,7 +747,8 @@ pub const CHANNELS_LAST_SHORT_K: u64 = 576;
 /// grids on the right blocks and the long grids of 64–256 channels at 56×56 on the 128×128
 /// block; epilogues of 80–96 multiply-adds per output element with these rates made the same
 /// picks, 64 or 112 lost 1–5 more layers, as did the 128×64 block at 0.55 or the small steps
-/// at 0.75 or 0.85 (BENCHMARKS, "The f32 matrix table in waves").
+/// at 0.75 or 0.85 (BENCHMARKS, "The f32 matrix table in waves"). `scripts/split_table_fit.py`
+/// repeats this ranking on a device's sweeps and searches around it.
 const CHANNELS_LAST_SPLIT_CONFIGS: [(TileConfig, f64, u64); 5] = [
     (TileConfig::with_thread_tile(128, 128, 32, 8, 8, 1), 1.0, 1),
     (TileConfig::with_thread_tile(128, 64, 32, 8, 8, 1), 0.5, 1),
