@@ -147,7 +147,7 @@ fn random_simt_kernel_name(rng: &mut rand::rngs::StdRng) -> String {
     match rng.random_range(0..8) {
         0 => format!("tiled:{}", tile(rng)),
         1 => format!("tiled-f16:{}", tile(rng)),
-        2 => format!("winograd:{}", tile(rng)),
+        2 => format!("{}:{}", ["winograd", "winograd-f4"][rng.random_range(0..2usize)], tile(rng)),
         3 => format!("splitk:{}-k{}", tile(rng), pick(rng, &[2, 3, 4, 8])),
         4 | 5 => format!(
             "{}:x{}y{}c{}-w{}",
@@ -158,8 +158,8 @@ fn random_simt_kernel_name(rng: &mut rand::rngs::StdRng) -> String {
             pick(rng, &[32, 64, 128, 256])
         ),
         6 => format!("depthwise:staged-x{}-w{}", pick(rng, &[1, 2, 4]), pick(rng, &[64, 128, 256])),
-        _ => ["tiled", "tiled-f16", "winograd", "splitk", "depthwise", "direct", "direct-f16"]
-            [rng.random_range(0..7usize)]
+        _ => ["tiled", "tiled-f16", "winograd", "winograd-f4", "splitk", "depthwise", "direct", "direct-f16"]
+            [rng.random_range(0..8usize)]
         .to_string(),
     }
 }

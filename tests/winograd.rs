@@ -1,7 +1,8 @@
-//! The Winograd family (F(2×2, 3×3): input transform, 16 GEMMs on the tiled kernel, output
-//! transform) against the f64 CPU reference: a seeded random-shape property test over
-//! channel counts, odd and even sizes, asymmetric padding, batch 1, bias and ReLU, on every
-//! config of its sweep in turn, through `encode` into NaN-poisoned output; channels-last and
+//! The Winograd families (`winograd`: F(2×2, 3×3) and F(2×2, 5×5); `winograd-f4`: F(4×4,
+//! 3×3); input transform, n² GEMMs on the tiled kernel, output transform) against the f64 CPU
+//! reference: a seeded random-shape property test per algorithm over channel counts, odd and
+//! even sizes, asymmetric padding, batch 1, bias and ReLU, on every config of the family's
+//! sweep in turn, through `encode` into NaN-poisoned output; channels-last and
 //! f16 tensors (layout passes around it); batch chunks under a lowered binding limit; the
 //! plan's three dispatches per chunk; refusals of the shapes it cannot run.
 //!
@@ -11,15 +12,14 @@ mod common;
 use common::*;
 use wgconv::{Conv2d, Conv2dOptions, Conv2dSpec, Padding, Shape4};
 
-/// 60 random shapes, one config of the sweep on each in turn, f32 within 1e-5; ReLU on
-/// every third.
-#[test]
-fn random_shapes_match_the_reference() {
+/// `count` random shapes of a square kernel of side `kernel`, one config of the family's
+/// sweep on each in turn, f32 within 1e-5; ReLU on every third.
+fn random_shapes(family: &str, kernel: u32, count: usize) {
     let gpu = gpu();
-    let (seed, mut rng) = seeded_rng("winograd random shapes");
-    let sweep = wgconv::advanced::sweep("winograd").unwrap();
-    for i in 0..60 {
-        let case = random_3x3_case(&mut rng, i, seed, 24);
+    let (seed, mut rng) = seeded_rng(&format!("{family} {kernel}x{kernel} random shapes"));
+    let sweep = wgconv::advanced::sweep(family).unwrap();
+    for i in 0..count {
+        let case = random_square_case(&mut rng, i, seed, 24, kernel);
         let k = sweep[i % sweep.len()].clone();
         if i % 3 == 0 {
             case.check_relu(&gpu, k);
@@ -29,6 +29,21 @@ fn random_shapes_match_the_reference() {
     }
 }
 
+#[test]
+fn random_shapes_f2x2_3x3() {
+    random_shapes("winograd", 3, 40);
+}
+
+#[test]
+fn random_shapes_f2x2_5x5() {
+    random_shapes("winograd", 5, 30);
+}
+
+#[test]
+fn random_shapes_f4x4_3x3() {
+    random_shapes("winograd-f4", 3, 40);
+}
+
 /// Channels-last and f16 tensors: layout passes around the three passes.
 #[test]
 fn channels_last_and_f16_tensors() {
@@ -36,6 +51,7 @@ fn channels_last_and_f16_tensors() {
     let spec = Conv2dSpec::new(6, 10, 3).padding(Padding::uniform(1)).with_bias(true);
     let case = Case::new("wino_forms", spec, Shape4::new(2, 6, 9, 12));
     check_in_every_layout(&gpu, &case, &kernel("winograd"));
+    check_in_every_layout(&gpu, &case, &kernel("winograd-f4"));
 }
 
 /// A binding limit that holds two images' products: chunks of two, each through its own
@@ -54,23 +70,25 @@ fn batch_chunks() {
     check_chunked(&gpu, &case, &conv, Some(3));
 }
 
-/// Shapes F(2×2, 3×3) does not cover are refused by name, never run.
+/// Shapes the algorithms do not cover are refused by name, never run.
 #[test]
 fn other_shapes_are_refused() {
     let gpu = gpu();
     let k = kernel("winograd");
     for spec in [
-        Conv2dSpec::new(4, 4, 5),
+        Conv2dSpec::new(4, 4, 7),
         Conv2dSpec::new(4, 4, 3).stride((2, 2)),
         Conv2dSpec::new(4, 4, 3).dilation((2, 2)),
-        Conv2dSpec::new(4, 4, 3).groups(2),
+        Conv2dSpec::new(4, 4, 5).groups(2),
     ] {
         let e = k.check(&spec, gpu.caps()).unwrap_err().to_string();
-        assert!(e.contains("winograd") && e.contains("F(2×2, 3×3)"), "{e}");
+        assert!(e.contains("winograd") && e.contains("F(2×2, 3×3) and F(2×2, 5×5)"), "{e}");
         let (w, _) = params(&spec, 1);
         let opts = Conv2dOptions::default().kernel(Some(k.clone()));
         assert!(Conv2d::new(&gpu, spec, &w, None, opts).is_err());
     }
+    let e = kernel("winograd-f4").check(&Conv2dSpec::new(4, 4, 5), gpu.caps()).unwrap_err().to_string();
+    assert!(e.contains("winograd-f4") && e.contains("F(4×4, 3×3)"), "{e}");
     let reflect = Conv2dSpec::new(4, 4, 3).padding(Padding::uniform(1)).padding_mode(wgconv::PaddingMode::Reflect);
     assert!(k.check(&reflect, gpu.caps()).unwrap_err().to_string().contains("padding_mode"));
 }

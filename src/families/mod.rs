@@ -34,6 +34,7 @@ pub(crate) static FAMILIES: &[&dyn Family] = &[
     &tiled::TILED,
     &tiled::TILED_F16,
     &winograd::WINOGRAD,
+    &winograd::WINOGRAD_F4,
     &splitk::SPLITK,
     &pointwise::POINTWISE,
     &depthwise::DEPTHWISE,

@@ -498,10 +498,15 @@ pub fn check_f16_storage(gpu: &Gpu, case: &Case, kernel: Option<Kernel>, layout:
 /// padding per side, bias or not) and input (batch 1 or 2, 1–19 rows and columns) from
 /// `rng`: the Winograd families' property tests.
 pub fn random_3x3_case(rng: &mut rand::rngs::StdRng, i: usize, seed: u64, max_channels: u32) -> Case {
+    random_square_case(rng, i, seed, max_channels, 3)
+}
+
+/// [`random_3x3_case`] with a square kernel of side `kernel`.
+pub fn random_square_case(rng: &mut rand::rngs::StdRng, i: usize, seed: u64, max_channels: u32, kernel: u32) -> Case {
     loop {
         let pad = |r: &mut rand::rngs::StdRng| r.random_range(0..=2u32);
         let padding = Padding::new(pad(rng), pad(rng), pad(rng), pad(rng));
-        let spec = Conv2dSpec::new(rng.random_range(1..=max_channels), rng.random_range(1..=max_channels), 3)
+        let spec = Conv2dSpec::new(rng.random_range(1..=max_channels), rng.random_range(1..=max_channels), kernel)
             .padding(padding)
             .with_bias(rng.random_bool(0.5));
         let n = if rng.random_bool(0.5) { 1 } else { 2 };

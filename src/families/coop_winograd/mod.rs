@@ -41,7 +41,10 @@ use crate::error::{Error, Result};
 use crate::families::coop::TileFamily;
 use crate::families::nhwc;
 use crate::families::tiled::{pass_workgroup_refusal, sources_in_every_form, DerivedRun, TileConfig};
-use crate::families::winograd::{self, COMPONENTS};
+use crate::families::winograd::{self, minimal::F2X2_3X3};
+
+/// Components of a transformed tile (4×4): F(2×2, 3×3)'s.
+const COMPONENTS: u32 = 16;
 use crate::kernel::{
     compose_operands, Family, Finishing, Kernel, KernelConfig, Operands, Packed, Shaped, Staging, TensorForm,
 };
@@ -101,7 +104,7 @@ fn gemm_spec(spec: &Conv2dSpec) -> Conv2dSpec {
 
 /// The GEMM's problem: the transformed input as `[N, 16·C8, TH, TW]` (channels last).
 fn gemm_problem(problem: &ConvProblem) -> Result<ConvProblem> {
-    let [th, tw] = winograd::tiles(problem);
+    let [th, tw] = winograd::tiles(problem, &F2X2_3X3);
     let spec = gemm_spec(&problem.spec);
     spec.problem(Shape4::new(problem.input.n, spec.in_channels, th, tw))
 }
@@ -122,7 +125,7 @@ impl CoopWinogradKernel {
 
     /// The transforms' WGSL for a problem and the caller's tensors in `form`.
     fn transform_source(&self, problem: &ConvProblem, form: TensorForm, output: bool) -> Result<String> {
-        let [th, tw] = winograd::tiles(problem);
+        let [th, tw] = winograd::tiles(problem, &F2X2_3X3);
         let s = &problem.spec;
         let config = format!(
             "const WG: u32 = {TRANSFORM_WG}u;\nconst C: u32 = {c}u;\nconst K: u32 = {k}u;\n\
@@ -164,7 +167,7 @@ impl CoopWinogradKernel {
                 self.tile.name()
             )));
         }
-        let [th, tw] = winograd::tiles(problem);
+        let [th, tw] = winograd::tiles(problem, &F2X2_3X3);
         let tiles = th as u64 * tw as u64;
         let (c8, k4) = (channels(&problem.spec) as u64 / VEC as u64, quads(&problem.spec) as u64);
         Ok(Box::new(DerivedRun {
@@ -224,7 +227,7 @@ impl KernelConfig for CoopWinogradKernel {
             });
         }
         let gemm = gemm_spec(spec);
-        let u = winograd::transform_weights_padded(spec, weight, quads(spec), channels(spec))?;
+        let u = winograd::transform_weights_padded(spec, weight, quads(spec), channels(spec), &F2X2_3X3)?;
         let zeros = alloc::zeroed_vec::<f32>(gemm.out_channels as usize, "the GEMM's zero bias")?;
         let mut packed = self.gemm()?.config().pack(&gemm, &u, &zeros)?;
         // The GEMM adds the first 16·K4 (zeros); the output transform reads the K4 after.
@@ -277,7 +280,7 @@ impl KernelConfig for CoopWinogradKernel {
 #[cfg(test)]
 fn coop_winograd_twin(problem: &ConvProblem, input: &[f32], weight: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
     let f16 = |v: f32| half::f16::from_f32(v).to_f32();
-    winograd::winograd_twin_rounded(problem, input, weight, bias, f16)
+    winograd::winograd_twin_rounded(problem, &F2X2_3X3, input, weight, bias, f16)
 }
 
 #[cfg(test)]

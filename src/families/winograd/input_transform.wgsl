@@ -1,8 +1,9 @@
-// The Winograd family's input transform F(2×2, 3×3), its staging pass: each invocation
-// takes one 4×4 input patch (tile ty, tx of one channel of one image; the padding read as
-// zeros), computes V = Bᵀ d B and writes its 16 values as 16 channels of the derived
-// problem's input, `[N][16·C][TH][TW]` with channel ξ·C + c for component ξ = 4·row + col:
-// the layout of an NCHW tensor, which the tiled kernel then reads as a 1×1 convolution of 16
+// The Winograd family's input transform F(m×m, r×r), its staging pass: each invocation
+// takes one N×N input patch (tile ty, tx of one channel of one image, N = M + R − 1, tiles M
+// apart; the padding read as zeros), computes V = Bᵀ d B by the generated `input_1d` (Bᵀ of
+// one column, then of one row) and writes its N² values as N² channels of the derived
+// problem's input, `[batch][N²·C][TH][TW]` with channel ξ·C + c for component ξ = N·row + col:
+// the layout of an NCHW tensor, which the tiled kernel then reads as a 1×1 convolution of N²
 // groups (one GEMM per component). An infinite or NaN input, or a transform that overflows,
 // reaches the products of its tiles as non-finite values, which the output transform then
 // computes directly (see output_transform.wgsl).
@@ -26,34 +27,38 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     let img = t / per_image;
     let c = (t % per_image) / (TH * TW);
     let tile = t % (TH * TW);
-    let y0 = i32((tile / TW) * 2u) - i32(p.pad_top);
-    let x0 = i32((tile % TW) * 2u) - i32(p.pad_left);
+    let y0 = i32((tile / TW) * M) - i32(p.pad_top);
+    let x0 = i32((tile % TW) * M) - i32(p.pad_left);
     let plane = p.in_offset + (img * C + c) * H * W;
-    var d: array<array<f32, 4>, 4>;
-    for (var i = 0u; i < 4u; i++) {
+    var d: array<array<f32, N>, N>;
+    for (var i = 0u; i < N; i++) {
         let iy = y0 + i32(i);
-        for (var j = 0u; j < 4u; j++) {
+        for (var j = 0u; j < N; j++) {
             let ix = x0 + i32(j);
             let inside = iy >= 0 && iy < i32(H) && ix >= 0 && ix < i32(W);
             let at = select(0u, u32(iy) * W + u32(ix), inside);
             d[i][j] = select(0.0, input[plane + at], inside);
         }
     }
-    // Bᵀ d (rows), then (Bᵀ d) B (columns); Bᵀ = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1].
-    var b: array<array<f32, 4>, 4>;
-    for (var j = 0u; j < 4u; j++) {
-        b[0][j] = d[0][j] - d[2][j];
-        b[1][j] = d[1][j] + d[2][j];
-        b[2][j] = d[2][j] - d[1][j];
-        b[3][j] = d[1][j] - d[3][j];
+    // Bᵀ d, column by column: b[i][j] = (Bᵀ d[·][j])[i].
+    var b: array<array<f32, N>, N>;
+    for (var j = 0u; j < N; j++) {
+        var column: array<f32, N>;
+        for (var i = 0u; i < N; i++) {
+            column[i] = d[i][j];
+        }
+        let v = input_1d(column);
+        for (var i = 0u; i < N; i++) {
+            b[i][j] = v[i];
+        }
     }
-    let out = (img * 16u * C + c) * TH * TW + tile;
+    // (Bᵀ d) B, row by row, each component to its channel.
+    let out = (img * N * N * C + c) * TH * TW + tile;
     let component = C * TH * TW;
-    for (var i = 0u; i < 4u; i++) {
-        let row = out + i * 4u * component;
-        staged[row] = b[i][0] - b[i][2];
-        staged[row + component] = b[i][1] + b[i][2];
-        staged[row + 2u * component] = b[i][2] - b[i][1];
-        staged[row + 3u * component] = b[i][1] - b[i][3];
+    for (var i = 0u; i < N; i++) {
+        let v = input_1d(b[i]);
+        for (var j = 0u; j < N; j++) {
+            staged[out + (i * N + j) * component] = v[j];
+        }
     }
 }

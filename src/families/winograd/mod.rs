@@ -1,17 +1,24 @@
-//! The Winograd family (`winograd`): 3×3 convolutions of stride 1, no dilation and no groups
-//! by Winograd's minimal filtering F(2×2, 3×3), in three passes of one compute pass. The
-//! input transform (`input_transform.wgsl`, the kernel's staging pass) rewrites each 4×4
-//! input patch `d` as `V = Bᵀ d B`; the tiled kernel (`crate::families::tiled`, the config's
-//! tile) multiplies, for each of the 16 components, the transformed inputs by the
-//! transformed weights `U = G g Gᵀ` (packed at `Conv2d::new`), as a 1×1 convolution of 16
-//! groups; the output transform (`output_transform.wgsl`, the finishing pass) turns each
-//! tile's 16 products into its 2×2 outputs `Y = Aᵀ M A`, adds the bias and the activation.
+//! The Winograd families: convolutions of stride 1, no dilation and no groups by Winograd's
+//! minimal filtering F(m×m, r×r) ([`minimal`]), in three passes of one compute pass.
+//! `winograd` runs tiles of 2×2 outputs (F(2×2, 3×3) and F(2×2, 5×5)), `winograd-f4` tiles
+//! of 4×4 (F(4×4, 3×3)). The input transform (`input_transform.wgsl`, the kernel's staging
+//! pass) rewrites each n×n input patch `d` (n = m + r − 1) as `V = Bᵀ d B`; the tiled kernel
+//! (`crate::families::tiled`, the config's tile) multiplies, for each of the n² components,
+//! the transformed inputs by the transformed weights `U = G g Gᵀ` (packed at `Conv2d::new`),
+//! as a 1×1 convolution of n² groups; the output transform (`output_transform.wgsl`, the
+//! finishing pass) turns each tile's n² products into its m×m outputs `Y = Aᵀ M A`, adds the
+//! bias and the activation.
 //!
-//! 16 multiplies per 2×2 outputs against 36: the products' arithmetic falls 2.25×, for
-//! transformed inputs 4× the input's size and products 4× the output's, written and read
-//! once each. f32 throughout (the transforms add and subtract at most four values, and G's
-//! halves are exact): on random inputs the relative L2 error stays ~3e-7 (tested ≤ 1e-5).
+//! F(2×2, 3×3): 16 multiply-adds per 2×2 outputs against 36 (2.25× fewer), for transformed
+//! inputs 4× the input's size and products 4× the output's, written and read once each.
+//! F(4×4, 3×3): 36 per 4×4 against 144 (4×), for 2.25× the input and the output. F(2×2, 5×5):
+//! 36 per 2×2 against 100 (2.8×), for 9× the input and the output. f32 throughout; the
+//! larger tiles' transforms multiply by up to 5 (inputs) and 8 (outputs), which costs
+//! accuracy: on random inputs F(2×2, 3×3) stays near 3e-7 relative L2 error and the n = 6
+//! algorithms near 1e-6 (tested ≤ 1e-5, the F32 contract).
 //! Configs are tile configs (`winograd:m64n64k16-t8x4-w4-s3`): the GEMM's.
+
+pub(crate) mod minimal;
 
 use crate::alloc;
 use crate::caps::{DeviceCaps, KernelLimits};
@@ -22,6 +29,7 @@ use crate::kernel::{
     ALL_TARGETS, FINISHING_WEIGHT_BINDING,
 };
 use crate::spec::{Conv2dSpec, ConvProblem, Shape4};
+pub(crate) use minimal::Minimal;
 
 const INPUT_TRANSFORM_WGSL: &str = include_str!("input_transform.wgsl");
 const OUTPUT_TRANSFORM_WGSL: &str = include_str!("output_transform.wgsl");
@@ -29,19 +37,23 @@ const OUTPUT_TRANSFORM_WGSL: &str = include_str!("output_transform.wgsl");
 /// Invocations per workgroup of the transforms.
 const TRANSFORM_WG: u32 = 256;
 
-/// Components of a transformed tile (4×4).
-pub(crate) const COMPONENTS: u32 = 16;
-
-/// The family.
+/// A Winograd family: the side of its output tiles.
 #[derive(Debug)]
-pub(crate) struct Winograd;
+pub(crate) struct Winograd {
+    name: &'static str,
+    /// Outputs per tile side (m).
+    out: u32,
+}
 
-/// `winograd`: F(2×2, 3×3) in f32.
-pub(crate) static WINOGRAD: Winograd = Winograd;
+/// `winograd`: F(2×2, 3×3) and F(2×2, 5×5) in f32.
+pub(crate) static WINOGRAD: Winograd = Winograd { name: "winograd", out: 2 };
+
+/// `winograd-f4`: F(4×4, 3×3) in f32.
+pub(crate) static WINOGRAD_F4: Winograd = Winograd { name: "winograd-f4", out: 4 };
 
 impl Family for Winograd {
     fn name(&self) -> &'static str {
-        "winograd"
+        self.name
     }
     fn precision(&self) -> Precision {
         Precision::F32
@@ -50,13 +62,13 @@ impl Family for Winograd {
         None
     }
     fn parse(&'static self, config: &str) -> Result<Kernel> {
-        Ok(Kernel::new(WinogradKernel { tile: TileConfig::parse(config)? }))
+        Ok(self.with_tile_config(TileConfig::parse(config)?))
     }
     fn reference(&'static self) -> Kernel {
-        Kernel::new(WinogradKernel { tile: TileConfig::seed() })
+        self.with_tile_config(TileConfig::seed())
     }
     fn sweep(&'static self) -> Vec<Kernel> {
-        default_sweep().into_iter().map(|tile| Kernel::new(WinogradKernel { tile })).collect()
+        default_sweep().into_iter().map(|tile| self.with_tile_config(tile)).collect()
     }
     fn targets(&self) -> &'static [Target] {
         ALL_TARGETS
@@ -66,27 +78,61 @@ impl Family for Winograd {
 impl Winograd {
     /// This family's kernel of a tile.
     pub(crate) fn with_tile_config(&'static self, tile: TileConfig) -> Kernel {
-        Kernel::new(WinogradKernel { tile })
+        Kernel::new(WinogradKernel { family: self, tile })
+    }
+
+    /// The kernel sides this family's algorithms take.
+    fn kernel_sides(&self) -> Vec<u32> {
+        minimal::ALL.iter().filter(|a| a.out == self.out).map(|a| a.kernel).collect()
+    }
+
+    /// The algorithm that runs a spec, or why none does (stride 1, no dilation, no groups,
+    /// a square kernel of a side one of this family's algorithms takes).
+    pub(crate) fn algorithm(&self, spec: &Conv2dSpec) -> std::result::Result<&'static Minimal, String> {
+        let [kh, kw] = spec.kernel;
+        let found = minimal::of(self.out, kh).filter(|_| kh == kw);
+        match found {
+            Some(a) if spec.stride == [1, 1] && spec.dilation == [1, 1] && spec.groups == 1 => Ok(a),
+            _ => {
+                let sides: Vec<String> = self.kernel_sides().iter().map(|r| format!("{r}x{r}")).collect();
+                let names: Vec<String> = minimal::ALL.iter().filter(|a| a.out == self.out).map(|a| a.name()).collect();
+                Err(format!(
+                    "{} runs {} kernels of stride 1, no dilation and no groups, not {}x{} stride {}x{} dilation \
+                     {}x{} groups {}",
+                    names.join(" and "),
+                    sides.join(" or "),
+                    kh,
+                    kw,
+                    spec.stride[0],
+                    spec.stride[1],
+                    spec.dilation[0],
+                    spec.dilation[1],
+                    spec.groups
+                ))
+            }
+        }
     }
 }
 
-/// A kernel of the Winograd family: the GEMM's tile.
+/// A kernel of a Winograd family: the GEMM's tile.
 #[derive(Debug)]
 pub(crate) struct WinogradKernel {
+    family: &'static Winograd,
     tile: TileConfig,
 }
 
-/// The GEMM of a spec: a 1×1 convolution of 16 groups from 16·C_in to 16·C_out channels.
-fn gemm_spec(spec: &Conv2dSpec) -> Conv2dSpec {
+/// The GEMM of a spec: a 1×1 convolution of n² groups from n²·C_in to n²·C_out channels.
+fn gemm_spec(spec: &Conv2dSpec, alg: &Minimal) -> Conv2dSpec {
     // Saturating: asked of specs not yet validated (whose channel counts may be anything).
-    let (c, k) = (COMPONENTS.saturating_mul(spec.in_channels), COMPONENTS.saturating_mul(spec.out_channels));
-    Conv2dSpec::new(c, k, 1).groups(COMPONENTS)
+    let components = alg.components();
+    let (c, k) = (components.saturating_mul(spec.in_channels), components.saturating_mul(spec.out_channels));
+    Conv2dSpec::new(c, k, 1).groups(components)
 }
 
 /// Why F(2×2, 3×3) cannot run a spec's shape (3×3 kernels of stride 1, no dilation, no
-/// groups only), or `None`.
+/// groups only), or `None`: the shapes of the family on the matrix units.
 pub(crate) fn shape_refusal(spec: &Conv2dSpec) -> Option<String> {
-    let fits = spec.kernel == [3, 3] && spec.stride == [1, 1] && spec.dilation == [1, 1] && spec.groups == 1;
+    let fits = WINOGRAD.algorithm(spec).is_ok_and(|a| *a == minimal::F2X2_3X3);
     (!fits).then(|| {
         format!(
             "F(2×2, 3×3) runs 3×3 kernels of stride 1, no dilation and no groups, not {}x{} stride {}x{} \
@@ -102,47 +148,42 @@ pub(crate) fn shape_refusal(spec: &Conv2dSpec) -> Option<String> {
     })
 }
 
-/// Tiles of 2×2 outputs over an output plane: `[TH, TW]`.
-pub(crate) fn tiles(problem: &ConvProblem) -> [u32; 2] {
-    [problem.output.h.div_ceil(2), problem.output.w.div_ceil(2)]
+/// Tiles of m×m outputs over an output plane: `[TH, TW]`.
+pub(crate) fn tiles(problem: &ConvProblem, alg: &Minimal) -> [u32; 2] {
+    [problem.output.h.div_ceil(alg.out), problem.output.w.div_ceil(alg.out)]
 }
 
-/// The GEMM's problem: the transformed input as `[N, 16·C, TH, TW]`.
-pub(crate) fn gemm_problem(problem: &ConvProblem) -> Result<ConvProblem> {
-    let [th, tw] = tiles(problem);
-    gemm_spec(&problem.spec).problem(Shape4::new(problem.input.n, COMPONENTS * problem.input.c, th, tw))
+/// The GEMM's problem: the transformed input as `[N, n²·C, TH, TW]`.
+pub(crate) fn gemm_problem(problem: &ConvProblem, alg: &Minimal) -> Result<ConvProblem> {
+    let [th, tw] = tiles(problem, alg);
+    let c = alg.components().saturating_mul(problem.input.c);
+    gemm_spec(&problem.spec, alg).problem(Shape4::new(problem.input.n, c, th, tw))
 }
 
-/// `U = G g Gᵀ` per output and input channel, as the GEMM's weights `[16·C_out][C_in]`
-/// (row ξ·C_out + k for component ξ = 4·row + col), from `[C_out, C_in, 3, 3]`.
-pub(crate) fn transform_weights(spec: &Conv2dSpec, weight: &[f32]) -> Result<Vec<f32>> {
-    transform_weights_padded(spec, weight, spec.out_channels, spec.in_channels)
+/// `U = G g Gᵀ` per output and input channel, as the GEMM's weights `[n²·C_out][C_in]` (row
+/// ξ·C_out + k for component ξ = n·row + col), from `[C_out, C_in, r, r]`.
+pub(crate) fn transform_weights(spec: &Conv2dSpec, weight: &[f32], alg: &Minimal) -> Result<Vec<f32>> {
+    transform_weights_padded(spec, weight, spec.out_channels, spec.in_channels, alg)
 }
 
 /// [`transform_weights`] with the rows of each component padded to `rows` output channels and
-/// the columns to `columns` input channels (zeros), `[16·rows][columns]`.
-pub(crate) fn transform_weights_padded(spec: &Conv2dSpec, weight: &[f32], rows: u32, columns: u32) -> Result<Vec<f32>> {
+/// the columns to `columns` input channels (zeros), `[n²·rows][columns]`.
+pub(crate) fn transform_weights_padded(
+    spec: &Conv2dSpec,
+    weight: &[f32],
+    rows: u32,
+    columns: u32,
+    alg: &Minimal,
+) -> Result<Vec<f32>> {
     let (k_out, c_in) = (spec.out_channels as usize, spec.in_channels as usize);
     let (rows, columns) = (rows as usize, columns as usize);
-    let mut u = alloc::zeroed_vec::<f32>(COMPONENTS as usize * rows * columns, "the transformed weights")?;
+    let (components, taps) = (alg.components() as usize, (alg.kernel * alg.kernel) as usize);
+    let mut u = alloc::zeroed_vec::<f32>(components * rows * columns, "the transformed weights")?;
     for k in 0..k_out {
         for c in 0..c_in {
-            let g = &weight[(k * c_in + c) * 9..][..9];
-            // G g: 4×3, G = [1 0 0; ½ ½ ½; ½ -½ ½; 0 0 1].
-            let mut gg = [[0.0f32; 3]; 4];
-            for j in 0..3 {
-                let (g0, g1, g2) = (g[j], g[3 + j], g[6 + j]);
-                gg[0][j] = g0;
-                gg[1][j] = 0.5 * (g0 + g1 + g2);
-                gg[2][j] = 0.5 * (g0 - g1 + g2);
-                gg[3][j] = g2;
-            }
-            for (i, row) in gg.iter().enumerate() {
-                let (a, b, c2) = (row[0], row[1], row[2]);
-                let t = [a, 0.5 * (a + b + c2), 0.5 * (a - b + c2), c2];
-                for (j, v) in t.into_iter().enumerate() {
-                    u[((i * 4 + j) * rows + k) * columns + c] = v;
-                }
+            let t = alg.transform_kernel(&weight[(k * c_in + c) * taps..][..taps]);
+            for (xi, v) in t.into_iter().enumerate() {
+                u[(xi * rows + k) * columns + c] = v;
             }
         }
     }
@@ -156,23 +197,29 @@ impl WinogradKernel {
     }
 
     fn refuse(&self, reason: String) -> Error {
-        Error::KernelRefused { kernel: self.tile.name(), reason }
+        Error::KernelRefused { kernel: format!("{}:{}", self.family.name, self.tile.name()), reason }
+    }
+
+    /// The algorithm of a spec, or the refusal.
+    fn algorithm(&self, spec: &Conv2dSpec) -> Result<&'static Minimal> {
+        self.family.algorithm(spec).map_err(|reason| self.refuse(reason))
     }
 
     /// The transforms' WGSL for a problem.
-    fn transform_source(&self, problem: &ConvProblem, output: bool) -> Result<String> {
-        let [th, tw] = tiles(problem);
+    fn transform_source(&self, problem: &ConvProblem, alg: &Minimal, output: bool) -> Result<String> {
+        let [th, tw] = tiles(problem, alg);
         let header = format!(
             "// generated from the convolution's geometry\n\
              const WG: u32 = {TRANSFORM_WG}u;\nconst C: u32 = {c}u;\nconst K: u32 = {k}u;\n\
              const H: u32 = {h}u;\nconst W: u32 = {w}u;\nconst OH: u32 = {oh}u;\nconst OW: u32 = {ow}u;\n\
-             const TH: u32 = {th}u;\nconst TW: u32 = {tw}u;\n",
+             const TH: u32 = {th}u;\nconst TW: u32 = {tw}u;\n{transforms}",
             c = problem.input.c,
             k = problem.output.c,
             h = problem.input.h,
             w = problem.input.w,
             oh = problem.output.h,
             ow = problem.output.w,
+            transforms = alg.wgsl(),
         );
         let (entry, wgsl) = match output {
             false => ("input_transform", INPUT_TRANSFORM_WGSL),
@@ -184,7 +231,7 @@ impl WinogradKernel {
 
 impl KernelConfig for WinogradKernel {
     fn family(&self) -> &'static dyn Family {
-        &WINOGRAD
+        self.family
     }
     fn name(&self) -> String {
         self.tile.name()
@@ -200,29 +247,32 @@ impl KernelConfig for WinogradKernel {
         }
     }
     fn check_spec(&self, spec: &Conv2dSpec, limits: &KernelLimits) -> Result<()> {
-        if let Some(reason) = shape_refusal(spec) {
-            return Err(self.refuse(reason));
-        }
-        self.gemm().config().check_spec(&gemm_spec(spec), limits)
+        let alg = self.algorithm(spec)?;
+        self.gemm().config().check_spec(&gemm_spec(spec, alg), limits)
     }
     fn packed_bytes(&self, spec: &Conv2dSpec) -> u64 {
-        self.gemm().config().packed_bytes(&gemm_spec(spec))
+        match self.family.algorithm(spec) {
+            Ok(alg) => self.gemm().config().packed_bytes(&gemm_spec(spec, alg)),
+            Err(_) => u64::MAX,
+        }
     }
     fn pack(&self, spec: &Conv2dSpec, weight: &[f32], bias: &[f32]) -> Result<Packed> {
+        let alg = self.algorithm(spec)?;
         // An infinite or NaN weight would reach every output of its channel through the
         // transforms (as NaN where a direct convolution gives ±inf or finite values).
         if let Some(i) = weight.iter().position(|v| !v.is_finite()) {
             return Err(self.refuse(format!(
-                "weight {i} is {}: F(2×2, 3×3) takes finite weights (its transforms would turn it into NaN \
-                 across the channel's outputs)",
-                weight[i]
+                "weight {i} is {}: {} takes finite weights (its transforms would turn it into NaN across the \
+                 channel's outputs)",
+                weight[i],
+                alg.name()
             )));
         }
-        let gemm = gemm_spec(spec);
-        let u = transform_weights(spec, weight)?;
+        let gemm = gemm_spec(spec, alg);
+        let u = transform_weights(spec, weight, alg)?;
         let zeros = alloc::zeroed_vec::<f32>(gemm.out_channels as usize, "the GEMM's zero bias")?;
         let mut packed = self.gemm().config().pack(&gemm, &u, &zeros)?;
-        // The GEMM adds the first 16·C_out (zeros); the output transform reads the rest.
+        // The GEMM adds the first n²·C_out (zeros); the output transform reads the rest.
         let mut b = zeros;
         b.extend_from_slice(bias);
         packed.bias = Some(alloc::bytes_of(&b, "the bias")?);
@@ -242,24 +292,26 @@ impl KernelConfig for WinogradKernel {
     }
     fn shape(&self, problem: &ConvProblem, limits: &KernelLimits) -> Result<Box<dyn Shaped>> {
         self.check_spec(&problem.spec, limits)?;
-        let gemm_problem = gemm_problem(problem)?;
+        let alg = self.algorithm(&problem.spec)?;
+        let gemm_problem = gemm_problem(problem, alg)?;
         let gemm = self.gemm().config().shape(&gemm_problem, limits)?;
-        let [th, tw] = tiles(problem);
+        let [th, tw] = tiles(problem, alg);
         let (c, k) = (problem.input.c as u64, problem.output.c as u64);
         let tiles = th as u64 * tw as u64;
+        let components = alg.components() as u64;
         Ok(Box::new(DerivedRun {
             gemm,
             params: Box::new(move |p| gemm_params(&gemm_problem, p)),
             staging: Some(Staging {
-                source: self.transform_source(problem, false)?,
-                bytes_per_image: 4 * COMPONENTS as u64 * c * tiles,
+                source: self.transform_source(problem, alg, false)?,
+                bytes_per_image: 4 * components * c * tiles,
                 invocations_per_image: c * tiles,
                 workgroup_size: TRANSFORM_WG,
                 scaled_input: false,
             }),
             finishing: Some(Finishing {
-                source: self.transform_source(problem, true)?,
-                bytes_per_image: 4 * COMPONENTS as u64 * k * tiles,
+                source: self.transform_source(problem, alg, true)?,
+                bytes_per_image: 4 * components * k * tiles,
                 invocations_per_image: k * tiles,
                 workgroup_size: TRANSFORM_WG,
                 direct_fallback: true,
@@ -267,15 +319,17 @@ impl KernelConfig for WinogradKernel {
         }))
     }
     fn representative_sources(&self) -> Result<Vec<String>> {
-        let spec = Conv2dSpec::new(16, 24, 3).padding(crate::spec::Padding::uniform(1));
         let limits = KernelLimits::with_workgroup_bytes(16384);
         let mut sources = Vec::new();
-        for hw in [7, 8] {
-            let problem = spec.problem(Shape4::new(2, 16, hw, hw))?;
-            let shaped = self.shape(&problem, &limits)?;
-            sources.push(shaped.source()?);
-            sources.extend(shaped.staging().map(|s| s.source.clone()));
-            sources.extend(shaped.finishing().map(|f| f.source.clone()));
+        for r in self.family.kernel_sides() {
+            let spec = Conv2dSpec::new(16, 24, r).padding(crate::spec::Padding::uniform(r / 2));
+            for hw in [7, 8] {
+                let problem = spec.problem(Shape4::new(2, 16, hw, hw))?;
+                let shaped = self.shape(&problem, &limits)?;
+                sources.push(shaped.source()?);
+                sources.extend(shaped.staging().map(|s| s.source.clone()));
+                sources.extend(shaped.finishing().map(|f| f.source.clone()));
+            }
         }
         Ok(sources)
     }
@@ -289,15 +343,16 @@ impl KernelConfig for WinogradKernel {
         Some(self.tile)
     }
     fn with_tile(&self, tile: TileConfig) -> Option<Kernel> {
-        Some(Kernel::new(WinogradKernel { tile }))
+        Some(self.family.with_tile_config(tile))
     }
 }
 
-/// The GEMM kernel's parameters: a 1×1 convolution of 16 groups over the transformed input
+/// The GEMM kernel's parameters: a 1×1 convolution of n² groups over the transformed input
 /// `g` (the staging scratch, from its start) into the products (the finishing pass's
 /// scratch), no activation (the output transform applies it).
 pub(crate) fn gemm_params(g: &ConvProblem, p: &ConvParams) -> ConvParams {
     let (c, th, tw) = (g.input.c, g.input.h, g.input.w);
+    let components = g.spec.groups;
     ConvParams {
         c_in: c,
         h: th,
@@ -315,10 +370,10 @@ pub(crate) fn gemm_params(g: &ConvProblem, p: &ConvParams) -> ConvParams {
         pad_left: 0,
         dil_h: 1,
         dil_w: 1,
-        c_in_per_group: c / COMPONENTS,
-        c_out_per_group: g.output.c / COMPONENTS,
-        groups: COMPONENTS,
-        k_total: c / COMPONENTS,
+        c_in_per_group: c / components,
+        c_out_per_group: g.output.c / components,
+        groups: components,
+        k_total: c / components,
         in_offset: 0,
         out_offset: 0,
         flags: 0,
@@ -327,12 +382,18 @@ pub(crate) fn gemm_params(g: &ConvProblem, p: &ConvParams) -> ConvParams {
 }
 
 /// The CPU twin of the three passes: the input transform as `input_transform.wgsl` computes
-/// it (zeros outside the image), the 16 GEMMs in f32 (the tiled kernel's own twin is the
+/// it (zeros outside the image), the n² GEMMs in f32 (the tiled kernel's own twin is the
 /// reference GEMM), and the output transform as `output_transform.wgsl`, with the packed
 /// weights of [`transform_weights`].
 #[cfg(test)]
-pub(crate) fn winograd_twin(problem: &ConvProblem, input: &[f32], weight: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
-    winograd_twin_rounded(problem, input, weight, bias, |v| v)
+pub(crate) fn winograd_twin(
+    problem: &ConvProblem,
+    alg: &Minimal,
+    input: &[f32],
+    weight: &[f32],
+    bias: Option<&[f32]>,
+) -> Vec<f32> {
+    winograd_twin_rounded(problem, alg, input, weight, bias, |v| v)
 }
 
 /// [`winograd_twin`] with the transformed inputs, the transformed weights and the products
@@ -340,6 +401,7 @@ pub(crate) fn winograd_twin(problem: &ConvProblem, input: &[f32], weight: &[f32]
 #[cfg(test)]
 pub(crate) fn winograd_twin_rounded(
     problem: &ConvProblem,
+    alg: &Minimal,
     input: &[f32],
     weight: &[f32],
     bias: Option<&[f32]>,
@@ -349,16 +411,28 @@ pub(crate) fn winograd_twin_rounded(
     let (n, c, h, w) =
         (problem.input.n as usize, problem.input.c as usize, problem.input.h as i64, problem.input.w as i64);
     let (k_out, oh, ow) = (problem.output.c as usize, problem.output.h as usize, problem.output.w as usize);
-    let [th, tw] = tiles(problem).map(|t| t as usize);
-    let u: Vec<f32> = transform_weights(spec, weight).unwrap().into_iter().map(&round).collect();
+    let [th, tw] = tiles(problem, alg).map(|t| t as usize);
+    let (side, m) = (alg.n() as usize, alg.out as usize);
+    let u: Vec<f32> = transform_weights(spec, weight, alg).unwrap().into_iter().map(&round).collect();
+    // V = Bᵀ d B of a row-major n×n patch: columns, then rows.
+    let transform_2d = |d: &[f32], one: &dyn Fn(&[f32]) -> Vec<f32>, rows: usize| {
+        let mut b = vec![0.0f32; rows * side];
+        for j in 0..side {
+            let column: Vec<f32> = (0..side).map(|i| d[i * side + j]).collect();
+            for (i, v) in one(&column).into_iter().enumerate() {
+                b[i * side + j] = v;
+            }
+        }
+        (0..rows).flat_map(|i| one(&b[i * side..][..side])).collect::<Vec<f32>>()
+    };
     let mut out = vec![f32::NAN; problem.output.len() as usize];
     for img in 0..n {
         for ty in 0..th {
             for tx in 0..tw {
-                let y0 = (2 * ty) as i64 - spec.padding.top as i64;
-                let x0 = (2 * tx) as i64 - spec.padding.left as i64;
+                let y0 = (m * ty) as i64 - spec.padding.top as i64;
+                let x0 = (m * tx) as i64 - spec.padding.left as i64;
                 // V per input channel.
-                let v: Vec<[f32; 16]> = (0..c)
+                let v: Vec<Vec<f32>> = (0..c)
                     .map(|ci| {
                         let at = |i: i64, j: i64| {
                             let (iy, ix) = (y0 + i, x0 + j);
@@ -367,42 +441,24 @@ pub(crate) fn winograd_twin_rounded(
                                 false => 0.0,
                             }
                         };
-                        let mut b = [[0.0f32; 4]; 4];
-                        for j in 0..4 {
-                            let col = [at(0, j), at(1, j), at(2, j), at(3, j)];
-                            b[0][j as usize] = col[0] - col[2];
-                            b[1][j as usize] = col[1] + col[2];
-                            b[2][j as usize] = col[2] - col[1];
-                            b[3][j as usize] = col[1] - col[3];
-                        }
-                        let mut v = [0.0f32; 16];
-                        for i in 0..4 {
-                            v[i * 4] = round(b[i][0] - b[i][2]);
-                            v[i * 4 + 1] = round(b[i][1] + b[i][2]);
-                            v[i * 4 + 2] = round(b[i][2] - b[i][1]);
-                            v[i * 4 + 3] = round(b[i][1] - b[i][3]);
-                        }
-                        v
+                        let d: Vec<f32> = (0..side * side).map(|e| at((e / side) as i64, (e % side) as i64)).collect();
+                        transform_2d(&d, &|x| alg.input_transform(x), side).into_iter().map(&round).collect()
                     })
                     .collect();
                 for k in 0..k_out {
-                    let mut m = [[0.0f32; 4]; 4];
-                    for (xi, mv) in m.iter_mut().flatten().enumerate() {
-                        let sum = (0..c).map(|ci| u[(xi * k_out + k) * c + ci] as f64 * v[ci][xi] as f64).sum::<f64>();
-                        *mv = round(sum as f32);
-                    }
-                    let mut t = [[0.0f32; 4]; 2];
-                    for j in 0..4 {
-                        t[0][j] = m[0][j] + m[1][j] + m[2][j];
-                        t[1][j] = m[1][j] - m[2][j] - m[3][j];
-                    }
+                    let products: Vec<f32> = (0..side * side)
+                        .map(|xi| {
+                            let sum = (0..c).map(|ci| u[(xi * k_out + k) * c + ci] as f64 * v[ci][xi] as f64);
+                            round(sum.sum::<f64>() as f32)
+                        })
+                        .collect();
+                    let y = transform_2d(&products, &|x| alg.output_transform(x), m);
                     let b = bias.map_or(0.0, |b| b[k]);
-                    for (r, row) in t.iter().enumerate() {
-                        let ys = [row[0] + row[1] + row[2] + b, row[1] - row[2] - row[3] + b];
-                        for (s, y) in ys.into_iter().enumerate() {
-                            let (oy, ox) = (2 * ty + r, 2 * tx + s);
+                    for r in 0..m {
+                        for s in 0..m {
+                            let (oy, ox) = (m * ty + r, m * tx + s);
                             if oy < oh && ox < ow {
-                                out[((img * k_out + k) * oh + oy) * ow + ox] = y;
+                                out[((img * k_out + k) * oh + oy) * ow + ox] = y[r * m + s] + b;
                             }
                         }
                     }
@@ -418,19 +474,47 @@ mod tests {
     use super::*;
     use crate::spec::Padding;
 
-    /// The three passes' twin against the reference: odd and even sizes, asymmetric and
-    /// no padding, a 1×1 output, bias.
+    /// The three passes' twin against the reference for every algorithm: odd and even sizes,
+    /// asymmetric and no padding, a 1×1 output, bias.
     #[test]
     fn twin_matches_reference() {
-        let cases = [
-            ("same", Conv2dSpec::new(5, 7, 3).padding(Padding::uniform(1)).with_bias(true), [2, 9, 11]),
-            ("valid", Conv2dSpec::new(3, 4, 3), [1, 8, 7]),
-            ("one", Conv2dSpec::new(4, 2, 3), [1, 3, 3]),
-            ("asym", Conv2dSpec::new(2, 3, 3).padding(Padding::new(2, 0, 1, 3)).with_bias(true), [2, 6, 5]),
-        ];
-        for (name, spec, [n, h, w]) in cases {
-            let problem = spec.problem(Shape4::new(n, spec.in_channels, h, w)).unwrap();
-            crate::reference::check_twin(name, &problem, |x, w, b| winograd_twin(&problem, x, w, b));
+        for alg in minimal::ALL {
+            let (r, pad) = (alg.kernel, alg.kernel / 2);
+            let cases = [
+                ("same", Conv2dSpec::new(5, 7, r).padding(Padding::uniform(pad)).with_bias(true), [2, 9, 11]),
+                ("valid", Conv2dSpec::new(3, 4, r), [1, 8 + r, 7 + r]),
+                ("one", Conv2dSpec::new(4, 2, r), [1, r, r]),
+                ("asym", Conv2dSpec::new(2, 3, r).padding(Padding::new(2, 0, 1, 3)).with_bias(true), [2, 6, 5]),
+            ];
+            for (name, spec, [n, h, w]) in cases {
+                let problem = spec.problem(Shape4::new(n, spec.in_channels, h, w)).unwrap();
+                let label = format!("{} {name}", alg.name());
+                crate::reference::check_twin(&label, &problem, |x, w, b| winograd_twin(&problem, alg, x, w, b));
+            }
+        }
+    }
+
+    /// The F32 contract on random data over many channels (the error grows with the sum's
+    /// length): inputs of zero mean and of positive ones (after a ReLU), every algorithm
+    /// within 1e-5 relative L2 against the f64 reference.
+    #[test]
+    fn twin_keeps_the_f32_contract() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        for alg in minimal::ALL {
+            let r = alg.kernel;
+            let spec = Conv2dSpec::new(256, 4, r).padding(Padding::uniform(r / 2)).with_bias(true);
+            let problem = spec.problem(Shape4::new(1, 256, 10, 9)).unwrap();
+            for low in [-1.0f32, 0.0] {
+                let x: Vec<f32> = (0..problem.input.len()).map(|_| rng.random_range(low..1.0)).collect();
+                let w: Vec<f32> = (0..spec.weight_len()).map(|_| rng.random_range(-1.0..1.0)).collect();
+                let b: Vec<f32> = (0..spec.out_channels).map(|_| rng.random_range(-1.0..1.0)).collect();
+                let got = winograd_twin(&problem, alg, &x, &w, Some(&b));
+                let want = crate::reference::conv2d(&problem, &x, &w, Some(&b)).unwrap();
+                let err = crate::reference::relative_l2(&got, &want);
+                eprintln!("{} inputs from {low}: rel L2 {err:.2e}", alg.name());
+                assert!(err < 1e-5, "{}: rel L2 {err}", alg.name());
+            }
         }
     }
 
@@ -440,9 +524,11 @@ mod tests {
     fn padded_weights_hold_the_transform() {
         let spec = Conv2dSpec::new(5, 7, 3);
         let w: Vec<f32> = (0..spec.weight_len()).map(|i| (i % 13) as f32 - 6.0).collect();
-        let (u, padded) = (transform_weights(&spec, &w).unwrap(), transform_weights_padded(&spec, &w, 8, 8).unwrap());
-        assert_eq!(padded.len(), 16 * 8 * 8);
-        for xi in 0..16 {
+        let alg = &minimal::F4X4_3X3;
+        let u = transform_weights(&spec, &w, alg).unwrap();
+        let padded = transform_weights_padded(&spec, &w, 8, 8, alg).unwrap();
+        assert_eq!(padded.len(), 36 * 8 * 8);
+        for xi in 0..36 {
             for k in 0..8 {
                 for c in 0..8 {
                     let want = if k < 7 && c < 5 { u[(xi * 7 + k) * 5 + c] } else { 0.0 };
@@ -455,24 +541,39 @@ mod tests {
     /// The GEMM's bindings come first among the family's (its layout is the GEMM's).
     #[test]
     fn bindings_extend_the_gemm_s() {
-        let k = WINOGRAD.reference();
-        let gemm = tiled::TILED.with_tile_config(k.tile().unwrap());
-        assert_eq!(&k.config().extra_bindings()[..2], gemm.config().extra_bindings());
+        for family in [&WINOGRAD, &WINOGRAD_F4] {
+            let k = family.reference();
+            let gemm = tiled::TILED.with_tile_config(k.tile().unwrap());
+            assert_eq!(&k.config().extra_bindings()[..2], gemm.config().extra_bindings());
+        }
     }
 
     #[test]
     fn refusals_name_the_limit() {
-        let k = WINOGRAD.reference();
         let limits = KernelLimits::with_workgroup_bytes(16384);
+        let k = WINOGRAD.reference();
         for (spec, what) in [
-            (Conv2dSpec::new(4, 4, 5), "not 5x5"),
+            (Conv2dSpec::new(4, 4, 7), "not 7x7"),
+            (Conv2dSpec::new(4, 4, 3).kernel_hw((3, 5)), "not 3x5"),
             (Conv2dSpec::new(4, 4, 3).stride((2, 2)), "stride 2x2"),
-            (Conv2dSpec::new(4, 4, 3).dilation((2, 2)), "dilation 2x2"),
+            (Conv2dSpec::new(4, 4, 5).dilation((2, 2)), "dilation 2x2"),
             (Conv2dSpec::new(4, 4, 3).groups(2), "groups 2"),
         ] {
             let e = k.config().check_spec(&spec, &limits).unwrap_err().to_string();
-            assert!(e.contains(what) && e.contains("F(2×2, 3×3)"), "{e}");
+            assert!(e.contains(what) && e.contains("F(2×2, 3×3) and F(2×2, 5×5)") && e.contains("3x3 or 5x5"), "{e}");
         }
-        assert!(k.config().check_spec(&Conv2dSpec::new(4, 4, 3), &limits).is_ok());
+        for r in [3, 5] {
+            assert!(k.config().check_spec(&Conv2dSpec::new(4, 4, r), &limits).is_ok());
+        }
+        let f4 = WINOGRAD_F4.reference();
+        let e = f4.config().check_spec(&Conv2dSpec::new(4, 4, 5), &limits).unwrap_err().to_string();
+        assert!(
+            e.contains("winograd-f4") && e.contains("F(4×4, 3×3) runs 3x3 kernels") && e.contains("not 5x5"),
+            "{e}"
+        );
+        assert!(f4.config().check_spec(&Conv2dSpec::new(4, 4, 3), &limits).is_ok());
+        let e = shape_refusal(&Conv2dSpec::new(4, 4, 5)).unwrap();
+        assert!(e.contains("F(2×2, 3×3) runs") && e.contains("not 5x5"), "{e}");
+        assert!(shape_refusal(&Conv2dSpec::new(4, 4, 3)).is_none());
     }
 }

@@ -1,9 +1,10 @@
-// The Winograd family's output transform F(2×2, 3×3), its finishing pass: each invocation
-// reads the 16 components of one tile of one output channel from the products the tiled
-// kernel wrote (`[N][16·K][TH][TW]`, channel ξ·K + k), computes Y = Aᵀ M A, adds the bias
-// and the activation, and writes the tile's (up to) 2×2 outputs. Where a product or an output
-// is not finite (an infinite or NaN input in the tile's patch, or a transform that overflowed),
-// the transforms would have mixed it into outputs a direct convolution keeps finite, or turned
+// The Winograd family's output transform F(m×m, r×r), its finishing pass: each invocation
+// reads the N² components of one tile of one output channel from the products the tiled
+// kernel wrote (`[batch][N²·K][TH][TW]`, channel ξ·K + k), computes Y = Aᵀ M A by the
+// generated `output_1d` (Aᵀ of one column, then of one row), adds the bias and the
+// activation, and writes the tile's (up to) M×M outputs. Where a product or an output is not
+// finite (an infinite or NaN input in the tile's patch, or a transform that overflowed), the
+// transforms would have mixed it into outputs a direct convolution keeps finite, or turned
 // ±inf into NaN: that tile's outputs are computed directly, in f32, from the input and the
 // weights as given — a slow path that keeps f32's semantics of special values, taken by no
 // tile of finite data within range.
@@ -13,12 +14,12 @@
 #import config
 
 @group(0) @binding(1) var<storage, read> products: array<f32>;
-// The family's bias buffer: 16·K zeros, which the tiled kernel adds to the products, then
+// The family's bias buffer: N²·K zeros, which the tiled kernel adds to the products, then
 // the K biases.
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(5) var<storage, read_write> output: array<f32>;
 @group(0) @binding(12) var<storage, read> input: array<f32>;
-// [K][C][3][3], finite (the family refuses others at upload).
+// [K][C][R][R], finite (the family refuses others at upload).
 @group(0) @binding(13) var<storage, read> weight: array<f32>;
 
 // Output (oy, ox) of channel k of image img, summed directly; padded taps are skipped, which
@@ -27,12 +28,12 @@ fn direct(img: u32, k: u32, oy: u32, ox: u32) -> f32 {
     var acc = 0.0;
     for (var c = 0u; c < C; c++) {
         let plane = p.in_offset + (img * C + c) * H * W;
-        for (var ky = 0u; ky < 3u; ky++) {
+        for (var ky = 0u; ky < R; ky++) {
             let iy = i32(oy + ky) - i32(p.pad_top);
-            for (var kx = 0u; kx < 3u; kx++) {
+            for (var kx = 0u; kx < R; kx++) {
                 let ix = i32(ox + kx) - i32(p.pad_left);
                 if (iy >= 0 && iy < i32(H) && ix >= 0 && ix < i32(W)) {
-                    acc = fma(input[plane + u32(iy) * W + u32(ix)], weight[((k * C + c) * 3u + ky) * 3u + kx], acc);
+                    acc = fma(input[plane + u32(iy) * W + u32(ix)], weight[((k * C + c) * R + ky) * R + kx], acc);
                 }
             }
         }
@@ -52,36 +53,36 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     let img = t / per_image;
     let k = (t % per_image) / (TH * TW);
     let tile = t % (TH * TW);
-    let b = bias[16u * K + k];
-    let oy0 = (tile / TW) * 2u;
-    let ox0 = (tile % TW) * 2u;
+    let b = bias[N * N * K + k];
+    let oy0 = (tile / TW) * M;
+    let ox0 = (tile % TW) * M;
     let plane = p.out_offset + (img * K + k) * OH * OW;
-    let at = (img * 16u * K + k) * TH * TW + tile;
+    let at = (img * N * N * K + k) * TH * TW + tile;
     let component = K * TH * TW;
-    var m: array<array<f32, 4>, 4>;
-    for (var i = 0u; i < 4u; i++) {
-        for (var j = 0u; j < 4u; j++) {
-            m[i][j] = products[at + (i * 4u + j) * component];
-        }
-    }
-    // Aᵀ M (rows), then (Aᵀ M) A (columns); Aᵀ = [1 1 1 0; 0 1 -1 -1].
-    var u: array<array<f32, 4>, 2>;
-    for (var j = 0u; j < 4u; j++) {
-        u[0][j] = m[0][j] + m[1][j] + m[2][j];
-        u[1][j] = m[1][j] - m[2][j] - m[3][j];
-    }
-    var y: array<array<f32, 2>, 2>;
     var finite = true;
-    for (var r = 0u; r < 2u; r++) {
-        y[r][0] = u[r][0] + u[r][1] + u[r][2];
-        y[r][1] = u[r][1] - u[r][2] - u[r][3];
-        for (var j = 0u; j < 4u; j++) {
-            finite = finite && is_finite(m[2u * r][j]) && is_finite(m[2u * r + 1u][j]);
+    // Aᵀ M, column by column: u[i][j] = (Aᵀ M[·][j])[i].
+    var u: array<array<f32, N>, M>;
+    for (var j = 0u; j < N; j++) {
+        var column: array<f32, N>;
+        for (var i = 0u; i < N; i++) {
+            column[i] = products[at + (i * N + j) * component];
+            finite = finite && is_finite(column[i]);
         }
-        finite = finite && is_finite(y[r][0]) && is_finite(y[r][1]);
+        let v = output_1d(column);
+        for (var i = 0u; i < M; i++) {
+            u[i][j] = v[i];
+        }
     }
-    for (var r = 0u; r < 2u; r++) {
-        for (var s = 0u; s < 2u; s++) {
+    // (Aᵀ M) A, row by row.
+    var y: array<array<f32, M>, M>;
+    for (var r = 0u; r < M; r++) {
+        y[r] = output_1d(u[r]);
+        for (var s = 0u; s < M; s++) {
+            finite = finite && is_finite(y[r][s]);
+        }
+    }
+    for (var r = 0u; r < M; r++) {
+        for (var s = 0u; s < M; s++) {
             let oy = oy0 + r;
             let ox = ox0 + s;
             if (oy < OH && ox < OW) {
@@ -94,4 +95,3 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         }
     }
 }
-
