@@ -118,7 +118,9 @@ const AUTOTUNE_OTHER_FAMILIES: usize = 3;
 /// rules would run on this device at all: the stem kernel on NVIDIA only (its two warp roles
 /// reach the barrier from two loops, which SPIR-V does not promise to support), the f32
 /// kernel on the matrix units only where the f32 matrix rule may take a layer (declared
-/// rates, [`F32_MATRIX_MIN_RATE_RATIO`]) and for finite weights. The autotuner times the
+/// rates, [`F32_MATRIX_MIN_RATE_RATIO`]) and for finite weights, the Winograd families for
+/// finite weights and only where their algorithm keeps the F32 contract at the spec's input
+/// channels (`winograd::Minimal::f32_channels`). The autotuner times the
 /// first [`AUTOTUNE_MAX_CANDIDATES`] of them that build with the caller's weights. No device
 /// work.
 #[cfg(feature = "tune")]
@@ -128,6 +130,14 @@ pub(crate) fn autotune_candidates(
     selected: &Kernel,
     finite_weights: bool,
 ) -> Vec<Kernel> {
+    // The Winograd families where their algorithm keeps the F32 contract at this many
+    // input channels (and the weights are finite, which they take only).
+    let winograd_allows = |family: &str| {
+        WINOGRAD_CANDIDATES
+            .iter()
+            .find(|(f, ..)| f.name() == family)
+            .map(|(f, ..)| finite_weights && f.algorithm(spec).is_ok_and(|a| spec.in_channels <= a.f32_channels))
+    };
     let runs = |k: &Kernel| {
         let allowed = match k.family() {
             f if f == stem::STEM.name() => caps.is_nvidia(),
@@ -137,7 +147,7 @@ pub(crate) fn autotune_candidates(
                         .declared_rates()
                         .is_some_and(|r| r.f16_matrix_tflops / r.fp32_tflops >= F32_MATRIX_MIN_RATE_RATIO)
             }
-            _ => true,
+            f => winograd_allows(f).unwrap_or(true),
         };
         allowed && k.precision() == selected.precision() && k.check(spec, caps).is_ok()
     };
@@ -2450,6 +2460,14 @@ mod tests {
         assert!(with_matrix.iter().any(|k| k.family() == matrix.family()), "{with_matrix:?}");
         let with_inf = autotune_candidates(&h100, &dense, &tiled, false);
         assert!(!with_inf.iter().any(|k| k.family() == matrix.family()), "{with_inf:?}");
+        assert!(!with_inf.iter().any(|k| k.family().starts_with("winograd")), "{with_inf:?}");
+        // The 6×6 tiles not beyond the channels where they keep the F32 contract.
+        let wide = Conv2dSpec::new(2048, 64, 3).padding(Padding::uniform(1));
+        let families: Vec<&str> = autotune_candidates(&gpu, &wide, &tiled, true).iter().map(|k| k.family()).collect();
+        assert!(families.contains(&"winograd") && !families.contains(&"winograd-f4"), "{families:?}");
+        let narrow = Conv2dSpec::new(512, 64, 3).padding(Padding::uniform(1));
+        let families: Vec<&str> = autotune_candidates(&gpu, &narrow, &tiled, true).iter().map(|k| k.family()).collect();
+        assert!(families.contains(&"winograd-f4"), "{families:?}");
         // Not on a GPU the rules never give it, nor the stem kernel off NVIDIA.
         let amd = DeviceCaps { vendor: 0x1002, ..gpu.clone() };
         assert!(!autotune_candidates(&amd, &dense, &tiled, true).iter().any(|k| k.family() == matrix.family()));
