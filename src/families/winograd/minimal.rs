@@ -251,7 +251,7 @@ fn apply(matrix: &[f64], rows: usize, x: &[f32]) -> Vec<f32> {
         .collect()
 }
 
-/// The WGSL of `Σ_k row[k] x[k]` as [`apply`] computes it.
+/// The WGSL of `Σ_k row[k] x[k]`, its terms in the order `apply` (the twin's) adds them.
 fn sum_wgsl(row: &[f64]) -> String {
     let mut s = String::new();
     for (k, &c) in row.iter().enumerate() {
