@@ -1817,33 +1817,75 @@ fn winograd_estimate(
     Some(WinogradEstimate { seconds, kernel, alg, tiles, tile })
 }
 
-/// The Winograd rule: f32 with the input shape known, 3×3 convolutions of stride 1, no
-/// dilation, no groups and zero padding over at least [`WINOGRAD_MIN_CHANNELS`] input
-/// channels, with finite weights (F(2×2, 3×3): 2.25× fewer multiply-adds, plus the
-/// transforms' passes; the GEMM is 16 groups of M = N·⌈OH/2⌉·⌈OW/2⌉, N = C_out, K = C_in).
+/// [`winograd_rule`] on CPU adapters: the algorithm of either family whose GEMM has the least
+/// estimated work (rule 9's CPU estimate over [`F32_CPU_SHAPE_CONFIGS`]: padded multiply-adds,
+/// no bytes), where its transforms take at most [`WINOGRAD_MAX_SCRATCH_PER_IMAGE`] per image
+/// and it keeps the F32 contract at the spec's input channels.
+fn winograd_on_cpu(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, String)> {
+    let spec = &problem.spec;
+    let k = spec.in_channels as u64;
+    let make = |t| Some(tiled::TILED.with_tile_config(t));
+    let (kernel, alg, tiles, tile, _) = [&winograd::WINOGRAD, &winograd::WINOGRAD_F4]
+        .into_iter()
+        .filter_map(|family| {
+            let alg = family.algorithm(spec).ok().filter(|a| spec.in_channels <= a.f32_channels)?;
+            let gemm = winograd::gemm_problem(problem, alg).ok()?;
+            let scratch = 4 * (gemm.input.per_image() + gemm.output.per_image());
+            if scratch > WINOGRAD_MAX_SCRATCH_PER_IMAGE {
+                return None;
+            }
+            let (_, tiles, tile, cost) = estimated_best(caps, &gemm, k, &F32_CPU_SHAPE_CONFIGS, make)?;
+            let kernel = family.with_tile_config(tile);
+            kernel.check(spec, caps).ok()?;
+            Some((kernel, alg, tiles, tile, cost))
+        })
+        .min_by(|a, b| a.4.total_cmp(&b.4))?;
+    let (n, m, r) = (alg.n(), alg.out, alg.kernel);
+    Some((
+        kernel,
+        format!(
+            "f32 {r}x{r} stride 1 on a CPU adapter: Winograd F({m}x{m}, {r}x{r}), {:.2}x fewer multiply-adds, the \
+             algorithm and its GEMM's tile with the least estimated work ({tiles} workgroup tiles of {}x{} over {} \
+             components)",
+            (m * m * r * r) as f64 / (n * n) as f64,
+            tile.block_m,
+            tile.block_n,
+            n * n
+        ),
+    ))
+}
+
+/// The Winograd rule: f32 with the input shape known, 3×3 and 5×5 convolutions of stride 1,
+/// no dilation, no groups and zero padding over at least [`WINOGRAD_MIN_CHANNELS`] input
+/// channels, with finite weights: F(2×2, 3×3) (2.25× fewer multiply-adds), F(4×4, 3×3) (4×)
+/// or F(2×2, 5×5) (2.8×), plus the transforms' passes (the GEMM is n² groups of
+/// M = N·⌈OH/m⌉·⌈OW/m⌉, N = C_out, K = C_in), the 6×6 tiles only up to the input channels
+/// where they keep the F32 contract (`winograd::Minimal::f32_channels`).
 ///
-/// - On CPU adapters, whose transforms take at most [`WINOGRAD_MAX_SCRATCH_PER_IMAGE`] per
-///   image: always, its GEMM's tile the one of [`F32_CPU_SHAPE_CONFIGS`] with the least
-///   estimated time. On lavapipe (Mesa 22.3, LLVM 15, 2 cores, batch 1) the tile it picks
-///   ran every such layer of ResNet-50 and AlexNet 1.2–1.8× faster than the best of four
-///   tiled configs, and VGG-16's 1.2–2.6× faster than the best of three but its last (0.91×:
-///   512 channels at 14×14, within the noise of three runs).
-/// - On GPUs, where its transforms fit a binding ([`scratch_fits`]) and its estimated time
+/// - On CPU adapters ([`winograd_on_cpu`]), whose transforms take at most
+///   [`WINOGRAD_MAX_SCRATCH_PER_IMAGE`] per image: always, the algorithm and its GEMM's tile
+///   of [`F32_CPU_SHAPE_CONFIGS`] with the least estimated work. On lavapipe (Mesa 22.3,
+///   LLVM 15, 2 cores, batch 1, 2026-11-27) F(2×2, 3×3) ran every such layer of ResNet-50
+///   and AlexNet 1.2–1.8× faster than the best of four tiled configs, and VGG-16's 1.2–2.6×
+///   faster than the best of three but its last (0.91×: 512 channels at 14×14, within the
+///   noise of three runs); on 2026-11-28 F(4×4, 3×3) ran the layers of 28×28 and larger maps
+///   1.26–1.47× faster than F(2×2, 3×3) and those of 14×14 and smaller 0.46–0.91× (the
+///   estimate's padded rows pick each the faster), F(2×2, 5×5) AlexNet's conv2 2.5× faster
+///   than the tiled kernel.
+/// - On GPUs ([`winograd_estimate`] per family of [`WINOGRAD_CANDIDATES`], the least), where
+///   its transforms fit a binding ([`scratch_fits`]) and its estimated time
 ///   beats the FMA kernels', split-K's ([`splitk_estimate`]) and, where rule 5 may run the
-///   layer, the matrix path's: the GEMM's padded work in whole waves at
-///   [`F32_SIMT_EFFICIENCY`] of the fp32 rate over the GEMM tile with the least estimated
-///   time among [`F32_SHAPE_CONFIGS`] (their rates for layers that are not long 1×1 ones),
-///   plus the transforms' bytes at [`WINOGRAD_TRANSFORM_BANDWIDTH_SHARE`] of the declared
-///   bandwidth, their two dispatches ([`MATRIX_PASSES_SECONDS`]) and the conversion passes
-///   where the tensors are not NCHW f32 (`converted`: the family reads those only); GPUs
-///   not in the table of declared rates at [`UNLISTED_GPU_RATES`]. Fitted on the H100 (Vulkan 580.159.04)
-///   with and without its matrix units over the 15 such layers of ResNet-50 (N=32), AlexNet
-///   (N=128) and VGG-16 (N=16): without them (an FMA-only device, as an RTX 4090 is for
-///   f32) it picks Winograd for 13, 1.08–2.25× faster than the tiled default each, and the
-///   tiled kernel for the two 64-channel layers on large maps, where Winograd measured
-///   0.90× and 0.98×; with them, Winograd only for ResNet-50's 512-channel layer at 7×7
-///   (1.13× the matrix path), VGG-16's at 14×14 staying on the matrix path (its small steps,
-///   which [`f32_matrix_estimate`] counts, ran it 1.11× faster than Winograd).
+///   layer, the matrix path's. Fitted on the H100 (Vulkan 580.159.04) with and without its
+///   matrix units over the 3×3 stride-1 layers of ResNet-50 (N=32), AlexNet (N=128) and
+///   VGG-16 (N=16), F(2×2, 3×3) alone (2026-11-27): without them (an FMA-only device, as an
+///   RTX 4090 is for f32) it picks Winograd for 13 of 15, 1.08–2.25× faster than the tiled
+///   default each, and the tiled kernel for the two 64-channel layers on large maps, where
+///   Winograd measured 0.90× and 0.98×; with them, Winograd for ResNet-50's 512-channel
+///   layer at 7×7 (1.13× the matrix path). F(4×4, 3×3) then (2026-11-28, [`WINOGRAD_CANDIDATES`]):
+///   VGG-16's four layers of 256–512 channels off the matrix path (1.04–1.30×) and the 7×7
+///   layer from F(2×2, 3×3) (1.52×); without the matrix units every such layer of 256 or more
+///   channels, 1.16–1.56× over F(2×2, 3×3), and F(2×2, 5×5) AlexNet's conv2 (1.62× over the
+///   tiled kernel).
 ///
 /// Returns the kernel and why, or `None` where the rule does not apply.
 fn winograd_rule(
@@ -1857,27 +1899,8 @@ fn winograd_rule(
     if !finite_weights || spec.in_channels < WINOGRAD_MIN_CHANNELS {
         return None;
     }
-    let k = spec.in_channels as u64;
-    let make = |t| Some(tiled::TILED.with_tile_config(t));
     if caps.is_cpu() {
-        // F(2×2, 3×3) only: the larger tiles were not measured on CPU adapters.
-        let alg = winograd::WINOGRAD.algorithm(spec).ok().filter(|a| **a == winograd::minimal::F2X2_3X3)?;
-        let gemm = winograd::gemm_problem(problem, alg).ok()?;
-        let scratch = 4 * (gemm.input.per_image() + gemm.output.per_image());
-        if scratch > WINOGRAD_MAX_SCRATCH_PER_IMAGE {
-            return None;
-        }
-        let (_, tiles, tile, _) = estimated_best(caps, &gemm, k, &F32_CPU_SHAPE_CONFIGS, make)?;
-        let kernel = winograd::WINOGRAD.with_tile_config(tile);
-        kernel.check(spec, caps).ok()?;
-        return Some((
-            kernel,
-            format!(
-                "f32 3x3 stride 1 on a CPU adapter: Winograd F(2x2, 3x3), 2.25x fewer multiply-adds; its GEMM's tile \
-                 with the least estimated time ({tiles} workgroup tiles of {}x{} over 16 components)",
-                tile.block_m, tile.block_n
-            ),
-        ));
+        return winograd_on_cpu(caps, problem);
     }
     let rates = caps.declared_rates().unwrap_or(UNLISTED_GPU_RATES);
     // Each family whose algorithm runs the spec, by its estimate: the least wins.
@@ -2148,8 +2171,10 @@ mod tests {
         assert!(e.unwrap_err().to_string().contains("cooperative matrices"));
     }
 
-    /// Winograd on CPU adapters for 3×3 stride-1 layers of at least 16 input channels with
-    /// the shape known; not other shapes, not before the shape is known.
+    /// Winograd on CPU adapters for 3×3 and 5×5 stride-1 layers of at least 16 input
+    /// channels with the shape known, the algorithm by the GEMM's estimated work (lavapipe,
+    /// batch 1: F(4×4, 3×3) 1.16–1.44× faster than F(2×2, 3×3) on ResNet-50's 56×56 and 28×28
+    /// layers, F(2×2, 3×3) at 14×14 and 7×7); not other shapes, not before the shape is known.
     #[test]
     fn winograd_on_cpu_adapters() {
         let nvidia = caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, false);
@@ -2161,14 +2186,24 @@ mod tests {
         };
         let same = |c, k| Conv2dSpec::new(c, k, 3).padding(Padding::uniform(1));
         let s = at(&cpu, same(64, 64), 56);
-        assert_eq!(s.kernel.to_string(), "winograd:m64n64k16-t8x4-w4-s3", "{s}");
-        assert!(s.reason.contains("Winograd"), "{s}");
-        assert_eq!(at(&cpu, same(16, 16), 56).kernel.to_string(), "winograd:m64n32k16-t4x4-w4-s1");
+        assert_eq!(s.kernel.to_string(), "winograd-f4:m64n64k16-t8x4-w4-s3", "{s}");
+        assert!(s.reason.contains("Winograd F(4x4, 3x3)"), "{s}");
+        assert_eq!(at(&cpu, same(128, 128), 28).kernel.to_string(), "winograd-f4:m64n64k16-t8x4-w4-s3");
+        assert_eq!(at(&cpu, same(256, 256), 14).kernel.to_string(), "winograd:m64n64k16-t8x4-w4-s3");
+        assert_eq!(at(&cpu, same(16, 16), 56).kernel.family(), "winograd-f4");
         assert_eq!(at(&cpu, same(512, 512), 7).kernel.to_string(), "winograd:m32n64k32-t4x4-w4-s2");
         assert_eq!(at(&cpu, same(8, 8), 56).kernel.family(), "tiled");
-        // VGG-16's 64-channel layer at 224×224: 102 MB of transforms per image, over 64 MiB.
-        assert_eq!(at(&cpu, same(64, 64), 224).kernel.family(), "tiled");
-        assert_eq!(at(&cpu, same(128, 128), 112).kernel.family(), "winograd");
+        // VGG-16's 64-channel layer at 224×224: F(2×2, 3×3)'s transforms take 102 MB per
+        // image, over 64 MiB; F(4×4, 3×3)'s 58 MB (measured: 190 ms against the tiled
+        // kernel's 473).
+        assert_eq!(at(&cpu, same(64, 64), 224).kernel.family(), "winograd-f4");
+        assert_eq!(at(&cpu, same(128, 128), 112).kernel.family(), "winograd-f4");
+        // AlexNet's 5×5 conv2 by F(2×2, 5×5) (measured: 73.6 ms against 180.4); not beyond
+        // 1024 input channels.
+        let five = |c: u32| Conv2dSpec::new(c, 256, 5).padding(Padding::uniform(2));
+        assert_eq!(at(&cpu, five(96), 27).kernel.to_string(), "winograd:m64n64k16-t8x4-w4-s3");
+        assert_eq!(at(&cpu, five(2048), 9).kernel.family(), "tiled");
+        assert_eq!(at(&cpu, same(2048, 64), 28).kernel.family(), "winograd");
         assert_eq!(at(&cpu, same(64, 64).stride((2, 2)), 56).kernel.family(), "tiled");
         assert_eq!(at(&cpu, same(64, 64).groups(2), 56).kernel.family(), "tiled");
         // A GPU not in the table of rates: by the estimate at the rates assumed for it.
@@ -2715,16 +2750,17 @@ mod tests {
         let spec = Conv2dSpec::new(128, 128, 3).padding(Padding::uniform(1));
         assert_eq!(pick(&gpu, spec, Precision::F32).kernel.to_string(), "tiled:m64n96k16-t4x12-w4-s1");
         // On a CPU adapter, its own configs: the CPU default where nothing pads, the 64x32
-        // block for few output channels (5×5 kernels: the Winograd rule takes 3×3 ones there).
+        // block for few output channels (7×7 kernels: the Winograd rule takes 3×3 and 5×5
+        // ones there).
         let cpu = caps(wgpu::DeviceType::Cpu, 0x10005, false);
-        let spec = Conv2dSpec::new(128, 128, 5).padding(Padding::uniform(2));
+        let spec = Conv2dSpec::new(128, 128, 7).padding(Padding::uniform(3));
         let on_cpu = at(spec, Shape4::new(16, 128, 112, 112), &cpu);
         assert_eq!(on_cpu.kernel.to_string(), "tiled:m64n64k16-t8x4-w4-s3", "{on_cpu}");
         assert!(on_cpu.reason.contains("CPU adapter with the input shape known"), "{on_cpu}");
         let cpu_projection = at(Conv2dSpec::new(144, 24, 1).stride(2), Shape4::new(1, 144, 112, 112), &cpu);
         assert_eq!(cpu_projection.kernel.to_string(), "tiled:m64n32k16-t4x4-w4-s1", "{cpu_projection}");
         // A small grid of many channels (ResNet-50's last layer's size, batch 1): the 32x64 block.
-        let last = Conv2dSpec::new(512, 512, 5).padding(Padding::uniform(2));
+        let last = Conv2dSpec::new(512, 512, 7).padding(Padding::uniform(3));
         let cpu_last = at(last, Shape4::new(1, 512, 7, 7), &cpu);
         assert_eq!(cpu_last.kernel.to_string(), "tiled:m32n64k32-t4x4-w4-s2", "{cpu_last}");
         // Under WebGPU's default limits only the 64x32 block fits of the CPU configs.
