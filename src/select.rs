@@ -1753,23 +1753,29 @@ struct WinogradEstimate {
 }
 
 /// The Winograd families [`winograd_rule`] weighs on GPUs: each with the fewest input
-/// channels it takes and the factor on its GEMM's estimated work.
+/// channels it takes where the matrix path may run the layer, and the factor on its GEMM's
+/// estimated work.
 ///
-/// F(4×4, 3×3) from [`WINOGRAD_F4_MIN_CHANNELS`] at [`WINOGRAD_F4_WORK_FACTOR`]: fitted on
-/// the H100 (Vulkan 580.159.04, 2026-11-28) over the 3×3 stride-1 layers of ResNet-50 (N = 32,
-/// 8, 1), AlexNet (N = 128) and VGG-16 (N = 16), each family at each of the shape rule's
-/// tiles. From 256 channels its time came within 0.89–1.26× of the estimate at that factor
-/// (geometric mean 1.00, batch 1 aside); below, 1.04–1.64× — ResNet-50's 64- and 128-channel
-/// layers at N = 32 ran it no faster than F(2×2, 3×3), where the estimate had it 1.5× faster
-/// and ahead of the matrix path, which ran them 1.15–1.4× faster still. Any factor from 1.1
-/// to 1.4 makes the same decisions there.
+/// F(4×4, 3×3) at [`WINOGRAD_F4_WORK_FACTOR`], against the matrix path from
+/// [`WINOGRAD_F4_MIN_CHANNELS`]: fitted on the H100 (Vulkan 580.159.04, 2026-11-28) over the
+/// 3×3 stride-1 layers of ResNet-50 (N = 32, 8, 1), AlexNet (N = 128) and VGG-16 (N = 16),
+/// each family at each of the shape rule's tiles, with and without the matrix units. From 256
+/// channels its time came within 0.89–1.26× of the estimate at that factor (geometric mean
+/// 1.00, batch 1 aside); below, 1.04–1.64× — ResNet-50's 64- and 128-channel layers at N = 32
+/// ran it no faster than F(2×2, 3×3), where the estimate had it 1.5× faster and ahead of the
+/// matrix path, which ran them 1.15–1.4× faster still. Any factor from 1.1 to 1.4 makes the
+/// same decisions there. Without the matrix path (FMA-only devices, such as an RTX 4090 for
+/// f32) the estimate's error matters less against F(2×2, 3×3) and the tiled kernel: taking
+/// F(4×4, 3×3) from 16 channels there ran VGG-16's 64–128-channel layers 1.24–1.39× and
+/// ResNet-50's 56×56 one 1.07× faster (H100, matrix units off), and lost 0.87× on ResNet-50's
+/// 28×28 layer at N = 32 and 0.93× at batch 1.
 static WINOGRAD_CANDIDATES: [(&winograd::Winograd, u32, f64); 2] = [
     (&winograd::WINOGRAD, WINOGRAD_MIN_CHANNELS, 1.0),
     (&winograd::WINOGRAD_F4, WINOGRAD_F4_MIN_CHANNELS, WINOGRAD_F4_WORK_FACTOR),
 ];
 
-/// The fewest input channels for which [`winograd_rule`] weighs F(4×4, 3×3)
-/// ([`WINOGRAD_CANDIDATES`]).
+/// The fewest input channels for which [`winograd_rule`] weighs F(4×4, 3×3) where the matrix
+/// path may run the layer ([`WINOGRAD_CANDIDATES`]; elsewhere [`WINOGRAD_MIN_CHANNELS`]).
 pub const WINOGRAD_F4_MIN_CHANNELS: u32 = 256;
 
 /// The factor on F(4×4, 3×3)'s GEMM work in [`winograd_rule`]'s estimate, against F(2×2,
@@ -1778,7 +1784,7 @@ const WINOGRAD_F4_WORK_FACTOR: f64 = 1.15;
 
 /// [`winograd_rule`]'s estimate of one Winograd family on a GPU of these rates, or `None`
 /// where its algorithms do not run the spec, the spec has fewer than `min_channels` input
-/// channels or more than the algorithm keeps the F32 contract for
+/// channels where `against_matrix` (the matrix path may run the layer) or more than the algorithm keeps the F32 contract for
 /// (`winograd::Minimal::f32_channels`), its tile does not fit or its scratch does not fit a
 /// binding: the GEMM's padded work times `work_factor` in whole waves at [`F32_SIMT_EFFICIENCY`] of the fp32 rate over
 /// the tile with the least estimated time among [`F32_SHAPE_CONFIGS`], plus the transforms'
@@ -1788,13 +1794,14 @@ fn winograd_estimate(
     caps: &DeviceCaps,
     problem: &ConvProblem,
     (family, min_channels, work_factor): (&'static winograd::Winograd, u32, f64),
+    against_matrix: bool,
     converted: bool,
     rates: &DeclaredRates,
 ) -> Option<WinogradEstimate> {
     let spec = &problem.spec;
     let alg = family.algorithm(spec).ok()?;
     // Beyond `f32_channels` the algorithm's error outgrows the F32 contract.
-    if spec.in_channels < min_channels || spec.in_channels > alg.f32_channels {
+    if (against_matrix && spec.in_channels < min_channels) || spec.in_channels > alg.f32_channels {
         return None;
     }
     let gemm = winograd::gemm_problem(problem, alg).ok()?;
@@ -1903,14 +1910,14 @@ fn winograd_rule(
         return winograd_on_cpu(caps, problem);
     }
     let rates = caps.declared_rates().unwrap_or(UNLISTED_GPU_RATES);
+    let matrix = f32_matrix_estimate(caps, spec, problem, layout, finite_weights).map(|m| m.seconds);
     // Each family whose algorithm runs the spec, by its estimate: the least wins.
     let best = WINOGRAD_CANDIDATES
         .into_iter()
-        .filter_map(|candidate| winograd_estimate(caps, problem, candidate, converted, &rates))
+        .filter_map(|candidate| winograd_estimate(caps, problem, candidate, matrix.is_some(), converted, &rates))
         .min_by(|a, b| a.seconds.total_cmp(&b.seconds))?;
     let WinogradEstimate { seconds, kernel, alg, tiles, tile } = best;
     let fma = f32_fma_estimate(caps, problem, layout, &rates, 1.0);
-    let matrix = f32_matrix_estimate(caps, spec, problem, layout, finite_weights).map(|m| m.seconds);
     let split = splitk_estimate(caps, problem, converted, &rates).map(|e| e.seconds);
     let mut against = Vec::new();
     for (other, units) in [(fma, "the FMA kernels"), (matrix, "the matrix units"), (split, "split-K")] {
@@ -2208,7 +2215,7 @@ mod tests {
         assert_eq!(at(&cpu, same(64, 64).groups(2), 56).kernel.family(), "tiled");
         // A GPU not in the table of rates: by the estimate at the rates assumed for it.
         assert_eq!(at(&nvidia, same(64, 64), 56).kernel.family(), "tiled");
-        assert_eq!(at(&nvidia, same(64, 64), 12).kernel.family(), "winograd", "the browser test's layer");
+        assert_eq!(at(&nvidia, same(64, 64), 12).kernel.family(), "winograd-f4", "the browser test's layer");
         assert_eq!(pick(&cpu, same(64, 64), Precision::F32).kernel.family(), "tiled");
         assert!(shape_may_matter(&cpu, &same(64, 64), &Conv2dOptions::default()));
         // Non-finite weights: never Winograd (its transforms would spread them).
@@ -2327,12 +2334,12 @@ mod tests {
     }
 
     /// Winograd on GPUs where its estimate beats the FMA kernels' and, where rule 5 may run
-    /// the layer, the matrix path's: on the H100 with its matrix units ResNet-50's 512-channel
-    /// 3×3 layer at 7×7 and 64→64 at batch 1, not its 256-channel layer at 14×14; without
-    /// them (an FMA-only device) that one too, but not the 64-channel layer at 56×56, N=32;
+    /// the layer, the matrix path's: on the H100 with its matrix units ResNet-50's 512- and
+    /// 256-channel 3×3 layers at 7×7 and 14×14 by F(4×4, 3×3), not its 128-channel one at
+    /// 28×28; without them (an FMA-only device) every such layer, F(4×4, 3×3) from 16 channels;
     /// on an RTX 4090 (a quarter of the H100's bandwidth per FLOP) AlexNet's conv3 at N=128
-    /// by F(4×4, 3×3) (whose transforms move 0.56× F(2×2, 3×3)'s bytes), not VGG-16's
-    /// 128-channel layer at 56×56.
+    /// and VGG-16's 128-channel layer at 56×56 by F(4×4, 3×3) (whose transforms move 0.56×
+    /// F(2×2, 3×3)'s bytes), not its 64-channel layer at 224×224.
     #[test]
     fn winograd_on_gpus_by_the_estimate() {
         use crate::spec::Shape4;
@@ -2355,21 +2362,27 @@ mod tests {
         // F(4×4, 3×3) (0.0496 against 0.0567).
         assert_eq!(at(&h100, 512, 512, 7, 8, true).kernel.family(), "winograd");
         assert_eq!(at(&h100, 256, 256, 14, 8, true).kernel.family(), "winograd-f4");
-        // Under 256 input channels F(4×4, 3×3) is not weighed (ResNet-50's 128-channel layer
-        // at 28×28: 0.213 ms against the matrix path's 0.156).
+        // Under 256 input channels F(4×4, 3×3) is not weighed against the matrix path
+        // (ResNet-50's 128-channel layer at 28×28: 0.213 ms against the matrix path's 0.156);
+        // without it, it is (VGG-16's 128-channel layer at 112×112: 0.937 against F(2×2,
+        // 3×3)'s 1.275; this one the known loss, 0.212 against 0.184).
         assert_eq!(at(&h100, 128, 128, 28, 32, true).kernel.family(), "coop-nhwc-f32");
-        assert_eq!(at(&h100_fma, 128, 128, 28, 32, true).kernel.family(), "winograd");
+        assert_eq!(at(&h100_fma, 128, 128, 112, 16, true).kernel.family(), "winograd-f4");
+        assert_eq!(at(&h100_fma, 128, 128, 28, 32, true).kernel.family(), "winograd-f4");
         // At batch 1 split-K fills the device better still (measured: 0.0205 ms against
         // Winograd's 0.0233).
         assert_eq!(at(&h100, 64, 64, 56, 1, true).kernel.family(), "splitk");
         // ResNet-50's 256-channel layer at 14×14: a tie (0.1358 ms against 0.1364).
         assert_eq!(at(&h100, 256, 256, 14, 32, true).kernel.family(), "winograd-f4");
         assert_eq!(at(&h100_fma, 256, 256, 14, 32, true).kernel.family(), "winograd-f4");
-        assert_eq!(at(&h100_fma, 64, 64, 56, 32, true).kernel.family(), "tiled");
+        // ResNet-50's 64-channel layer at 56×56: F(4×4, 3×3) (0.220 ms against the tiled
+        // kernel's 0.236, F(2×2, 3×3)'s 0.251).
+        assert_eq!(at(&h100_fma, 64, 64, 56, 32, true).kernel.family(), "winograd-f4");
         assert_eq!(at(&h100_fma, 256, 256, 14, 32, false).kernel.family(), "tiled", "non-finite weights");
         assert_eq!(at(&rtx, 256, 384, 13, 128, true).kernel.family(), "winograd-f4");
         assert_eq!(at(&rtx, 512, 512, 14, 16, true).kernel.family(), "winograd-f4");
-        assert_eq!(at(&rtx, 128, 128, 56, 16, true).kernel.family(), "tiled");
+        assert_eq!(at(&rtx, 128, 128, 56, 16, true).kernel.family(), "winograd-f4");
+        assert_eq!(at(&rtx, 64, 64, 224, 16, true).kernel.family(), "tiled");
         // Beyond 1024 input channels the 6×6 tiles' error outgrows the F32 contract
         // (1.0e-5 at 2048): F(2×2, 3×3) there, F(4×4, 3×3) at 1024.
         assert_eq!(at(&h100_fma, 2048, 512, 14, 16, true).kernel.family(), "winograd");
