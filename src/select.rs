@@ -1766,9 +1766,9 @@ struct WinogradEstimate {
 /// matrix path, which ran them 1.15–1.4× faster still. Any factor from 1.1 to 1.4 makes the
 /// same decisions there. Without the matrix path (FMA-only devices, such as an RTX 4090 for
 /// f32) the estimate's error matters less against F(2×2, 3×3) and the tiled kernel: taking
-/// F(4×4, 3×3) from 16 channels there ran VGG-16's 64–128-channel layers 1.24–1.39× and
-/// ResNet-50's 56×56 one 1.07× faster (H100, matrix units off), and lost 0.87× on ResNet-50's
-/// 28×28 layer at N = 32 and 0.93× at batch 1.
+/// F(4×4, 3×3) from 16 channels there ran VGG-16's 64–128-channel layers 1.20–1.36× and
+/// ResNet-50's 56×56 one 1.07× faster (H100, matrix units off, through the rule), and lost
+/// 0.87× on ResNet-50's 28×28 layer at N = 32 (0.93× at batch 1, in the sweep).
 static WINOGRAD_CANDIDATES: [(&winograd::Winograd, u32, f64); 2] = [
     (&winograd::WINOGRAD, WINOGRAD_MIN_CHANNELS, 1.0),
     (&winograd::WINOGRAD_F4, WINOGRAD_F4_MIN_CHANNELS, WINOGRAD_F4_WORK_FACTOR),
