@@ -106,9 +106,11 @@ pub(crate) fn shape_may_matter(caps: &DeviceCaps, spec: &Conv2dSpec, options: &C
 
 /// The most kernels [`Conv2dOptions::autotune`] times for one convolution and input shape.
 pub const AUTOTUNE_MAX_CANDIDATES: usize = 8;
-/// Of the candidates, the most reference kernels of families other than the selection's.
+/// Of the candidates, the most reference kernels of families other than the selection's: on
+/// a 3×3 stride-1 f32 layer the tiled kernel or the matrix path, both Winograd families and
+/// split-K.
 #[cfg(feature = "tune")]
-const AUTOTUNE_OTHER_FAMILIES: usize = 3;
+const AUTOTUNE_OTHER_FAMILIES: usize = 4;
 
 /// The kernels [`Conv2dOptions::autotune`] may time for `spec` on a device, in order,
 /// `selected` (the selection's kernel at the input shape) first: then the reference kernels of
@@ -130,14 +132,9 @@ pub(crate) fn autotune_candidates(
     selected: &Kernel,
     finite_weights: bool,
 ) -> Vec<Kernel> {
-    // The Winograd families where their algorithm keeps the F32 contract at this many
-    // input channels (and the weights are finite, which they take only).
-    let winograd_allows = |family: &str| {
-        WINOGRAD_CANDIDATES
-            .iter()
-            .find(|(f, ..)| f.name() == family)
-            .map(|(f, ..)| finite_weights && f.algorithm(spec).is_ok_and(|a| spec.in_channels <= a.f32_channels))
-    };
+    // The Winograd families take finite weights only (and refuse, in `check`, more input
+    // channels than their algorithm keeps the F32 contract for).
+    let winograd = |family: &str| WINOGRAD_CANDIDATES.iter().any(|(f, ..)| f.name() == family);
     let runs = |k: &Kernel| {
         let allowed = match k.family() {
             f if f == stem::STEM.name() => caps.is_nvidia(),
@@ -147,7 +144,8 @@ pub(crate) fn autotune_candidates(
                         .declared_rates()
                         .is_some_and(|r| r.f16_matrix_tflops / r.fp32_tflops >= F32_MATRIX_MIN_RATE_RATIO)
             }
-            f => winograd_allows(f).unwrap_or(true),
+            f if winograd(f) => finite_weights,
+            _ => true,
         };
         allowed && k.precision() == selected.precision() && k.check(spec, caps).is_ok()
     };
@@ -1242,9 +1240,10 @@ fn f32_matrix_estimate(
     // The fitted table's work, or the block the path would run where that ranks lower: the
     // long-K table's blocks of one workgroup per multiprocessor carry an epilogue and rates no
     // higher than the fitted table's, so only its small steps (three per multiprocessor,
-    // which the fitted table does not count) can. That keeps VGG-16's 512-channel 3×3 layer
-    // at 14×14 (N = 16) on the matrix path, 1.11× faster than Winograd on the H100, and moved
-    // none of rule 5's decisions there (BENCHMARKS, "The f32 matrix table in waves").
+    // which the fitted table does not count) can. That put VGG-16's 512-channel 3×3 layer at
+    // 14×14 (N = 16) on the matrix path, 1.11× faster than F(2×2, 3×3) on the H100 (F(4×4,
+    // 3×3) has since taken it, 1.19× faster still), and moved none of rule 5's decisions there
+    // (BENCHMARKS, "The f32 matrix table in waves").
     let family_work = wave_work(problem, matrix_k, &configs, rates.multiprocessors as u64);
     let matrix_work = if short_k { family_work } else { family_work.min(cost) };
     let output_share = match layout {
@@ -1702,21 +1701,23 @@ fn pointwise_rule(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, S
 }
 
 /// The fewest input channels for which the Winograd rule takes a layer: the GEMM of each of
-/// its 16 components sums over the input channels, and shorter sums leave the tiled
+/// its components sums over the input channels, and shorter sums leave the tiled
 /// kernel's K steps mostly padding (on lavapipe, 56×56 at batch 1: 16 and 32 channels ran
 /// 1.4× faster by Winograd, 8 channels 1.5× slower, 3 channels 3× slower).
 pub const WINOGRAD_MIN_CHANNELS: u32 = 16;
 
 /// The most bytes of transformed input and products per image for which the Winograd rule
-/// takes a layer: on lavapipe, VGG-16's 64-channel layer at 224×224 (102 MB per image) ran
-/// 1.6× slower by Winograd than by the tiled kernel, its 128-channel one at 112×112 (51 MB)
-/// 1.5× faster; the transforms' traffic, 4× the input's and the output's, then outgrows what
-/// the arithmetic saves.
+/// takes a layer on CPU adapters: on lavapipe (2026-11-27), VGG-16's 64-channel layer at
+/// 224×224 (102 MB per image by F(2×2, 3×3)) ran 1.6× slower by Winograd than by the tiled
+/// kernel, its 128-channel one at 112×112 (51 MB) 1.5× faster; the transforms' traffic, 4×
+/// the input's and the output's, then outgrows what the arithmetic saves. (On 2026-11-28,
+/// with nothing else running, F(2×2, 3×3) ran the 224×224 layer 1.5× faster, 316 against
+/// 473 ms: the limit may be conservative; F(4×4, 3×3)'s 58 MB fit it, 2.5× faster.)
 pub const WINOGRAD_MAX_SCRATCH_PER_IMAGE: u64 = 64 << 20;
 
-/// The share of the declared bandwidth at which the Winograd family's transforms move their
+/// The share of the declared bandwidth at which the Winograd families' transforms move their
 /// bytes (the input read and its transforms written, the products written and read, the
-/// output written: 4 B × (input + 2 × 16-component input + 2 × products + output)):
+/// output written: 4 B × (input + 2 × transformed input + 2 × products + output)):
 /// fitted to the H100's f32 sweeps of the 3×3 stride-1 layers of ResNet-50, AlexNet and
 /// VGG-16, where the GEMM's reads and writes of the transforms partly hit the L2 cache.
 const WINOGRAD_TRANSFORM_BANDWIDTH_SHARE: f64 = 0.9;
@@ -1774,22 +1775,25 @@ static WINOGRAD_CANDIDATES: [(&winograd::Winograd, u32, f64); 2] = [
     (&winograd::WINOGRAD_F4, WINOGRAD_F4_MIN_CHANNELS, WINOGRAD_F4_WORK_FACTOR),
 ];
 
-/// The fewest input channels for which [`winograd_rule`] weighs F(4×4, 3×3) where the matrix
-/// path may run the layer ([`WINOGRAD_CANDIDATES`]; elsewhere [`WINOGRAD_MIN_CHANNELS`]).
+/// The fewest input channels for which the Winograd rule (README, "Which kernel runs", rule 4)
+/// weighs F(4×4, 3×3) where the matrix path may run the layer (elsewhere
+/// [`WINOGRAD_MIN_CHANNELS`]): below, its time strayed 1.0–1.6× from the rule's estimate,
+/// which decided against the matrix path wrongly.
 pub const WINOGRAD_F4_MIN_CHANNELS: u32 = 256;
 
 /// The factor on F(4×4, 3×3)'s GEMM work in [`winograd_rule`]'s estimate, against F(2×2,
 /// 3×3)'s 1 ([`WINOGRAD_CANDIDATES`]): its passes ran slower per estimated FLOP and byte.
 const WINOGRAD_F4_WORK_FACTOR: f64 = 1.15;
 
-/// [`winograd_rule`]'s estimate of one Winograd family on a GPU of these rates, or `None`
-/// where its algorithms do not run the spec, the spec has fewer than `min_channels` input
-/// channels where `against_matrix` (the matrix path may run the layer) or more than the algorithm keeps the F32 contract for
-/// (`winograd::Minimal::f32_channels`), its tile does not fit or its scratch does not fit a
-/// binding: the GEMM's padded work times `work_factor` in whole waves at [`F32_SIMT_EFFICIENCY`] of the fp32 rate over
-/// the tile with the least estimated time among [`F32_SHAPE_CONFIGS`], plus the transforms'
-/// bytes at [`WINOGRAD_TRANSFORM_BANDWIDTH_SHARE`] of the bandwidth, their two dispatches
-/// and the conversion passes where the tensors are not NCHW f32.
+/// [`winograd_rule`]'s estimate of one Winograd family on a GPU of these rates, or `None` where
+/// its algorithms do not run the spec (more input channels than the algorithm keeps the F32
+/// contract for included), the spec has fewer than `min_channels` input channels where
+/// `against_matrix` (the matrix path may run the layer), its tile does not fit or its scratch
+/// does not fit a binding: the GEMM's padded work times `work_factor` in whole waves at
+/// [`F32_SIMT_EFFICIENCY`] of the fp32 rate over the tile with the least estimated time among
+/// [`F32_SHAPE_CONFIGS`], plus the transforms' bytes at [`WINOGRAD_TRANSFORM_BANDWIDTH_SHARE`]
+/// of the bandwidth, their two dispatches and the conversion passes where the tensors are not
+/// NCHW f32.
 fn winograd_estimate(
     caps: &DeviceCaps,
     problem: &ConvProblem,
@@ -1799,9 +1803,9 @@ fn winograd_estimate(
     rates: &DeclaredRates,
 ) -> Option<WinogradEstimate> {
     let spec = &problem.spec;
+    // (The family refuses more input channels than its algorithm keeps the F32 contract for.)
     let alg = family.algorithm(spec).ok()?;
-    // Beyond `f32_channels` the algorithm's error outgrows the F32 contract.
-    if (against_matrix && spec.in_channels < min_channels) || spec.in_channels > alg.f32_channels {
+    if against_matrix && spec.in_channels < min_channels {
         return None;
     }
     let gemm = winograd::gemm_problem(problem, alg).ok()?;
@@ -1835,7 +1839,7 @@ fn winograd_on_cpu(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, 
     let (kernel, alg, tiles, tile, _) = [&winograd::WINOGRAD, &winograd::WINOGRAD_F4]
         .into_iter()
         .filter_map(|family| {
-            let alg = family.algorithm(spec).ok().filter(|a| spec.in_channels <= a.f32_channels)?;
+            let alg = family.algorithm(spec).ok()?;
             let gemm = winograd::gemm_problem(problem, alg).ok()?;
             let scratch = 4 * (gemm.input.per_image() + gemm.output.per_image());
             if scratch > WINOGRAD_MAX_SCRATCH_PER_IMAGE {
@@ -2206,7 +2210,7 @@ mod tests {
         assert_eq!(at(&cpu, same(64, 64), 224).kernel.family(), "winograd-f4");
         assert_eq!(at(&cpu, same(128, 128), 112).kernel.family(), "winograd-f4");
         // AlexNet's 5×5 conv2 by F(2×2, 5×5) (measured: 73.6 ms against 180.4); not beyond
-        // 1024 input channels.
+        // 512 input channels.
         let five = |c: u32| Conv2dSpec::new(c, 256, 5).padding(Padding::uniform(2));
         assert_eq!(at(&cpu, five(96), 27).kernel.to_string(), "winograd:m64n64k16-t8x4-w4-s3");
         assert_eq!(at(&cpu, five(2048), 9).kernel.family(), "tiled");
@@ -2383,12 +2387,13 @@ mod tests {
         assert_eq!(at(&rtx, 512, 512, 14, 16, true).kernel.family(), "winograd-f4");
         assert_eq!(at(&rtx, 128, 128, 56, 16, true).kernel.family(), "winograd-f4");
         assert_eq!(at(&rtx, 64, 64, 224, 16, true).kernel.family(), "tiled");
-        // Beyond 1024 input channels the 6×6 tiles' error outgrows the F32 contract
-        // (1.0e-5 at 2048): F(2×2, 3×3) there, F(4×4, 3×3) at 1024.
+        // Beyond 512 input channels the 6×6 tiles' error nears the F32 contract (7–8e-6 at
+        // 1024, 1.0e-5 at 2048): F(2×2, 3×3) there, F(4×4, 3×3) at 512.
         assert_eq!(at(&h100_fma, 2048, 512, 14, 16, true).kernel.family(), "winograd");
-        assert_eq!(at(&h100_fma, 1024, 512, 14, 16, true).kernel.family(), "winograd-f4");
+        assert_eq!(at(&h100_fma, 1024, 512, 14, 16, true).kernel.family(), "winograd");
+        assert_eq!(at(&h100_fma, 512, 512, 14, 16, true).kernel.family(), "winograd-f4");
         // 5×5 by F(2×2, 5×5) on the FMA units (AlexNet's conv2: 1.95 ms against the tiled
-        // kernel's 3.16), not beyond 1024 channels; the matrix path on the H100 (1.66).
+        // kernel's 3.16), not beyond 512 channels; the matrix path on the H100 (1.66).
         let five = |caps: &DeviceCaps, c: u32| {
             let spec = Conv2dSpec::new(c, 256, 5).padding(Padding::uniform(2));
             let opts = Conv2dOptions { tuning_key_input: Some(Shape4::new(128, c, 27, 27)), ..Default::default() };

@@ -54,6 +54,19 @@ fn channels_last_and_f16_tensors() {
     check_in_every_layout(&gpu, &case, &kernel("winograd-f4"));
 }
 
+/// The same for F(4×4, 3×3): its scratch per image (36 × 5 × 10 × 10 products, 72,000 B;
+/// the transformed input 43,200) lets a 160,000-byte binding hold two images.
+#[test]
+fn batch_chunks_f4() {
+    let spec = Conv2dSpec::new(3, 5, 3).padding(Padding::uniform(1)).with_bias(true);
+    let case = Case::new("wino_f4_chunked", spec, Shape4::new(5, 3, 40, 39));
+    let _serial = serial();
+    let gpu = gpu_with_limits(|l| l.max_storage_buffer_binding_size = 160_000);
+    let opts = Conv2dOptions::default().kernel(Some(kernel("winograd-f4:m32n32k32-t4x4-w2-s2")));
+    let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap();
+    check_chunked(&gpu, &case, &conv, Some(3));
+}
+
 /// A binding limit that holds two images' products: chunks of two, each through its own
 /// three passes; outputs past the last one untouched.
 #[test]

@@ -42,9 +42,6 @@ use crate::families::coop::TileFamily;
 use crate::families::nhwc;
 use crate::families::tiled::{pass_workgroup_refusal, sources_in_every_form, DerivedRun, TileConfig};
 use crate::families::winograd::{self, minimal::F2X2_3X3};
-
-/// Components of a transformed tile (4×4): F(2×2, 3×3)'s.
-const COMPONENTS: u32 = 16;
 use crate::kernel::{
     compose_operands, Family, Finishing, Kernel, KernelConfig, Operands, Packed, Shaped, Staging, TensorForm,
 };
@@ -55,6 +52,8 @@ const OUTPUT_WGSL: &str = include_str!("output.wgsl");
 
 /// Invocations per workgroup of the transforms.
 const TRANSFORM_WG: u32 = 256;
+/// Components of a transformed tile (4×4): F(2×2, 3×3)'s.
+const COMPONENTS: u32 = F2X2_3X3.components();
 /// Channels per staged vector.
 const VEC: u32 = 8;
 /// Output channels per invocation of the output transform (and the products' padding).
