@@ -54,33 +54,30 @@ fn channels_last_and_f16_tensors() {
     check_in_every_layout(&gpu, &case, &kernel("winograd-f4"));
 }
 
-/// The same for F(4×4, 3×3): its scratch per image (36 × 5 × 10 × 10 products, 72,000 B;
-/// the transformed input 43,200) lets a 160,000-byte binding hold two images.
-#[test]
-fn batch_chunks_f4() {
+/// A 5-image batch under a binding limit of `binding` bytes, which holds two images' scratch:
+/// chunks of two, each through its own three passes; outputs past the last one untouched.
+fn batch_chunks_under(label: &str, kernel_name: &str, binding: u64) {
     let spec = Conv2dSpec::new(3, 5, 3).padding(Padding::uniform(1)).with_bias(true);
-    let case = Case::new("wino_f4_chunked", spec, Shape4::new(5, 3, 40, 39));
+    let case = Case::new(label, spec, Shape4::new(5, 3, 40, 39));
     let _serial = serial();
-    let gpu = gpu_with_limits(|l| l.max_storage_buffer_binding_size = 160_000);
-    let opts = Conv2dOptions::default().kernel(Some(kernel("winograd-f4:m32n32k32-t4x4-w2-s2")));
+    let gpu = gpu_with_limits(|l| l.max_storage_buffer_binding_size = binding);
+    let opts = Conv2dOptions::default().kernel(Some(kernel(kernel_name)));
     let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap();
     check_chunked(&gpu, &case, &conv, Some(3));
 }
 
-/// A binding limit that holds two images' products: chunks of two, each through its own
-/// three passes; outputs past the last one untouched.
+/// F(2×2, 3×3): products per image 16 × 5 × 20 × 20 floats = 128,000 B (the transformed
+/// input 76,800); the packed weights, padded to whole tiles per component, 131,072 B.
 #[test]
 fn batch_chunks() {
-    let spec = Conv2dSpec::new(3, 5, 3).padding(Padding::uniform(1)).with_bias(true);
-    let case = Case::new("wino_chunked", spec, Shape4::new(5, 3, 40, 39));
-    let _serial = serial();
-    // Products per image: 16 × 5 × 20 × 20 floats = 128,000 B (the transformed input 76,800);
-    // the packed weights, padded to whole tiles per component, 131,072 B.
-    let gpu = gpu_with_limits(|l| l.max_storage_buffer_binding_size = 262_144);
-    let conv =
-        Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), Conv2dOptions::default().kernel(Some(kernel("winograd"))))
-            .unwrap();
-    check_chunked(&gpu, &case, &conv, Some(3));
+    batch_chunks_under("wino_chunked", "winograd", 262_144);
+}
+
+/// F(4×4, 3×3): products per image 36 × 5 × 10 × 10 floats = 72,000 B (the transformed input
+/// 43,200).
+#[test]
+fn batch_chunks_f4() {
+    batch_chunks_under("wino_f4_chunked", "winograd-f4:m32n32k32-t4x4-w2-s2", 160_000);
 }
 
 /// Shapes the algorithms do not cover are refused by name, never run.
