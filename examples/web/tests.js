@@ -110,7 +110,8 @@ const CASES = [
   // Winograd (README, "Which kernel runs", rule 4): a CPU adapter (SwiftShader) runs 3x3
   // stride-1 layers of 16 channels and more by it, a GPU where its estimate wins, as it does
   // on this small layer at the rates assumed for GPUs the table of declared rates does not
-  // list (browsers do not name their adapter).
+  // list (browsers do not name their adapter); either family, `winograd` or `winograd-f4`
+  // (the prefix matches both).
   ["64→64 3x3, bias + ReLU", { inChannels: 64, outChannels: 64, kernel: 3, padding: 1, bias: true, relu: true }, [1, 64, 12, 12],
     "winograd"],
   ["AlexNet-like 11x11 stride 4", { inChannels: 3, outChannels: 96, kernel: 11, stride: 4, padding: 2, bias: true }, [1, 3, 63, 63]],
