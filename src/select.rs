@@ -1753,9 +1753,9 @@ struct WinogradEstimate {
     tile: TileConfig,
 }
 
-/// The Winograd families [`winograd_rule`] weighs on GPUs: each with the fewest input
+/// The Winograd families [`winograd_rule`] weighs: on GPUs each with the fewest input
 /// channels it takes where the matrix path may run the layer, and the factor on its GEMM's
-/// estimated work.
+/// estimated work (CPU adapters weigh the same families by their GEMM's work alone).
 ///
 /// F(4×4, 3×3) at [`WINOGRAD_F4_WORK_FACTOR`], against the matrix path from
 /// [`WINOGRAD_F4_MIN_CHANNELS`]: fitted on the H100 (Vulkan 580.159.04, 2026-11-28) over the
@@ -1785,6 +1785,36 @@ pub const WINOGRAD_F4_MIN_CHANNELS: u32 = 256;
 /// 3×3)'s 1 ([`WINOGRAD_CANDIDATES`]): its passes ran slower per estimated FLOP and byte.
 const WINOGRAD_F4_WORK_FACTOR: f64 = 1.15;
 
+/// A Winograd family's kernel for a problem ([`winograd_estimate`], [`winograd_on_cpu`]): its
+/// algorithm, the GEMM's problem, and the GEMM tile of `configs` with the least estimated
+/// work that the device accepts, with its workgroup tiles and that work; `None` where the
+/// family refuses the spec or no tile fits.
+struct WinogradGemm {
+    alg: &'static winograd::Minimal,
+    gemm: ConvProblem,
+    kernel: Kernel,
+    tiles: u64,
+    tile: TileConfig,
+    cost: f64,
+}
+
+fn winograd_gemm(
+    caps: &DeviceCaps,
+    problem: &ConvProblem,
+    family: &'static winograd::Winograd,
+    configs: &[(TileConfig, f64)],
+) -> Option<WinogradGemm> {
+    let spec = &problem.spec;
+    // (The family refuses more input channels than its algorithm keeps the F32 contract for.)
+    let alg = family.algorithm(spec).ok()?;
+    let gemm = winograd::gemm_problem(problem, alg).ok()?;
+    let make = |t| Some(tiled::TILED.with_tile_config(t));
+    let (_, tiles, tile, cost) = estimated_best(caps, &gemm, spec.in_channels as u64, configs, make)?;
+    let kernel = family.with_tile_config(tile);
+    kernel.check(spec, caps).ok()?;
+    Some(WinogradGemm { alg, gemm, kernel, tiles, tile, cost })
+}
+
 /// [`winograd_rule`]'s estimate of one Winograd family on a GPU of these rates, or `None` where
 /// its algorithms do not run the spec (more input channels than the algorithm keeps the F32
 /// contract for included), the spec has fewer than `min_channels` input channels where
@@ -1803,22 +1833,15 @@ fn winograd_estimate(
     rates: &DeclaredRates,
 ) -> Option<WinogradEstimate> {
     let spec = &problem.spec;
-    // (The family refuses more input channels than its algorithm keeps the F32 contract for.)
-    let alg = family.algorithm(spec).ok()?;
     if against_matrix && spec.in_channels < min_channels {
         return None;
     }
-    let gemm = winograd::gemm_problem(problem, alg).ok()?;
     let configs = F32_SHAPE_CONFIGS.map(|(tile, rate, _)| (tile, rate));
-    let k = spec.in_channels as u64;
-    let make = |t| Some(tiled::TILED.with_tile_config(t));
-    let (_, tiles, tile, _) = estimated_best(caps, &gemm, k, &configs, make)?;
-    let kernel = family.with_tile_config(tile);
-    kernel.check(spec, caps).ok()?;
+    let WinogradGemm { alg, gemm, kernel, tiles, tile, .. } = winograd_gemm(caps, problem, family, &configs)?;
     if !scratch_fits(caps, 4 * gemm.input.per_image().max(gemm.output.per_image())) {
         return None;
     }
-    let work = wave_work(&gemm, k, &configs, rates.multiprocessors as u64);
+    let work = wave_work(&gemm, spec.in_channels as u64, &configs, rates.multiprocessors as u64);
     let elements = problem.input.len() + 2 * gemm.input.len() + 2 * gemm.output.len() + problem.output.len();
     let bandwidth = rates.bandwidth_gbs * 1e9;
     let seconds = seconds_at(2.0 * work * work_factor, rates.fp32_tflops, F32_SIMT_EFFICIENCY)
@@ -1833,24 +1856,11 @@ fn winograd_estimate(
 /// no bytes), where its transforms take at most [`WINOGRAD_MAX_SCRATCH_PER_IMAGE`] per image
 /// and it keeps the F32 contract at the spec's input channels.
 fn winograd_on_cpu(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, String)> {
-    let spec = &problem.spec;
-    let k = spec.in_channels as u64;
-    let make = |t| Some(tiled::TILED.with_tile_config(t));
-    let (kernel, alg, tiles, tile, _) = [&winograd::WINOGRAD, &winograd::WINOGRAD_F4]
-        .into_iter()
-        .filter_map(|family| {
-            let alg = family.algorithm(spec).ok()?;
-            let gemm = winograd::gemm_problem(problem, alg).ok()?;
-            let scratch = 4 * (gemm.input.per_image() + gemm.output.per_image());
-            if scratch > WINOGRAD_MAX_SCRATCH_PER_IMAGE {
-                return None;
-            }
-            let (_, tiles, tile, cost) = estimated_best(caps, &gemm, k, &F32_CPU_SHAPE_CONFIGS, make)?;
-            let kernel = family.with_tile_config(tile);
-            kernel.check(spec, caps).ok()?;
-            Some((kernel, alg, tiles, tile, cost))
-        })
-        .min_by(|a, b| a.4.total_cmp(&b.4))?;
+    let WinogradGemm { alg, kernel, tiles, tile, .. } = WINOGRAD_CANDIDATES
+        .iter()
+        .filter_map(|&(family, ..)| winograd_gemm(caps, problem, family, &F32_CPU_SHAPE_CONFIGS))
+        .filter(|g| 4 * (g.gemm.input.per_image() + g.gemm.output.per_image()) <= WINOGRAD_MAX_SCRATCH_PER_IMAGE)
+        .min_by(|a, b| a.cost.total_cmp(&b.cost))?;
     let (n, m, r) = (alg.n(), alg.out, alg.kernel);
     Some((
         kernel,
@@ -1858,7 +1868,7 @@ fn winograd_on_cpu(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, 
             "f32 {r}x{r} stride 1 on a CPU adapter: Winograd F({m}x{m}, {r}x{r}), {:.2}x fewer multiply-adds, the \
              algorithm and its GEMM's tile with the least estimated work ({tiles} workgroup tiles of {}x{} over {} \
              components)",
-            (m * m * r * r) as f64 / (n * n) as f64,
+            alg.multiply_add_saving(),
             tile.block_m,
             tile.block_n,
             n * n
@@ -1943,8 +1953,8 @@ fn winograd_rule(
             "f32 {r}x{r} stride 1 on a GPU, by {rated}: Winograd F({m}x{m}, {r}x{r}), {:.2}x fewer multiply-adds \
              for {:.2}x the input and output in transforms; its GEMM's tile with the least estimated time ({tiles} \
              workgroup tiles of {}x{} over {} components): {:.3} ms against {}",
-            (m * m * r * r) as f64 / (n * n) as f64,
-            (n * n) as f64 / (m * m) as f64,
+            alg.multiply_add_saving(),
+            alg.transform_growth(),
             tile.block_m,
             tile.block_n,
             n * n,

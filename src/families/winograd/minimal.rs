@@ -167,6 +167,17 @@ impl Minimal {
         self.n() * self.n()
     }
 
+    /// How many times fewer multiply-adds than the direct sum: m²r² / n².
+    pub(crate) fn multiply_add_saving(&self) -> f64 {
+        (self.out * self.out * self.kernel * self.kernel) as f64 / self.components() as f64
+    }
+
+    /// The transformed input's and the products' size against the input's and the output's:
+    /// n² / m².
+    pub(crate) fn transform_growth(&self) -> f64 {
+        self.components() as f64 / (self.out * self.out) as f64
+    }
+
     /// Its name, as messages write it: `F(4×4, 3×3)`.
     pub(crate) fn name(&self) -> String {
         format!("F({m}×{m}, {r}×{r})", m = self.out, r = self.kernel)
@@ -321,5 +332,7 @@ mod tests {
         assert_eq!(of(4, 5), None);
         assert_eq!(F4X4_3X3.components(), 36);
         assert_eq!(F2X2_3X3.name(), "F(2×2, 3×3)");
+        assert_eq!((F2X2_3X3.multiply_add_saving(), F4X4_3X3.multiply_add_saving()), (2.25, 4.0));
+        assert_eq!((F4X4_3X3.transform_growth(), F2X2_5X5.transform_growth()), (2.25, 9.0));
     }
 }
