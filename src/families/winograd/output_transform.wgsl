@@ -81,16 +81,27 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
             finite = finite && is_finite(y[r][s]);
         }
     }
-    for (var r = 0u; r < M; r++) {
-        for (var s = 0u; s < M; s++) {
-            let oy = oy0 + r;
-            let ox = ox0 + s;
-            if (oy < OH && ox < OW) {
-                var v = y[r][s];
-                if (!finite) {
-                    v = direct(img, k, oy, ox);
+    // Two store loops rather than one with the fallback inside: a loop that calls `direct`
+    // is too large for the driver to unroll, and a loop left rolled indexes `y` at run time,
+    // which moves the tile's outputs to local memory.
+    if (finite) {
+        for (var r = 0u; r < M; r++) {
+            for (var s = 0u; s < M; s++) {
+                let oy = oy0 + r;
+                let ox = ox0 + s;
+                if (oy < OH && ox < OW) {
+                    output[plane + oy * OW + ox] = activate(y[r][s] + b);
                 }
-                output[plane + oy * OW + ox] = activate(v + b);
+            }
+        }
+    } else {
+        for (var r = 0u; r < M; r++) {
+            for (var s = 0u; s < M; s++) {
+                let oy = oy0 + r;
+                let ox = ox0 + s;
+                if (oy < OH && ox < OW) {
+                    output[plane + oy * OW + ox] = activate(direct(img, k, oy, ox) + b);
+                }
             }
         }
     }
