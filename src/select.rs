@@ -134,7 +134,7 @@ pub(crate) fn autotune_candidates(
 ) -> Vec<Kernel> {
     // The Winograd families take finite weights only (and refuse, in `check`, more input
     // channels than their algorithm keeps the F32 contract for).
-    let winograd = |family: &str| WINOGRAD_CANDIDATES.iter().any(|(f, ..)| f.name() == family);
+    let winograd = |family: &str| WINOGRAD_CANDIDATES.iter().any(|c| c.family.name() == family);
     let runs = |k: &Kernel| {
         let allowed = match k.family() {
             f if f == stem::STEM.name() => caps.is_nvidia(),
@@ -1742,7 +1742,7 @@ const UNLISTED_GPU_RATES: DeclaredRates = DeclaredRates {
     multiprocessors: FILL_WORKGROUPS as u32,
 };
 
-/// A Winograd family's estimate on a GPU ([`winograd_rule`]): its kernel, algorithm and
+/// A Winograd algorithm's estimate on a GPU ([`winograd_rule`]): its kernel, algorithm and
 /// GEMM tile, and its time.
 struct WinogradEstimate {
     seconds: f64,
@@ -1753,9 +1753,30 @@ struct WinogradEstimate {
     tile: TileConfig,
 }
 
-/// The Winograd families [`winograd_rule`] weighs: on GPUs each with the fewest input
-/// channels it takes where the matrix path may run the layer, and the factor on its GEMM's
-/// estimated work (CPU adapters weigh the same families by their GEMM's work alone).
+/// A Winograd algorithm [`winograd_rule`] weighs: the family that runs it, the fewest input
+/// channels for which it is weighed where the matrix path may run the layer, and the factor on
+/// its GEMM's estimated work (CPU adapters weigh the same algorithms by their GEMM's work
+/// alone).
+#[derive(Clone, Copy)]
+struct WinogradCandidate {
+    family: &'static winograd::Winograd,
+    alg: &'static winograd::Minimal,
+    min_channels_against_matrix: u32,
+    /// The GEMM rows per component (N·⌈OH/m⌉·⌈OW/m⌉) from which it is weighed against the
+    /// matrix path below `min_channels_against_matrix` too.
+    min_rows_against_matrix: u64,
+    work_factor: f64,
+}
+
+impl WinogradCandidate {
+    /// Whether [`winograd_rule`] weighs it against the matrix path for `spec` with a GEMM of
+    /// `rows` rows per component.
+    fn weighed_against_matrix(&self, spec: &Conv2dSpec, rows: u64) -> bool {
+        spec.in_channels >= self.min_channels_against_matrix || rows >= self.min_rows_against_matrix
+    }
+}
+
+/// The algorithms [`winograd_rule`] weighs.
 ///
 /// F(4×4, 3×3) at [`WINOGRAD_F4_WORK_FACTOR`], against the matrix path from
 /// [`WINOGRAD_F4_MIN_CHANNELS`]: fitted on the H100 (Vulkan 580.159.04, 2026-11-28) over the
@@ -1770,9 +1791,38 @@ struct WinogradEstimate {
 /// F(4×4, 3×3) from 16 channels there ran VGG-16's 64–128-channel layers 1.20–1.36× and
 /// ResNet-50's 56×56 one 1.07× faster (H100, matrix units off, through the rule), and lost
 /// 0.87× on ResNet-50's 28×28 layer at N = 32 (0.93× at batch 1, in the sweep).
-static WINOGRAD_CANDIDATES: [(&winograd::Winograd, u32, f64); 2] = [
-    (&winograd::WINOGRAD, WINOGRAD_MIN_CHANNELS, 1.0),
-    (&winograd::WINOGRAD_F4, WINOGRAD_F4_MIN_CHANNELS, WINOGRAD_F4_WORK_FACTOR),
+///
+/// F(4×4, 5×5) at the same factor as its 4×4 tiles' sibling, from [`WINOGRAD_MIN_CHANNELS`]
+/// (it takes at most 128: `winograd::Minimal::f32_channels`).
+static WINOGRAD_CANDIDATES: [WinogradCandidate; 4] = [
+    WinogradCandidate {
+        family: &winograd::WINOGRAD,
+        alg: &winograd::minimal::F2X2_3X3,
+        min_channels_against_matrix: WINOGRAD_MIN_CHANNELS,
+        min_rows_against_matrix: u64::MAX,
+        work_factor: 1.0,
+    },
+    WinogradCandidate {
+        family: &winograd::WINOGRAD,
+        alg: &winograd::minimal::F2X2_5X5,
+        min_channels_against_matrix: WINOGRAD_MIN_CHANNELS,
+        min_rows_against_matrix: u64::MAX,
+        work_factor: 1.0,
+    },
+    WinogradCandidate {
+        family: &winograd::WINOGRAD_F4,
+        alg: &winograd::minimal::F4X4_3X3,
+        min_channels_against_matrix: WINOGRAD_F4_MIN_CHANNELS,
+        min_rows_against_matrix: WINOGRAD_F4_MIN_ROWS,
+        work_factor: WINOGRAD_F4_WORK_FACTOR,
+    },
+    WinogradCandidate {
+        family: &winograd::WINOGRAD_F4,
+        alg: &winograd::minimal::F4X4_5X5,
+        min_channels_against_matrix: WINOGRAD_MIN_CHANNELS,
+        min_rows_against_matrix: u64::MAX,
+        work_factor: WINOGRAD_F4_WORK_FACTOR,
+    },
 ];
 
 /// The fewest input channels for which the Winograd rule (README, "Which kernel runs", rule 4)
@@ -1781,14 +1831,37 @@ static WINOGRAD_CANDIDATES: [(&winograd::Winograd, u32, f64); 2] = [
 /// which decided against the matrix path wrongly.
 pub const WINOGRAD_F4_MIN_CHANNELS: u32 = 256;
 
+/// The GEMM rows per component (N·⌈OH/4⌉·⌈OW/4⌉) from which the Winograd rule weighs
+/// F(4×4, 3×3) against the matrix path below [`WINOGRAD_F4_MIN_CHANNELS`] too: on large
+/// GEMMs its estimate held there. On an H200 (Vulkan 580.159.04, 2026-11-28, F(4×4, 3×3) at
+/// each of five GEMM tiles) it ran VGG-16's 64→64 layer at 224×224 (50,176 rows) in 0.93–0.96×
+/// its estimate and 1.22× faster than the matrix path, its 128→128 one at 112×112 (12,544
+/// rows) in 0.93× and 1.40× faster, and ResNet-50's 64→64 layer at 56×56, N = 32 (6,272
+/// rows), in 1.17× its estimate and 1.06× faster; at 1,568 rows (its 128-channel layer at
+/// 28×28, N = 32, and its 64-channel one at N = 8) 1.4–1.6× its estimate, slower than the
+/// matrix path or F(2×2, 3×3).
+pub const WINOGRAD_F4_MIN_ROWS: u64 = 4096;
+
 /// The factor on F(4×4, 3×3)'s GEMM work in [`winograd_rule`]'s estimate, against F(2×2,
 /// 3×3)'s 1 ([`WINOGRAD_CANDIDATES`]): its passes ran slower per estimated FLOP and byte.
 const WINOGRAD_F4_WORK_FACTOR: f64 = 1.15;
 
-/// A Winograd family's kernel for a problem ([`winograd_estimate`], [`winograd_on_cpu`]): its
-/// algorithm, the GEMM's problem, and the GEMM tile of `configs` with the least estimated
+/// The GEMM tiles [`winograd_estimate`] weighs, with their rates: [`F32_SHAPE_CONFIGS`], and
+/// over at most [`WIDE_1X1_SHORT_K_MAX`] input channels in whole K steps of 16 the 1×1
+/// layers' 64×128 block ([`WIDE_1X1_SHORT_K_BLOCK`] at [`WIDE_1X1_BLOCK`]'s rate): the GEMM
+/// is a 1×1 convolution of n² groups.
+fn winograd_gemm_configs(spec: &Conv2dSpec) -> Vec<(TileConfig, f64)> {
+    let c = spec.in_channels;
+    let short_k = c <= WIDE_1X1_SHORT_K_MAX && c.is_multiple_of(WIDE_1X1_SHORT_K_BLOCK.block_k);
+    let wide = short_k.then_some((WIDE_1X1_SHORT_K_BLOCK, WIDE_1X1_BLOCK.1));
+    F32_SHAPE_CONFIGS.map(|(tile, rate, _)| (tile, rate)).into_iter().chain(wide).collect()
+}
+
+/// A Winograd algorithm's kernel for a problem ([`winograd_estimate`], [`winograd_on_cpu`]):
+/// the algorithm, the GEMM's problem, and the GEMM tile of `configs` with the least estimated
 /// work that the device accepts, with its workgroup tiles and that work; `None` where the
-/// family refuses the spec or no tile fits.
+/// candidate's algorithm is not the one its family runs the spec by, the family refuses the
+/// spec, or no tile fits.
 struct WinogradGemm {
     alg: &'static winograd::Minimal,
     gemm: ConvProblem,
@@ -1801,12 +1874,13 @@ struct WinogradGemm {
 fn winograd_gemm(
     caps: &DeviceCaps,
     problem: &ConvProblem,
-    family: &'static winograd::Winograd,
+    candidate: &WinogradCandidate,
     configs: &[(TileConfig, f64)],
 ) -> Option<WinogradGemm> {
     let spec = &problem.spec;
+    let family = candidate.family;
     // (The family refuses more input channels than its algorithm keeps the F32 contract for.)
-    let alg = family.algorithm(spec).ok()?;
+    let alg = family.algorithm(spec).ok().filter(|&a| a == candidate.alg)?;
     let gemm = winograd::gemm_problem(problem, alg).ok()?;
     let make = |t| Some(tiled::TILED.with_tile_config(t));
     let (_, tiles, tile, cost) = estimated_best(caps, &gemm, spec.in_channels as u64, configs, make)?;
@@ -1815,11 +1889,13 @@ fn winograd_gemm(
     Some(WinogradGemm { alg, gemm, kernel, tiles, tile, cost })
 }
 
-/// [`winograd_rule`]'s estimate of one Winograd family on a GPU of these rates, or `None` where
-/// its algorithms do not run the spec (more input channels than the algorithm keeps the F32
-/// contract for included), the spec has fewer than `min_channels` input channels where
-/// `against_matrix` (the matrix path may run the layer), its tile does not fit or its scratch
-/// does not fit a binding: the GEMM's padded work times `work_factor` in whole waves at
+/// [`winograd_rule`]'s estimate of one Winograd algorithm on a GPU of these rates, or `None`
+/// where it does not run the spec (more input channels than it keeps the F32 contract for
+/// included), the candidate is not weighed against the matrix path where `against_matrix`
+/// (the matrix path may run the layer: [`WinogradCandidate::weighed_against_matrix`]), its
+/// tile does not fit
+/// or its scratch does not fit a binding: the GEMM's padded work times the candidate's
+/// `work_factor` in whole waves at
 /// [`F32_SIMT_EFFICIENCY`] of the fp32 rate over the tile with the least estimated time among
 /// [`F32_SHAPE_CONFIGS`], plus the transforms' bytes at [`WINOGRAD_TRANSFORM_BANDWIDTH_SHARE`]
 /// of the bandwidth, their two dispatches and the conversion passes where the tensors are not
@@ -1827,17 +1903,19 @@ fn winograd_gemm(
 fn winograd_estimate(
     caps: &DeviceCaps,
     problem: &ConvProblem,
-    (family, min_channels, work_factor): (&'static winograd::Winograd, u32, f64),
+    candidate: &WinogradCandidate,
     against_matrix: bool,
     converted: bool,
     rates: &DeclaredRates,
 ) -> Option<WinogradEstimate> {
     let spec = &problem.spec;
-    if against_matrix && spec.in_channels < min_channels {
+    let work_factor = candidate.work_factor;
+    let configs = winograd_gemm_configs(spec);
+    let WinogradGemm { alg, gemm, kernel, tiles, tile, .. } = winograd_gemm(caps, problem, candidate, &configs)?;
+    let rows = gemm.input.n as u64 * gemm.input.h as u64 * gemm.input.w as u64;
+    if against_matrix && !candidate.weighed_against_matrix(spec, rows) {
         return None;
     }
-    let configs = F32_SHAPE_CONFIGS.map(|(tile, rate, _)| (tile, rate));
-    let WinogradGemm { alg, gemm, kernel, tiles, tile, .. } = winograd_gemm(caps, problem, family, &configs)?;
     if !scratch_fits(caps, 4 * gemm.input.per_image().max(gemm.output.per_image())) {
         return None;
     }
@@ -1851,14 +1929,14 @@ fn winograd_estimate(
     Some(WinogradEstimate { seconds, kernel, alg, tiles, tile })
 }
 
-/// [`winograd_rule`] on CPU adapters: the algorithm of either family whose GEMM has the least
-/// estimated work (rule 9's CPU estimate over [`F32_CPU_SHAPE_CONFIGS`]: padded multiply-adds,
+/// [`winograd_rule`] on CPU adapters: the algorithm of [`WINOGRAD_CANDIDATES`] whose GEMM has
+/// the least estimated work (rule 9's CPU estimate over [`F32_CPU_SHAPE_CONFIGS`]: padded multiply-adds,
 /// no bytes), where its transforms take at most [`WINOGRAD_MAX_SCRATCH_PER_IMAGE`] per image
 /// and it keeps the F32 contract at the spec's input channels.
 fn winograd_on_cpu(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, String)> {
     let WinogradGemm { alg, kernel, tiles, tile, .. } = WINOGRAD_CANDIDATES
         .iter()
-        .filter_map(|&(family, ..)| winograd_gemm(caps, problem, family, &F32_CPU_SHAPE_CONFIGS))
+        .filter_map(|candidate| winograd_gemm(caps, problem, candidate, &F32_CPU_SHAPE_CONFIGS))
         .filter(|g| 4 * (g.gemm.input.per_image() + g.gemm.output.per_image()) <= WINOGRAD_MAX_SCRATCH_PER_IMAGE)
         .min_by(|a, b| a.cost.total_cmp(&b.cost))?;
     let (n, m, r) = (alg.n(), alg.out, alg.kernel);
@@ -1878,10 +1956,10 @@ fn winograd_on_cpu(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, 
 
 /// The Winograd rule: f32 with the input shape known, 3×3 and 5×5 convolutions of stride 1,
 /// no dilation, no groups and zero padding over at least [`WINOGRAD_MIN_CHANNELS`] input
-/// channels, with finite weights: F(2×2, 3×3) (2.25× fewer multiply-adds), F(4×4, 3×3) (4×)
-/// or F(2×2, 5×5) (2.8×), plus the transforms' passes (the GEMM is n² groups of
-/// M = N·⌈OH/m⌉·⌈OW/m⌉, N = C_out, K = C_in), the 6×6 tiles only up to the input channels
-/// where they keep the F32 contract (`winograd::Minimal::f32_channels`).
+/// channels, with finite weights: F(2×2, 3×3) (2.25× fewer multiply-adds), F(4×4, 3×3) (4×),
+/// F(2×2, 5×5) (2.8×) or F(4×4, 5×5) (6.25×), plus the transforms' passes (the GEMM is n²
+/// groups of M = N·⌈OH/m⌉·⌈OW/m⌉, N = C_out, K = C_in), the 6×6 and 8×8 tiles only up to
+/// the input channels where they keep the F32 contract (`winograd::Minimal::f32_channels`).
 ///
 /// - On CPU adapters ([`winograd_on_cpu`]), whose transforms take at most
 ///   [`WINOGRAD_MAX_SCRATCH_PER_IMAGE`] per image: always, the algorithm and its GEMM's tile
@@ -1892,8 +1970,9 @@ fn winograd_on_cpu(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, 
 ///   noise of three runs); on 2026-11-28 F(4×4, 3×3) ran the layers of 28×28 and larger maps
 ///   1.26–1.47× faster than F(2×2, 3×3) and those of 14×14 and smaller 0.46–0.91× (the
 ///   estimate's padded rows pick each the faster), F(2×2, 5×5) AlexNet's conv2 2.5× faster
-///   than the tiled kernel.
-/// - On GPUs ([`winograd_estimate`] per family of [`WINOGRAD_CANDIDATES`], the least), where
+///   than the tiled kernel, and F(4×4, 5×5) 1.46× faster than F(2×2, 5×5) (49.4 against
+///   72.1 ms).
+/// - On GPUs ([`winograd_estimate`] per algorithm of [`WINOGRAD_CANDIDATES`], the least), where
 ///   its transforms fit a binding ([`scratch_fits`]) and its estimated time
 ///   beats the FMA kernels', split-K's ([`splitk_estimate`]) and, where rule 5 may run the
 ///   layer, the matrix path's. Fitted on the H100 (Vulkan 580.159.04) with and without its
@@ -1906,7 +1985,11 @@ fn winograd_on_cpu(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, 
 ///   VGG-16's four layers of 256–512 channels off the matrix path (1.04–1.30×) and the 7×7
 ///   layer from F(2×2, 3×3) (1.52×); without the matrix units every such layer of 256 or more
 ///   channels, 1.16–1.56× over F(2×2, 3×3), and F(2×2, 5×5) AlexNet's conv2 (1.62× over the
-///   tiled kernel).
+///   tiled kernel). On an H200 (2026-11-28, through the rule): F(4×4, 5×5) on the 64×128
+///   GEMM tile ([`winograd_gemm_configs`]) takes AlexNet's conv2 off the matrix path (1.619 →
+///   1.041 ms), and F(4×4, 3×3) from 4096 GEMM rows ([`WINOGRAD_F4_MIN_ROWS`]) VGG-16's
+///   64–128-channel layers (1.16–1.39×) and ResNet-50's 56×56 one (1.05×); F(2×2, 3×3) on
+///   that tile its 28×28 one (1.07×; 1.25× at batch 8).
 ///
 /// Returns the kernel and why, or `None` where the rule does not apply.
 fn winograd_rule(
@@ -1927,7 +2010,7 @@ fn winograd_rule(
     let matrix = f32_matrix_estimate(caps, spec, problem, layout, finite_weights).map(|m| m.seconds);
     // Each family whose algorithm runs the spec, by its estimate: the least wins.
     let best = WINOGRAD_CANDIDATES
-        .into_iter()
+        .iter()
         .filter_map(|candidate| winograd_estimate(caps, problem, candidate, matrix.is_some(), converted, &rates))
         .min_by(|a, b| a.seconds.total_cmp(&b.seconds))?;
     let WinogradEstimate { seconds, kernel, alg, tiles, tile } = best;
@@ -2219,10 +2302,11 @@ mod tests {
         // kernel's 473).
         assert_eq!(at(&cpu, same(64, 64), 224).kernel.family(), "winograd-f4");
         assert_eq!(at(&cpu, same(128, 128), 112).kernel.family(), "winograd-f4");
-        // AlexNet's 5×5 conv2 by F(2×2, 5×5) (measured: 73.6 ms against 180.4); not beyond
-        // 512 input channels.
+        // AlexNet's 5×5 conv2 by F(4×4, 5×5) (measured: 49.4 ms against F(2×2, 5×5)'s 72.1 and
+        // the tiled kernel's 181.6); F(2×2, 5×5) beyond its 128 input channels, up to 512.
         let five = |c: u32| Conv2dSpec::new(c, 256, 5).padding(Padding::uniform(2));
-        assert_eq!(at(&cpu, five(96), 27).kernel.to_string(), "winograd:m64n64k16-t8x4-w4-s3");
+        assert_eq!(at(&cpu, five(96), 27).kernel.to_string(), "winograd-f4:m64n64k16-t8x4-w4-s3");
+        assert_eq!(at(&cpu, five(256), 27).kernel.family(), "winograd");
         assert_eq!(at(&cpu, five(2048), 9).kernel.family(), "tiled");
         assert_eq!(at(&cpu, same(2048, 64), 28).kernel.family(), "winograd");
         assert_eq!(at(&cpu, same(64, 64).stride((2, 2)), 56).kernel.family(), "tiled");
@@ -2376,11 +2460,20 @@ mod tests {
         // F(4×4, 3×3) (0.0496 against 0.0567).
         assert_eq!(at(&h100, 512, 512, 7, 8, true).kernel.family(), "winograd");
         assert_eq!(at(&h100, 256, 256, 14, 8, true).kernel.family(), "winograd-f4");
-        // Under 256 input channels F(4×4, 3×3) is not weighed against the matrix path
-        // (ResNet-50's 128-channel layer at 28×28: 0.213 ms against the matrix path's 0.156);
-        // without it, it is (VGG-16's 128-channel layer at 112×112: 0.937 against F(2×2,
-        // 3×3)'s 1.275; this one the known loss, 0.212 against 0.184).
+        // Under 256 input channels and 4096 GEMM rows F(4×4, 3×3) is not weighed against the
+        // matrix path (ResNet-50's 128-channel layer at 28×28: 0.213 ms against the matrix
+        // path's 0.156); without it, it is (VGG-16's 128-channel layer at 112×112: 0.937
+        // against F(2×2, 3×3)'s 1.275; this one the known loss, 0.212 against 0.184).
         assert_eq!(at(&h100, 128, 128, 28, 32, true).kernel.family(), "coop-nhwc-f32");
+        // From 4096 rows it is, on the 64×128 GEMM tile where K fills steps of 16 (H200:
+        // VGG-16's 128-channel layer at 112×112 0.663 ms against the matrix path's 0.924, its
+        // 64-channel one at 224×224 1.078 against 1.326, ResNet-50's 64-channel layer at
+        // 56×56 0.174 against 0.183; at batch 8 (1568 rows) the matrix path).
+        let s = at(&h100, 128, 128, 112, 16, true);
+        assert_eq!(s.kernel.to_string(), "winograd-f4:m64n128k16-t4x8-w8-s1", "{s}");
+        assert_eq!(at(&h100, 64, 64, 224, 16, true).kernel.to_string(), "winograd-f4:m128n64k8-t8x8-w4-s1");
+        assert_eq!(at(&h100, 64, 64, 56, 32, true).kernel.family(), "winograd-f4");
+        assert_eq!(at(&h100, 64, 64, 56, 8, true).kernel.family(), "coop-nhwc-f32");
         assert_eq!(at(&h100_fma, 128, 128, 112, 16, true).kernel.family(), "winograd-f4");
         assert_eq!(at(&h100_fma, 128, 128, 28, 32, true).kernel.family(), "winograd-f4");
         // At batch 1 split-K fills the device better still (measured: 0.0205 ms against
@@ -2409,8 +2502,8 @@ mod tests {
             let opts = Conv2dOptions { tuning_key_input: Some(Shape4::new(128, c, 27, 27)), ..Default::default() };
             select(caps, &spec, &opts, true, |_| None).unwrap().kernel.family()
         };
-        assert_eq!(five(&h100_fma, 96), "winograd");
-        assert_eq!(five(&h100, 96), "coop-nhwc-f32");
+        assert_eq!(five(&h100_fma, 96), "winograd-f4");
+        assert_eq!(five(&h100, 96), "winograd-f4");
         assert_ne!(five(&h100_fma, 2048), "winograd");
         // Without the shape, never.
         let spec = Conv2dSpec::new(512, 512, 3).padding(Padding::uniform(1));
@@ -2587,23 +2680,26 @@ mod tests {
             ..caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, true)
         };
         let (h100, rtx, unknown) = (named("NVIDIA H100 80GB HBM3"), named("NVIDIA GeForce RTX 4090"), named("x"));
-        // VGG-16's 128-channel layer at 112×112 (F(4×4, 3×3) is not weighed under 256 input
-        // channels; measured: the matrix path 1.022 ms, F(2×2, 3×3) 1.278).
-        let vgg = Conv2dSpec::new(128, 128, 3).padding(Padding::uniform(1));
+        // VGG-16's 128→256 layer at 56×56 (F(4×4, 3×3) is not weighed against the matrix path
+        // under 256 input channels and 4096 GEMM rows per component; measured on an H200: the
+        // matrix path 0.451 ms).
+        let vgg = Conv2dSpec::new(128, 256, 3).padding(Padding::uniform(1));
         let at = |caps: &DeviceCaps, spec: Conv2dSpec, input: Option<Shape4>, finite: bool| {
             let opts = Conv2dOptions { tuning_key_input: input, ..Default::default() };
             select(caps, &spec, &opts, finite, |_| None).unwrap()
         };
-        let big = Some(Shape4::new(16, 128, 112, 112));
+        let big = Some(Shape4::new(16, 128, 56, 56));
         let s = at(&h100, vgg, big, true);
         assert_eq!(s.kernel.family(), "coop-nhwc-f32", "{s}");
         assert!(s.reason.contains("f32 on cooperative matrices") && s.reason.contains("ms against"), "{s}");
         assert_eq!(at(&h100, vgg, None, true).kernel.family(), "tiled", "the shape is not known");
-        // Elsewhere the FMA units, on which the Winograd rule leaves this layer (the transforms'
-        // bytes at those rates); never with non-finite weights.
+        // Elsewhere the FMA units (dilated, which the Winograd rule leaves alone); never with
+        // non-finite weights.
+        let dilated = Conv2dSpec::new(128, 256, 3).padding(Padding::uniform(2)).dilation((2, 2));
         for (caps, finite, family) in [(&rtx, true, "tiled"), (&unknown, true, "tiled"), (&h100, false, "tiled")] {
-            assert_eq!(at(caps, vgg, big, finite).kernel.family(), family, "{}", caps.name);
+            assert_eq!(at(caps, dilated, big, finite).kernel.family(), family, "{}", caps.name);
         }
+        assert_eq!(at(&h100, vgg, big, false).kernel.family(), "tiled");
         // Three input channels pad K 2.7x, depthwise layers have their own family.
         assert_eq!(
             at(&h100, Conv2dSpec::new(3, 64, 3), Some(Shape4::new(16, 3, 224, 224)), true).kernel.family(),
@@ -2746,7 +2842,9 @@ mod tests {
             select(caps, &spec, &opts, true, |_| None).unwrap()
         };
         // Large M and N, or N = 64 per group: the 128x64 block.
-        let vgg = at(Conv2dSpec::new(128, 128, 3).padding(Padding::uniform(1)), Shape4::new(16, 128, 112, 112), &gpu);
+        // (Dilated, which the Winograd rule leaves to the shape rule.)
+        let dilated = Conv2dSpec::new(128, 128, 3).padding(Padding::uniform(2)).dilation((2, 2));
+        let vgg = at(dilated, Shape4::new(16, 128, 112, 112), &gpu);
         assert_eq!(vgg.kernel.to_string(), "tiled:m128n64k8-t8x8-w4-s1", "{vgg}");
         assert!(vgg.reason.contains("shape rule") && vgg.source == ConfigSource::Default, "{vgg}");
         // (At stride 2: at stride 1 the pointwise rule takes such 1×1 layers.)

@@ -1,10 +1,10 @@
 //! The Winograd families (`winograd`: F(2×2, 3×3) and F(2×2, 5×5); `winograd-f4`: F(4×4,
-//! 3×3); input transform, n² GEMMs on the tiled kernel, output transform) against the f64 CPU
-//! reference: a seeded random-shape property test per algorithm over channel counts, odd and
-//! even sizes, asymmetric padding, batch 1, bias and ReLU, on every config of the family's
-//! sweep in turn, through `encode` into NaN-poisoned output; channels-last and
-//! f16 tensors (layout passes around it); batch chunks under a lowered binding limit; the
-//! plan's three dispatches per chunk; refusals of the shapes it cannot run.
+//! 3×3) and F(4×4, 5×5); input transform, n² GEMMs on the tiled kernel, output transform)
+//! against the f64 CPU reference: a seeded random-shape property test per algorithm over
+//! channel counts, odd and even sizes, asymmetric padding, batch 1, bias and ReLU, on every
+//! config of the family's sweep in turn, through `encode` into NaN-poisoned output;
+//! channels-last and f16 tensors (layout passes around it); batch chunks under a lowered
+//! binding limit; the plan's three dispatches per chunk; refusals of the shapes it cannot run.
 //!
 //! Shapes stay small: CI runs this on lavapipe (Vulkan on the CPU, about 1 GFLOP/s).
 
@@ -42,6 +42,11 @@ fn random_shapes_f2x2_5x5() {
 #[test]
 fn random_shapes_f4x4_3x3() {
     random_shapes("winograd-f4", 3, 40);
+}
+
+#[test]
+fn random_shapes_f4x4_5x5() {
+    random_shapes("winograd-f4", 5, 30);
 }
 
 /// Channels-last and f16 tensors: layout passes around the three passes.
@@ -97,8 +102,8 @@ fn other_shapes_are_refused() {
         let opts = Conv2dOptions::default().kernel(Some(k.clone()));
         assert!(Conv2d::new(&gpu, spec, &w, None, opts).is_err());
     }
-    let e = kernel("winograd-f4").check(&Conv2dSpec::new(4, 4, 5), gpu.caps()).unwrap_err().to_string();
-    assert!(e.contains("winograd-f4") && e.contains("F(4×4, 3×3)"), "{e}");
+    let e = kernel("winograd-f4").check(&Conv2dSpec::new(4, 4, 7), gpu.caps()).unwrap_err().to_string();
+    assert!(e.contains("winograd-f4") && e.contains("F(4×4, 3×3) and F(4×4, 5×5)"), "{e}");
     let reflect = Conv2dSpec::new(4, 4, 3).padding(Padding::uniform(1)).padding_mode(wgconv::PaddingMode::Reflect);
     assert!(k.check(&reflect, gpu.caps()).unwrap_err().to_string().contains("padding_mode"));
 }

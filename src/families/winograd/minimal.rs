@@ -4,11 +4,12 @@
 //! taps the m×m outputs of the (cross-)correlation are `Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A` — and
 //! the WGSL of the two transforms the passes apply, generated from them.
 //!
-//! The algorithms are Toom–Cook's at the points 0, ±1 (n = 4) and 0, ±1, ±2 (n = 6), each
-//! with the point at infinity: `Aᵀ` holds the points' powers, `G` their Lagrange weights
-//! (row j: p_jᵏ / Π_{l≠j}(p_j − p_l)), and `Bᵀ` the coefficients of the products of the
-//! other points' factors, integers, so that the input transform adds, subtracts and
-//! multiplies by small integers only. F(4×4, 3×3) and F(2×2, 5×5) share n = 6 and `Bᵀ`.
+//! The algorithms are Toom–Cook's at the points 0, ±1 (n = 4), 0, ±1, ±2 (n = 6) and 0, ±1,
+//! ±2, ±½ (n = 8), each with the point at infinity: `Aᵀ` holds the points' powers, `G` their
+//! Lagrange weights (row j: p_jᵏ / Π_{l≠j}(p_j − p_l)), and `Bᵀ` the coefficients of the
+//! products of the other points' factors — small integers for n ≤ 6, multiples of ¼ for
+//! n = 8, each exact in f32 — so that the input transform adds, subtracts and multiplies by
+//! short constants only. F(4×4, 3×3) and F(2×2, 5×5) share n = 6 and `Bᵀ`.
 
 /// One algorithm F(m×m, r×r).
 #[derive(Debug, PartialEq)]
@@ -45,6 +46,18 @@ const BT6: [f64; 36] = [
     0.0, -2.0, -1.0, 2.0, 1.0, 0.0, //
     0.0, 2.0, -1.0, -2.0, 1.0, 0.0, //
     0.0, 4.0, 0.0, -5.0, 0.0, 1.0,
+];
+
+/// `Bᵀ` at the points 0, 1, −1, 2, −2, ½, −½ and infinity.
+const BT8: [f64; 64] = [
+    -1.0, 0.0, 5.25, 0.0, -5.25, 0.0, 1.0, 0.0, //
+    0.0, 1.0, 1.0, -4.25, -4.25, 1.0, 1.0, 0.0, //
+    0.0, -1.0, 1.0, 4.25, -4.25, -1.0, 1.0, 0.0, //
+    0.0, 0.5, 0.25, -2.5, -1.25, 2.0, 1.0, 0.0, //
+    0.0, -0.5, 0.25, 2.5, -1.25, -2.0, 1.0, 0.0, //
+    0.0, 2.0, 4.0, -2.5, -5.0, 0.5, 1.0, 0.0, //
+    0.0, -2.0, 4.0, 2.5, -5.0, -0.5, 1.0, 0.0, //
+    0.0, -1.0, 0.0, 5.25, 0.0, -5.25, 0.0, 1.0,
 ];
 
 /// F(2×2, 3×3): 16 products per 4 outputs (36 multiply-adds directly).
@@ -148,8 +161,67 @@ pub(crate) const F2X2_5X5: Minimal = Minimal {
     ],
 };
 
+/// F(4×4, 5×5): 64 products per 16 outputs (400 directly).
+pub(crate) const F4X4_5X5: Minimal = Minimal {
+    out: 4,
+    kernel: 5,
+    // Its transforms' coefficients reach 5.25 (inputs) and 8 (outputs), and G's 32/45: an f32
+    // simulation of the passes (random normal data, sums in channel order) gave 4.1e-6 at 96
+    // channels, 4.4e-6 at 128, 6.0e-6 at 256 and 8.1e-6 at 512; 128 keeps a margin of 2.
+    f32_channels: 128,
+    bt: &BT8,
+    g: &[
+        -1.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0, //
+        -2.0 / 9.0,
+        -2.0 / 9.0,
+        -2.0 / 9.0,
+        -2.0 / 9.0,
+        -2.0 / 9.0, //
+        -2.0 / 9.0,
+        2.0 / 9.0,
+        -2.0 / 9.0,
+        2.0 / 9.0,
+        -2.0 / 9.0, //
+        1.0 / 90.0,
+        1.0 / 45.0,
+        2.0 / 45.0,
+        4.0 / 45.0,
+        8.0 / 45.0, //
+        1.0 / 90.0,
+        -1.0 / 45.0,
+        2.0 / 45.0,
+        -4.0 / 45.0,
+        8.0 / 45.0, //
+        32.0 / 45.0,
+        16.0 / 45.0,
+        8.0 / 45.0,
+        4.0 / 45.0,
+        2.0 / 45.0, //
+        32.0 / 45.0,
+        -16.0 / 45.0,
+        8.0 / 45.0,
+        -4.0 / 45.0,
+        2.0 / 45.0, //
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        1.0,
+    ],
+    at: &[
+        1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, //
+        0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 0.0, //
+        0.0, 1.0, 1.0, 4.0, 4.0, 0.25, 0.25, 0.0, //
+        0.0, 1.0, -1.0, 8.0, -8.0, 0.125, -0.125, 1.0,
+    ],
+};
+
 /// Every algorithm, for the family's lookups and the tests.
-pub(crate) const ALL: [&Minimal; 3] = [&F2X2_3X3, &F4X4_3X3, &F2X2_5X5];
+pub(crate) const ALL: [&Minimal; 4] = [&F2X2_3X3, &F4X4_3X3, &F2X2_5X5, &F4X4_5X5];
 
 /// The algorithm of `out` outputs per tile side for a square kernel of side `kernel`, if any.
 pub(crate) fn of(out: u32, kernel: u32) -> Option<&'static Minimal> {
@@ -329,7 +401,8 @@ mod tests {
     fn lookups() {
         assert_eq!(of(4, 3), Some(&F4X4_3X3));
         assert_eq!(of(2, 5), Some(&F2X2_5X5));
-        assert_eq!(of(4, 5), None);
+        assert_eq!(of(4, 5), Some(&F4X4_5X5));
+        assert_eq!(of(2, 7), None);
         assert_eq!(F4X4_3X3.components(), 36);
         assert_eq!(F2X2_3X3.name(), "F(2×2, 3×3)");
         assert_eq!((F2X2_3X3.multiply_add_saving(), F4X4_3X3.multiply_add_saving()), (2.25, 4.0));
