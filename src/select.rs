@@ -1779,7 +1779,7 @@ impl WinogradCandidate {
 /// The algorithms [`winograd_rule`] weighs.
 ///
 /// F(4×4, 3×3) at [`WINOGRAD_F4_WORK_FACTOR`], against the matrix path from
-/// [`WINOGRAD_F4_MIN_CHANNELS`]: fitted on the H100 (Vulkan 580.159.04, 2026-11-28) over the
+/// [`WINOGRAD_F4_MIN_CHANNELS`] (or [`WINOGRAD_F4_MIN_ROWS`] GEMM rows): fitted on the H100 (Vulkan 580.159.04, 2026-11-28) over the
 /// 3×3 stride-1 layers of ResNet-50 (N = 32, 8, 1), AlexNet (N = 128) and VGG-16 (N = 16),
 /// each family at each of the shape rule's tiles, with and without the matrix units. From 256
 /// channels its time came within 0.89–1.26× of the estimate at that factor (geometric mean
@@ -1793,7 +1793,9 @@ impl WinogradCandidate {
 /// 0.87× on ResNet-50's 28×28 layer at N = 32 (0.93× at batch 1, in the sweep).
 ///
 /// F(4×4, 5×5) at the same factor as its 4×4 tiles' sibling, from [`WINOGRAD_MIN_CHANNELS`]
-/// (it takes at most 128: `winograd::Minimal::f32_channels`).
+/// (it takes at most 128: `winograd::Minimal::f32_channels`), with no row floor: measured on
+/// one layer only, AlexNet's 96-channel conv2 (H200), where it beat the matrix path at 49,
+/// 1,568 and 6,272 GEMM rows (batch 1, 32, 128); 5×5 layers of 16–64 channels are unmeasured.
 static WINOGRAD_CANDIDATES: [WinogradCandidate; 4] = [
     WinogradCandidate {
         family: &winograd::WINOGRAD,
@@ -1897,7 +1899,7 @@ fn winograd_gemm(
 /// or its scratch does not fit a binding: the GEMM's padded work times the candidate's
 /// `work_factor` in whole waves at
 /// [`F32_SIMT_EFFICIENCY`] of the fp32 rate over the tile with the least estimated time among
-/// [`F32_SHAPE_CONFIGS`], plus the transforms' bytes at [`WINOGRAD_TRANSFORM_BANDWIDTH_SHARE`]
+/// [`winograd_gemm_configs`], plus the transforms' bytes at [`WINOGRAD_TRANSFORM_BANDWIDTH_SHARE`]
 /// of the bandwidth, their two dispatches and the conversion passes where the tensors are not
 /// NCHW f32.
 fn winograd_estimate(
@@ -1909,13 +1911,15 @@ fn winograd_estimate(
     rates: &DeclaredRates,
 ) -> Option<WinogradEstimate> {
     let spec = &problem.spec;
-    let work_factor = candidate.work_factor;
-    let configs = winograd_gemm_configs(spec);
-    let WinogradGemm { alg, gemm, kernel, tiles, tile, .. } = winograd_gemm(caps, problem, candidate, &configs)?;
-    let rows = gemm.input.n as u64 * gemm.input.h as u64 * gemm.input.w as u64;
+    // The GEMM's rows per component, N·⌈OH/m⌉·⌈OW/m⌉.
+    let [th, tw] = winograd::tiles(problem, candidate.alg);
+    let rows = problem.input.n as u64 * th as u64 * tw as u64;
     if against_matrix && !candidate.weighed_against_matrix(spec, rows) {
         return None;
     }
+    let work_factor = candidate.work_factor;
+    let configs = winograd_gemm_configs(spec);
+    let WinogradGemm { alg, gemm, kernel, tiles, tile, .. } = winograd_gemm(caps, problem, candidate, &configs)?;
     if !scratch_fits(caps, 4 * gemm.input.per_image().max(gemm.output.per_image())) {
         return None;
     }
@@ -2008,7 +2012,7 @@ fn winograd_rule(
     }
     let rates = caps.declared_rates().unwrap_or(UNLISTED_GPU_RATES);
     let matrix = f32_matrix_estimate(caps, spec, problem, layout, finite_weights).map(|m| m.seconds);
-    // Each family whose algorithm runs the spec, by its estimate: the least wins.
+    // Each algorithm of the candidates that runs the spec, by its estimate: the least wins.
     let best = WINOGRAD_CANDIDATES
         .iter()
         .filter_map(|candidate| winograd_estimate(caps, problem, candidate, matrix.is_some(), converted, &rates))
@@ -2303,7 +2307,8 @@ mod tests {
         assert_eq!(at(&cpu, same(64, 64), 224).kernel.family(), "winograd-f4");
         assert_eq!(at(&cpu, same(128, 128), 112).kernel.family(), "winograd-f4");
         // AlexNet's 5×5 conv2 by F(4×4, 5×5) (measured: 49.4 ms against F(2×2, 5×5)'s 72.1 and
-        // the tiled kernel's 181.6); F(2×2, 5×5) beyond its 128 input channels, up to 512.
+        // the tiled kernel's 181.6); F(2×2, 5×5) beyond F(4×4, 5×5)'s 128 input channels, up
+        // to 512.
         let five = |c: u32| Conv2dSpec::new(c, 256, 5).padding(Padding::uniform(2));
         assert_eq!(at(&cpu, five(96), 27).kernel.to_string(), "winograd-f4:m64n64k16-t8x4-w4-s3");
         assert_eq!(at(&cpu, five(256), 27).kernel.family(), "winograd");

@@ -289,11 +289,13 @@ fn bounded_memory() {
 
 // ---- special values -------------------------------------------------------------------------
 
-/// The specs a family is tried on: a dense convolution and a depthwise one (each family
-/// takes at least one), both padded so that taps fall on the padding.
-fn special_specs() -> [(&'static str, Conv2dSpec); 2] {
+/// The specs a family is tried on: a dense convolution of 3×3 and one of 5×5 (Winograd's
+/// 5×5 algorithms) and a depthwise one (each family takes at least one), each padded so that
+/// taps fall on the padding.
+fn special_specs() -> [(&'static str, Conv2dSpec); 3] {
     [
         ("dense", Conv2dSpec::new(3, 8, 3).padding(Padding::uniform(1)).with_bias(true)),
+        ("dense 5x5", Conv2dSpec::new(3, 8, 5).padding(Padding::uniform(2)).with_bias(true)),
         ("depthwise", Conv2dSpec::new(8, 8, 3).groups(8).padding(Padding::uniform(1)).with_bias(true)),
     ]
 }
