@@ -1933,14 +1933,37 @@ fn winograd_estimate(
     Some(WinogradEstimate { seconds, kernel, alg, tiles, tile })
 }
 
+/// The most GEMM rows per component (N·⌈OH/m⌉·⌈OW/m⌉) at which the Winograd rule on CPU
+/// adapters rates the 32×64 block of [`F32_CPU_SHAPE_CONFIGS`] as the 64×64 one and tries it
+/// first ([`winograd_cpu_configs`]). On lavapipe (Mesa 22.3.6, 2 cores, batch 1,
+/// 2026-11-28, interleaved rounds, two runs) it ran such GEMMs of 16–49 rows (AlexNet's 13×13
+/// layers and conv2, ResNet-50's 14×14 and 28×28 layers, VGG-16's 28×28 and 14×14 ones)
+/// 1.11–1.22× faster than the 64×64 block, which both pad to 64 rows, and those of 196 and
+/// 784 rows 1.10–1.25× slower.
+const WINOGRAD_CPU_SMALL_GEMM_ROWS: u64 = 64;
+
+/// The GEMM tiles and rates of [`winograd_on_cpu`] for one algorithm: [`F32_CPU_SHAPE_CONFIGS`],
+/// with its 32×64 block first at the 64×64 block's rate where the GEMM has at most
+/// [`WINOGRAD_CPU_SMALL_GEMM_ROWS`] rows per component.
+fn winograd_cpu_configs(problem: &ConvProblem, alg: &winograd::Minimal) -> Vec<(TileConfig, f64)> {
+    let [th, tw] = winograd::tiles(problem, alg);
+    let rows = problem.input.n as u64 * th as u64 * tw as u64;
+    let [wide, narrow, small] = F32_CPU_SHAPE_CONFIGS;
+    match rows <= WINOGRAD_CPU_SMALL_GEMM_ROWS {
+        true => vec![(small.0, wide.1), wide, narrow],
+        false => F32_CPU_SHAPE_CONFIGS.to_vec(),
+    }
+}
+
 /// [`winograd_rule`] on CPU adapters: the algorithm of [`WINOGRAD_CANDIDATES`] whose GEMM has
-/// the least estimated work (rule 9's CPU estimate over [`F32_CPU_SHAPE_CONFIGS`]: padded multiply-adds,
-/// no bytes), where its transforms take at most [`WINOGRAD_MAX_SCRATCH_PER_IMAGE`] per image
-/// and it keeps the F32 contract at the spec's input channels.
+/// the least estimated work (rule 9's CPU estimate over [`winograd_cpu_configs`]: padded
+/// multiply-adds, no bytes), where its transforms take at most
+/// [`WINOGRAD_MAX_SCRATCH_PER_IMAGE`] per image and it keeps the F32 contract at the spec's
+/// input channels.
 fn winograd_on_cpu(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, String)> {
     let WinogradGemm { alg, kernel, tiles, tile, .. } = WINOGRAD_CANDIDATES
         .iter()
-        .filter_map(|candidate| winograd_gemm(caps, problem, candidate, &F32_CPU_SHAPE_CONFIGS))
+        .filter_map(|candidate| winograd_gemm(caps, problem, candidate, &winograd_cpu_configs(problem, candidate.alg)))
         .filter(|g| 4 * (g.gemm.input.per_image() + g.gemm.output.per_image()) <= WINOGRAD_MAX_SCRATCH_PER_IMAGE)
         .min_by(|a, b| a.cost.total_cmp(&b.cost))?;
     let (n, m, r) = (alg.n(), alg.out, alg.kernel);
@@ -2296,8 +2319,10 @@ mod tests {
         let s = at(&cpu, same(64, 64), 56);
         assert_eq!(s.kernel.to_string(), "winograd-f4:m64n64k16-t8x4-w4-s3", "{s}");
         assert!(s.reason.contains("Winograd F(4x4, 3x3)"), "{s}");
-        assert_eq!(at(&cpu, same(128, 128), 28).kernel.to_string(), "winograd-f4:m64n64k16-t8x4-w4-s3");
-        assert_eq!(at(&cpu, same(256, 256), 14).kernel.to_string(), "winograd:m64n64k16-t8x4-w4-s3");
+        // GEMMs of at most 64 rows per component on the 32×64 block (measured at 28×28:
+        // 15.7 ms against 18.4 on the 64×64 one; at 14×14 24.8 against 29.0).
+        assert_eq!(at(&cpu, same(128, 128), 28).kernel.to_string(), "winograd-f4:m32n64k32-t4x4-w4-s2");
+        assert_eq!(at(&cpu, same(256, 256), 14).kernel.to_string(), "winograd:m32n64k32-t4x4-w4-s2");
         assert_eq!(at(&cpu, same(16, 16), 56).kernel.family(), "winograd-f4");
         assert_eq!(at(&cpu, same(512, 512), 7).kernel.to_string(), "winograd:m32n64k32-t4x4-w4-s2");
         assert_eq!(at(&cpu, same(8, 8), 56).kernel.family(), "tiled");
@@ -2306,11 +2331,11 @@ mod tests {
         // kernel's 473).
         assert_eq!(at(&cpu, same(64, 64), 224).kernel.family(), "winograd-f4");
         assert_eq!(at(&cpu, same(128, 128), 112).kernel.family(), "winograd-f4");
-        // AlexNet's 5×5 conv2 by F(4×4, 5×5) (measured: 49.4 ms against F(2×2, 5×5)'s 72.1 and
-        // the tiled kernel's 181.6); F(2×2, 5×5) beyond F(4×4, 5×5)'s 128 input channels, up
-        // to 512.
+        // AlexNet's 5×5 conv2 by F(4×4, 5×5) (measured: 42.6 ms, 49.4 on the 64×64 block,
+        // against F(2×2, 5×5)'s 72.1 and the tiled kernel's 181.6); F(2×2, 5×5) beyond
+        // F(4×4, 5×5)'s 128 input channels, up to 512.
         let five = |c: u32| Conv2dSpec::new(c, 256, 5).padding(Padding::uniform(2));
-        assert_eq!(at(&cpu, five(96), 27).kernel.to_string(), "winograd-f4:m64n64k16-t8x4-w4-s3");
+        assert_eq!(at(&cpu, five(96), 27).kernel.to_string(), "winograd-f4:m32n64k32-t4x4-w4-s2");
         assert_eq!(at(&cpu, five(256), 27).kernel.family(), "winograd");
         assert_eq!(at(&cpu, five(2048), 9).kernel.family(), "tiled");
         assert_eq!(at(&cpu, same(2048, 64), 28).kernel.family(), "winograd");
