@@ -192,6 +192,12 @@ pub(crate) trait Family: Send + Sync + 'static {
     fn padding_modes(&self) -> bool {
         false
     }
+    /// Whether it takes non-finite weights: the Winograd families' transforms would spread
+    /// them, and the f32 matrix kernel's split would lose their signs; those refuse them at
+    /// packing, and autotune does not time them for such weights.
+    fn takes_non_finite_weights(&self) -> bool {
+        true
+    }
 }
 
 /// Weights (and any other per-op data) as a kernel reads them.

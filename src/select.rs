@@ -132,21 +132,18 @@ pub(crate) fn autotune_candidates(
     selected: &Kernel,
     finite_weights: bool,
 ) -> Vec<Kernel> {
-    // The Winograd families take finite weights only (and refuse, in `check`, more input
-    // channels than their algorithm keeps the F32 contract for).
-    let winograd = |family: &str| WINOGRAD_CANDIDATES.iter().any(|c| c.family.name() == family);
+    // The Winograd families and the f32 matrix kernel take finite weights only (and the
+    // Winograd families refuse, in `check`, more input channels than their algorithm keeps
+    // the F32 contract for).
     let runs = |k: &Kernel| {
-        let allowed = match k.family() {
-            f if f == stem::STEM.name() => caps.is_nvidia(),
-            f if f == nhwc::COOP_NHWC_F32.name() => {
-                finite_weights
-                    && caps
-                        .declared_rates()
-                        .is_some_and(|r| r.f16_matrix_tflops / r.fp32_tflops >= F32_MATRIX_MIN_RATE_RATIO)
-            }
-            f if winograd(f) => finite_weights,
-            _ => true,
-        };
+        let allowed = (finite_weights || k.family_impl().takes_non_finite_weights())
+            && match k.family() {
+                f if f == stem::STEM.name() => caps.is_nvidia(),
+                f if f == nhwc::COOP_NHWC_F32.name() => caps
+                    .declared_rates()
+                    .is_some_and(|r| r.f16_matrix_tflops / r.fp32_tflops >= F32_MATRIX_MIN_RATE_RATIO),
+                _ => true,
+            };
         allowed && k.precision() == selected.precision() && k.check(spec, caps).is_ok()
     };
     let others = crate::families::FAMILIES

@@ -147,7 +147,7 @@ fn random_simt_kernel_name(rng: &mut rand::rngs::StdRng) -> String {
     match rng.random_range(0..8) {
         0 => format!("tiled:{}", tile(rng)),
         1 => format!("tiled-f16:{}", tile(rng)),
-        2 => format!("{}:{}", ["winograd", "winograd-f4"][rng.random_range(0..2usize)], tile(rng)),
+        2 => format!("{}:{}", ["winograd", "winograd-f4", "winograd-f6"][rng.random_range(0..3usize)], tile(rng)),
         3 => format!("splitk:{}-k{}", tile(rng), pick(rng, &[2, 3, 4, 8])),
         4 | 5 => format!(
             "{}:x{}y{}c{}-w{}",

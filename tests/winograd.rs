@@ -1,5 +1,5 @@
 //! The Winograd families (`winograd`: F(2×2, 3×3) and F(2×2, 5×5); `winograd-f4`: F(4×4,
-//! 3×3) and F(4×4, 5×5); input transform, n² GEMMs on the tiled kernel, output transform)
+//! 3×3) and F(4×4, 5×5); `winograd-f6`: F(6×6, 3×3); input transform, n² GEMMs on the tiled kernel, output transform)
 //! against the f64 CPU reference: a seeded random-shape property test per algorithm over
 //! channel counts, odd and even sizes, asymmetric padding, batch 1, bias and ReLU, on every
 //! config of the family's sweep in turn, through `encode` into NaN-poisoned output;
@@ -49,6 +49,11 @@ fn random_shapes_f4x4_5x5() {
     random_shapes("winograd-f4", 5, 30);
 }
 
+#[test]
+fn random_shapes_f6x6_3x3() {
+    random_shapes("winograd-f6", 3, 30);
+}
+
 /// Channels-last and f16 tensors: layout passes around the three passes.
 #[test]
 fn channels_last_and_f16_tensors() {
@@ -57,6 +62,7 @@ fn channels_last_and_f16_tensors() {
     let case = Case::new("wino_forms", spec, Shape4::new(2, 6, 9, 12));
     check_in_every_layout(&gpu, &case, &kernel("winograd"));
     check_in_every_layout(&gpu, &case, &kernel("winograd-f4"));
+    check_in_every_layout(&gpu, &case, &kernel("winograd-f6"));
 }
 
 /// A 5-image batch under a binding limit of `binding` bytes, which holds two images' scratch:
@@ -104,6 +110,10 @@ fn other_shapes_are_refused() {
     }
     let e = kernel("winograd-f4").check(&Conv2dSpec::new(4, 4, 7), gpu.caps()).unwrap_err().to_string();
     assert!(e.contains("winograd-f4") && e.contains("F(4×4, 3×3) and F(4×4, 5×5)"), "{e}");
+    let e = kernel("winograd-f6").check(&Conv2dSpec::new(4, 4, 5), gpu.caps()).unwrap_err().to_string();
+    assert!(e.contains("winograd-f6") && e.contains("F(6×6, 3×3) runs 3x3 kernels") && e.contains("not 5x5"), "{e}");
+    let e = kernel("winograd-f6").check(&Conv2dSpec::new(129, 4, 3), gpu.caps()).unwrap_err().to_string();
+    assert!(e.contains("F(6×6, 3×3) keeps f32's 1e-5") && e.contains("up to 128"), "{e}");
     let reflect = Conv2dSpec::new(4, 4, 3).padding(Padding::uniform(1)).padding_mode(wgconv::PaddingMode::Reflect);
     assert!(k.check(&reflect, gpu.caps()).unwrap_err().to_string().contains("padding_mode"));
 }

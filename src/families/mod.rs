@@ -35,6 +35,7 @@ pub(crate) static FAMILIES: &[&dyn Family] = &[
     &tiled::TILED_F16,
     &winograd::WINOGRAD,
     &winograd::WINOGRAD_F4,
+    &winograd::WINOGRAD_F6,
     &splitk::SPLITK,
     &pointwise::POINTWISE,
     &depthwise::DEPTHWISE,

@@ -144,6 +144,9 @@ impl Family for Nhwc {
     fn targets(&self) -> &'static [Target] {
         COOPERATIVE_TARGETS
     }
+    fn takes_non_finite_weights(&self) -> bool {
+        self.variant != Variant::F32
+    }
 }
 
 /// The declared sweep of the f16 (`split` false) or f16x3 kernel, the reference first:

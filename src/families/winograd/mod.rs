@@ -1,25 +1,24 @@
 //! The Winograd families: convolutions of stride 1, no dilation and no groups by Winograd's
 //! minimal filtering F(m×m, r×r) ([`minimal`]), in three passes of one compute pass.
 //! `winograd` runs tiles of 2×2 outputs (F(2×2, 3×3) and F(2×2, 5×5)), `winograd-f4` tiles
-//! of 4×4 (F(4×4, 3×3) and F(4×4, 5×5)). The input transform (`input_transform.wgsl`, the
-//! kernel's staging
-//! pass) rewrites each n×n input patch `d` (n = m + r − 1) as `V = Bᵀ d B`; the tiled kernel
-//! (`crate::families::tiled`, the config's tile) multiplies, for each of the n² components,
-//! the transformed inputs by the transformed weights `U = G g Gᵀ` (packed at `Conv2d::new`),
-//! as a 1×1 convolution of n² groups; the output transform (`output_transform.wgsl`, the
-//! finishing pass) turns each tile's n² products into its m×m outputs `Y = Aᵀ M A`, adds the
-//! bias and the activation.
+//! of 4×4 (F(4×4, 3×3) and F(4×4, 5×5)), `winograd-f6` tiles of 6×6 (F(6×6, 3×3)). The input
+//! transform (`input_transform.wgsl`, the kernel's staging pass) rewrites each n×n input
+//! patch `d` (n = m + r − 1) as `V = Bᵀ d B`; the tiled kernel (`crate::families::tiled`, the
+//! config's tile) multiplies, for each of the n² components, the transformed inputs by the
+//! transformed weights `U = G g Gᵀ` (packed at `Conv2d::new`), as a 1×1 convolution of n²
+//! groups; the output transform (`output_transform.wgsl`, the finishing pass) turns each
+//! tile's n² products into its m×m outputs `Y = Aᵀ M A`, adds the bias and the activation.
 //!
 //! F(2×2, 3×3): 16 multiply-adds per 2×2 outputs against 36 (2.25× fewer), for transformed
 //! inputs 4× the input's size and products 4× the output's, written and read once each.
-//! F(4×4, 3×3): 36 per 4×4 against 144 (4×), for 2.25× the input and the output. F(2×2, 5×5):
-//! 36 per 2×2 against 100 (2.8×), for 9× the input and the output. F(4×4, 5×5): 64 per 4×4
-//! against 400 (6.25×), for 4× the input and the output. f32 throughout; the larger tiles'
-//! transforms multiply by up to 5 (n = 6) or 5.25 (n = 8) (inputs) and 8 (outputs), which
-//! costs accuracy: on random
-//! inputs F(2×2, 3×3) stays near 3e-7 relative L2 error, the n = 6 algorithms near 3–5e-6
-//! at 256–512 input channels, 7–8e-6 at 1024 and 1e-5 at 2048, so they refuse more than 512,
-//! and F(4×4, 5×5) (n = 8) near 4e-6 at 96–128 and 6e-6 at 256, so it refuses more than 128
+//! F(4×4, 3×3): 36 per 4×4 against 144 (4×), for 2.25× the input and the output. F(6×6,
+//! 3×3): 64 per 6×6 against 324 (5.06×), for 1.78×. F(2×2, 5×5): 36 per 2×2 against 100
+//! (2.8×), for 9× the input and the output. F(4×4, 5×5): 64 per 4×4 against 400 (6.25×),
+//! for 4×. f32 throughout; the larger tiles' transforms multiply by up to 5 (n = 6) or 5.25
+//! (n = 8) (inputs) and 8 or 32 (outputs), which costs accuracy: on random inputs F(2×2,
+//! 3×3) stays near 3e-7 relative L2 error, the n = 6 algorithms near 3–5e-6 at 256–512 input
+//! channels, 7–8e-6 at 1024 and 1e-5 at 2048, so they refuse more than 512, and the n = 8
+//! ones near 4–5e-6 at 96–128 and 6–7e-6 at 256, so they refuse more than 128
 //! ([`Minimal::f32_channels`]; tested ≤ 1e-5, the F32 contract).
 //! Configs are tile configs (`winograd:m64n64k16-t8x4-w4-s3`): the GEMM's.
 
@@ -48,13 +47,23 @@ pub(crate) struct Winograd {
     name: &'static str,
     /// Outputs per tile side (m).
     out: u32,
+    /// Whether the benchmark's sweeps and autotune time it ([`Family::benchmarked`]).
+    benchmarked: bool,
 }
 
 /// `winograd`: F(2×2, 3×3) and F(2×2, 5×5) in f32.
-pub(crate) static WINOGRAD: Winograd = Winograd { name: "winograd", out: 2 };
+pub(crate) static WINOGRAD: Winograd = Winograd { name: "winograd", out: 2, benchmarked: true };
 
 /// `winograd-f4`: F(4×4, 3×3) and F(4×4, 5×5) in f32.
-pub(crate) static WINOGRAD_F4: Winograd = Winograd { name: "winograd-f4", out: 4 };
+pub(crate) static WINOGRAD_F4: Winograd = Winograd { name: "winograd-f4", out: 4, benchmarked: true };
+
+/// `winograd-f6`: F(6×6, 3×3) in f32, where named: 1.27× fewer multiply-adds than F(4×4,
+/// 3×3) and transforms 0.79× its size, but 8×8 tiles (whose transforms cost more per
+/// element) and coarser edges. On lavapipe (batch 1, 2026-11-28) it ran ResNet-50's and
+/// VGG-16's 64–128-channel layers in 0.92–0.95× F(4×4, 3×3)'s time on four and 1.15× on two
+/// (VGG-16's 112×112 layers), each at its faster tile; on GPUs it is unmeasured. So no rule picks it, and the
+/// benchmark's sweeps and autotune leave it out until it is measured.
+pub(crate) static WINOGRAD_F6: Winograd = Winograd { name: "winograd-f6", out: 6, benchmarked: false };
 
 impl Family for Winograd {
     fn name(&self) -> &'static str {
@@ -77,6 +86,12 @@ impl Family for Winograd {
     }
     fn targets(&self) -> &'static [Target] {
         ALL_TARGETS
+    }
+    fn takes_non_finite_weights(&self) -> bool {
+        false
+    }
+    fn benchmarked(&self) -> bool {
+        self.benchmarked
     }
 }
 
@@ -577,7 +592,7 @@ mod tests {
     /// The GEMM's bindings come first among the family's (its layout is the GEMM's).
     #[test]
     fn bindings_extend_the_gemm_s() {
-        for family in [&WINOGRAD, &WINOGRAD_F4] {
+        for family in [&WINOGRAD, &WINOGRAD_F4, &WINOGRAD_F6] {
             let k = family.reference();
             let gemm = tiled::TILED.with_tile_config(k.tile().unwrap());
             assert_eq!(&k.config().extra_bindings()[..2], gemm.config().extra_bindings());
