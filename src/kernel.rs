@@ -181,8 +181,9 @@ pub(crate) trait Family: Send + Sync + 'static {
     /// The languages its WGSL must translate to.
     #[cfg_attr(not(feature = "naga-check"), allow(dead_code))]
     fn targets(&self) -> &'static [Target];
-    /// Whether the benchmark's default sweep of its precision includes it (the direct
-    /// kernels, oracles and fallbacks, are timed on request only).
+    /// Whether the benchmark's default sweep of its precision, and autotune, include it (the
+    /// direct kernels, oracles and fallbacks, and `winograd-f6`, unmeasured on GPUs, are
+    /// timed on request only).
     fn benchmarked(&self) -> bool {
         true
     }
@@ -192,7 +193,7 @@ pub(crate) trait Family: Send + Sync + 'static {
     fn padding_modes(&self) -> bool {
         false
     }
-    /// Whether it takes non-finite weights: the Winograd families' transforms would spread
+    /// Whether it takes non-finite weights: the f32 Winograd families' transforms would spread
     /// them, and the f32 matrix kernel's split would lose their signs; those refuse them at
     /// packing, and autotune does not time them for such weights.
     fn takes_non_finite_weights(&self) -> bool {

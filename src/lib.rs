@@ -124,8 +124,8 @@ pub mod advanced {
     }
 
     /// The families a benchmark of `precision` sweeps on a device: every registered family
-    /// of that precision the device can run, in the registry's order, except the direct
-    /// kernels (timed on request).
+    /// of that precision the device can run, in the registry's order, except those timed on
+    /// request only (the direct kernels and `winograd-f6`, which autotune leaves out too).
     pub fn benchmark_families(caps: &DeviceCaps, precision: Precision) -> Vec<&'static str> {
         crate::families::FAMILIES
             .iter()

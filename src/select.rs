@@ -1782,8 +1782,9 @@ impl WinogradCandidate {
 /// channels its time came within 0.89–1.26× of the estimate at that factor (geometric mean
 /// 1.00, batch 1 aside); below, 1.04–1.64× — ResNet-50's 64- and 128-channel layers at N = 32
 /// ran it no faster than F(2×2, 3×3), where the estimate had it 1.5× faster and ahead of the
-/// matrix path, which ran them 1.15–1.4× faster still. Any factor from 1.1 to 1.4 makes the
-/// same decisions there. Without the matrix path (FMA-only devices, such as an RTX 4090 for
+/// matrix path, which ran them 1.15–1.4× faster still. Any factor from 1.1 to 1.4 made the
+/// same decisions over that sweep (it was fitted at 1.15; see [`WINOGRAD_F4_WORK_FACTOR`] for
+/// why it is 1.1 now). Without the matrix path (FMA-only devices, such as an RTX 4090 for
 /// f32) the estimate's error matters less against F(2×2, 3×3) and the tiled kernel: taking
 /// F(4×4, 3×3) from 16 channels there ran VGG-16's 64–128-channel layers 1.20–1.36× and
 /// ResNet-50's 56×56 one 1.07× faster (H100, matrix units off, through the rule), and lost
@@ -1843,7 +1844,7 @@ pub const WINOGRAD_F4_MIN_ROWS: u64 = 4096;
 
 /// The factor on the 4×4 tiles' GEMM work in [`winograd_rule`]'s estimate, against the 2×2
 /// tiles' 1 ([`WINOGRAD_CANDIDATES`]): their passes ran slower per estimated FLOP and byte.
-/// Fitted at 1.15 on the H100 (any of 1.1–1.4 made the same decisions there); 1.1 since
+/// Fitted at 1.15 on the H100 (any of 1.1–1.4 made the same decisions over its sweep); 1.1 since
 /// F(4×4, 3×3)'s output transform left local memory (its layers 1.02–1.08× faster on an
 /// H200), which moves one decision on the H200's rates — AlexNet's conv5 off the matrix path
 /// (swept on the H200: 0.574 ms against 0.641) — and one on the H100's, AlexNet's conv4 (a
@@ -1987,12 +1988,12 @@ fn winograd_on_cpu(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, 
 /// no dilation, no groups and zero padding over at least [`WINOGRAD_MIN_CHANNELS`] input
 /// channels, with finite weights: F(2×2, 3×3) (2.25× fewer multiply-adds), F(4×4, 3×3) (4×),
 /// F(2×2, 5×5) (2.8×) or F(4×4, 5×5) (6.25×), plus the transforms' passes (the GEMM is n²
-/// groups of M = N·⌈OH/m⌉·⌈OW/m⌉, N = C_out, K = C_in), the 6×6 and 8×8 tiles only up to
+/// groups of M = N·⌈OH/m⌉·⌈OW/m⌉, N = C_out, K = C_in), the n = 6 and n = 8 tiles only up to
 /// the input channels where they keep the F32 contract (`winograd::Minimal::f32_channels`).
 ///
 /// - On CPU adapters ([`winograd_on_cpu`]), whose transforms take at most
 ///   [`WINOGRAD_MAX_SCRATCH_PER_IMAGE`] per image: always, the algorithm and its GEMM's tile
-///   of [`F32_CPU_SHAPE_CONFIGS`] with the least estimated work. On lavapipe (Mesa 22.3,
+///   of [`winograd_cpu_configs`] with the least estimated work. On lavapipe (Mesa 22.3,
 ///   LLVM 15, 2 cores, batch 1, 2026-11-27) F(2×2, 3×3) ran every such layer of ResNet-50
 ///   and AlexNet 1.2–1.8× faster than the best of four tiled configs, and VGG-16's 1.2–2.6×
 ///   faster than the best of three but its last (0.91×: 512 channels at 14×14, within the
@@ -2522,7 +2523,7 @@ mod tests {
         assert_eq!(at(&rtx, 512, 512, 14, 16, true).kernel.family(), "winograd-f4");
         assert_eq!(at(&rtx, 128, 128, 56, 16, true).kernel.family(), "winograd-f4");
         assert_eq!(at(&rtx, 64, 64, 224, 16, true).kernel.family(), "tiled");
-        // Beyond 512 input channels the 6×6 tiles' error nears the F32 contract (7–8e-6 at
+        // Beyond 512 input channels the n = 6 tiles' error nears the F32 contract (7–8e-6 at
         // 1024, 1.0e-5 at 2048): F(2×2, 3×3) there, F(4×4, 3×3) at 512.
         assert_eq!(at(&h100_fma, 2048, 512, 14, 16, true).kernel.family(), "winograd");
         assert_eq!(at(&h100_fma, 1024, 512, 14, 16, true).kernel.family(), "winograd");
@@ -2544,6 +2545,12 @@ mod tests {
         let opts = Conv2dOptions { tuning_key_input: Some(Shape4::new(128, 384, 13, 13)), ..Default::default() };
         let on = |caps: &DeviceCaps| select(caps, &conv5, &opts, true, |_| None).unwrap().kernel.family();
         assert_eq!((on(&h200), on(&h100)), ("winograd-f4", "coop-nhwc-f32"));
+        // Its conv4 (384→384) by F(4×4, 3×3) on both (on the H100 0.97× the matrix path's
+        // speed before the output transform's fix; the H200's rates took it before the factor
+        // moved: 0.735 ms).
+        let conv4 = Conv2dSpec::new(384, 384, 3).padding(Padding::uniform(1));
+        let on4 = |caps: &DeviceCaps| select(caps, &conv4, &opts, true, |_| None).unwrap().kernel.family();
+        assert_eq!((on4(&h200), on4(&h100)), ("winograd-f4", "winograd-f4"));
         assert_ne!(five(&h100_fma, 2048), "winograd");
         // Without the shape, never.
         let spec = Conv2dSpec::new(512, 512, 3).padding(Padding::uniform(1));
@@ -2657,7 +2664,7 @@ mod tests {
         let with_inf = autotune_candidates(&h100, &dense, &tiled, false);
         assert!(!with_inf.iter().any(|k| k.family() == matrix.family()), "{with_inf:?}");
         assert!(!with_inf.iter().any(|k| k.family().starts_with("winograd")), "{with_inf:?}");
-        // The 6×6 tiles not beyond the channels where they keep the F32 contract.
+        // The n = 6 tiles not beyond the channels where they keep the F32 contract.
         let wide = Conv2dSpec::new(2048, 64, 3).padding(Padding::uniform(1));
         let families: Vec<&str> = autotune_candidates(&gpu, &wide, &tiled, true).iter().map(|k| k.family()).collect();
         assert!(families.contains(&"winograd") && !families.contains(&"winograd-f4"), "{families:?}");

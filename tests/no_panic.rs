@@ -158,8 +158,17 @@ fn random_simt_kernel_name(rng: &mut rand::rngs::StdRng) -> String {
             pick(rng, &[32, 64, 128, 256])
         ),
         6 => format!("depthwise:staged-x{}-w{}", pick(rng, &[1, 2, 4]), pick(rng, &[64, 128, 256])),
-        _ => ["tiled", "tiled-f16", "winograd", "winograd-f4", "splitk", "depthwise", "direct", "direct-f16"]
-            [rng.random_range(0..8usize)]
+        _ => [
+            "tiled",
+            "tiled-f16",
+            "winograd",
+            "winograd-f4",
+            "winograd-f6",
+            "splitk",
+            "depthwise",
+            "direct",
+            "direct-f16",
+        ][rng.random_range(0..9usize)]
         .to_string(),
     }
 }

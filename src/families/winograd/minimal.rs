@@ -9,7 +9,8 @@
 //! Lagrange weights (row j: p_jᵏ / Π_{l≠j}(p_j − p_l)), and `Bᵀ` the coefficients of the
 //! products of the other points' factors — small integers for n ≤ 6, multiples of ¼ for
 //! n = 8, each exact in f32 — so that the input transform adds, subtracts and multiplies by
-//! short constants only. F(4×4, 3×3) and F(2×2, 5×5) share n = 6 and `Bᵀ`.
+//! short constants only. F(4×4, 3×3) and F(2×2, 5×5) share n = 6 and `Bᵀ`, F(4×4, 5×5) and
+//! F(6×6, 3×3) n = 8 and theirs.
 
 /// One algorithm F(m×m, r×r).
 #[derive(Debug, PartialEq)]
@@ -181,9 +182,10 @@ pub(crate) const F4X4_5X5: Minimal = Minimal {
 pub(crate) const F6X6_3X3: Minimal = Minimal {
     out: 6,
     kernel: 3,
-    // Its output transform multiplies by up to 32: an f32 simulation of the passes (as
-    // F(4×4, 5×5)'s) gave 3.6e-6 at 64 channels, 4.7e-6 at 128, 5.4e-6 at 192 and 6.6e-6 at
-    // 256; 128 keeps a margin of 2.
+    // Its output transform multiplies by up to 32: f32 simulations of the passes (as
+    // F(4×4, 5×5)'s) gave 3.6e-6 at 64 channels, 4.7–5.5e-6 at 128 (two of them), 5.4e-6 at
+    // 192 and 6.6e-6 at 256; lavapipe 3.4e-6 at 64 and 4.5e-6 at 128. 128 keeps a margin of
+    // about 2.
     f32_channels: 128,
     bt: &BT8,
     g: &G_F6X6_3X3,

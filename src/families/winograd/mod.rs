@@ -530,8 +530,9 @@ mod tests {
             for (name, spec, [n, h, w]) in cases {
                 let problem = spec.problem(Shape4::new(n, spec.in_channels, h, w)).unwrap();
                 let label = format!("{} {name}", alg.name());
-                // The transforms' f32 rounding: up to 1.6e-6 for F(4×4, 5×5)'s 8×8 tiles on
-                // these data; the others within the direct twins' 1e-6.
+                // The transforms' f32 rounding: up to 1.6e-6 (F(4×4, 5×5)) and 2.5e-6 (F(6×6,
+                // 3×3), asymmetric padding) for the n = 8 tiles on these data; the others within
+                // the direct twins' 1e-6.
                 let tolerance = if alg.n() == 8 { 4e-6 } else { 1e-6 };
                 crate::reference::check_twin_within(&label, &problem, tolerance, |x, w, b| {
                     winograd_twin(&problem, alg, x, w, b)
@@ -627,7 +628,7 @@ mod tests {
         for r in [3, 5] {
             assert!(f4.config().check_spec(&Conv2dSpec::new(4, 4, r), &limits).is_ok());
         }
-        // More input channels than the 6×6 tiles keep the F32 contract for, by name.
+        // More input channels than the n = 6 tiles keep the F32 contract for, by name.
         let e = f4.config().check_spec(&Conv2dSpec::new(2048, 4, 3), &limits).unwrap_err().to_string();
         assert!(e.contains("F(4×4, 3×3) keeps f32's 1e-5") && e.contains("up to 512") && e.contains("not 2048"), "{e}");
         assert!(f4.config().check_spec(&Conv2dSpec::new(512, 4, 3), &limits).is_ok());
