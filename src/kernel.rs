@@ -196,6 +196,8 @@ pub(crate) trait Family: Send + Sync + 'static {
     /// Whether it takes non-finite weights: the f32 Winograd families' transforms would spread
     /// them, and the f32 matrix kernel's split would lose their signs; those refuse them at
     /// packing, and autotune does not time them for such weights.
+    // (Autotune, the one caller, is the `tune` feature's.)
+    #[cfg_attr(not(feature = "tune"), allow(dead_code))]
     fn takes_non_finite_weights(&self) -> bool {
         true
     }
