@@ -1914,9 +1914,7 @@ fn winograd_estimate(
     rates: &DeclaredRates,
 ) -> Option<WinogradEstimate> {
     let spec = &problem.spec;
-    // The GEMM's rows per component, N·⌈OH/m⌉·⌈OW/m⌉.
-    let [th, tw] = winograd::tiles(problem, candidate.alg);
-    let rows = problem.input.n as u64 * th as u64 * tw as u64;
+    let rows = winograd::gemm_rows(problem, candidate.alg);
     if against_matrix && !candidate.weighed_against_matrix(spec, rows) {
         return None;
     }
@@ -1949,10 +1947,8 @@ const WINOGRAD_CPU_SMALL_GEMM_ROWS: u64 = 64;
 /// with its 32×64 block first at the 64×64 block's rate where the GEMM has at most
 /// [`WINOGRAD_CPU_SMALL_GEMM_ROWS`] rows per component.
 fn winograd_cpu_configs(problem: &ConvProblem, alg: &winograd::Minimal) -> Vec<(TileConfig, f64)> {
-    let [th, tw] = winograd::tiles(problem, alg);
-    let rows = problem.input.n as u64 * th as u64 * tw as u64;
     let [wide, narrow, small] = F32_CPU_SHAPE_CONFIGS;
-    match rows <= WINOGRAD_CPU_SMALL_GEMM_ROWS {
+    match winograd::gemm_rows(problem, alg) <= WINOGRAD_CPU_SMALL_GEMM_ROWS {
         true => vec![(small.0, wide.1), wide, narrow],
         false => F32_CPU_SHAPE_CONFIGS.to_vec(),
     }

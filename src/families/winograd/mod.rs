@@ -187,6 +187,12 @@ pub(crate) fn tiles(problem: &ConvProblem, alg: &Minimal) -> [u32; 2] {
     [problem.output.h.div_ceil(alg.out), problem.output.w.div_ceil(alg.out)]
 }
 
+/// The GEMM's rows per component: N·TH·TW.
+pub(crate) fn gemm_rows(problem: &ConvProblem, alg: &Minimal) -> u64 {
+    let [th, tw] = tiles(problem, alg);
+    problem.input.n as u64 * th as u64 * tw as u64
+}
+
 /// The GEMM's problem: the transformed input as `[N, n²·C, TH, TW]`.
 pub(crate) fn gemm_problem(problem: &ConvProblem, alg: &Minimal) -> Result<ConvProblem> {
     let [th, tw] = tiles(problem, alg);
