@@ -1839,8 +1839,10 @@ pub const WINOGRAD_F4_MIN_CHANNELS: u32 = 256;
 /// rows) in 0.93× and 1.40× faster, and ResNet-50's 64→64 layer at 56×56, N = 32 (6,272
 /// rows), in 1.17× its estimate and 1.06× faster; at 1,568 rows (its 128-channel layer at
 /// 28×28, N = 32, and its 64-channel one at N = 8) 1.4–1.6× its estimate, slower than the
-/// matrix path or F(2×2, 3×3).
-pub const WINOGRAD_F4_MIN_ROWS: u64 = 4096;
+/// matrix path or F(2×2, 3×3). At 3,136 rows (VGG-16's 128→256 layer at 56×56, N = 16; H200,
+/// 2026-11-28, the 64×128 tile) it ran 1.38× faster than the matrix path (0.327 ms against
+/// 0.451), hence the floor just below.
+pub const WINOGRAD_F4_MIN_ROWS: u64 = 3072;
 
 /// The factor on the 4×4 tiles' GEMM work in [`winograd_rule`]'s estimate, against the 2×2
 /// tiles' 1 ([`WINOGRAD_CANDIDATES`]): their passes ran slower per estimated FLOP and byte.
@@ -2013,7 +2015,7 @@ fn winograd_on_cpu(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, 
 ///   channels, 1.16–1.56× over F(2×2, 3×3), and F(2×2, 5×5) AlexNet's conv2 (1.62× over the
 ///   tiled kernel). On an H200 (2026-11-28, through the rule): F(4×4, 5×5) on the 64×128
 ///   GEMM tile ([`winograd_gemm_configs`]) takes AlexNet's conv2 off the matrix path (1.619 →
-///   1.041 ms), and F(4×4, 3×3) from 4096 GEMM rows ([`WINOGRAD_F4_MIN_ROWS`]) VGG-16's
+///   1.041 ms), and F(4×4, 3×3) from 3072 GEMM rows ([`WINOGRAD_F4_MIN_ROWS`]) VGG-16's
 ///   64–128-channel layers (1.16–1.39×) and ResNet-50's 56×56 one (1.05×); F(2×2, 3×3) on
 ///   that tile its 28×28 one (1.07×; 1.25× at batch 8).
 ///
@@ -2489,12 +2491,12 @@ mod tests {
         // F(4×4, 3×3) (0.0496 against 0.0567).
         assert_eq!(at(&h100, 512, 512, 7, 8, true).kernel.family(), "winograd");
         assert_eq!(at(&h100, 256, 256, 14, 8, true).kernel.family(), "winograd-f4");
-        // Under 256 input channels and 4096 GEMM rows F(4×4, 3×3) is not weighed against the
+        // Under 256 input channels and 3072 GEMM rows F(4×4, 3×3) is not weighed against the
         // matrix path (ResNet-50's 128-channel layer at 28×28: 0.213 ms against the matrix
         // path's 0.156); without it, it is (VGG-16's 128-channel layer at 112×112: 0.937
         // against F(2×2, 3×3)'s 1.275; this one the known loss, 0.212 against 0.184).
         assert_eq!(at(&h100, 128, 128, 28, 32, true).kernel.family(), "coop-nhwc-f32");
-        // From 4096 rows it is, on the 64×128 GEMM tile where K fills steps of 16 (H200:
+        // From 3072 rows it is, on the 64×128 GEMM tile where K fills steps of 16 (H200:
         // VGG-16's 128-channel layer at 112×112 0.663 ms against the matrix path's 0.924, its
         // 64-channel one at 224×224 1.078 against 1.326, ResNet-50's 64-channel layer at
         // 56×56 0.174 against 0.183; at batch 8 (1568 rows) the matrix path).
@@ -2503,6 +2505,14 @@ mod tests {
         assert_eq!(at(&h100, 64, 64, 224, 16, true).kernel.to_string(), "winograd-f4:m128n64k8-t8x8-w4-s1");
         assert_eq!(at(&h100, 64, 64, 56, 32, true).kernel.family(), "winograd-f4");
         assert_eq!(at(&h100, 64, 64, 56, 8, true).kernel.family(), "coop-nhwc-f32");
+        // VGG-16's 128→256 layer at 56×56 (3,136 rows; H200: 0.327 ms against the matrix
+        // path's 0.451).
+        let vgg_c3_1 = |caps: &DeviceCaps| {
+            let spec = Conv2dSpec::new(128, 256, 3).padding(Padding::uniform(1));
+            let opts = Conv2dOptions { tuning_key_input: Some(Shape4::new(16, 128, 56, 56)), ..Default::default() };
+            select(caps, &spec, &opts, true, |_| None).unwrap().kernel.family()
+        };
+        assert_eq!(vgg_c3_1(&named("NVIDIA H200", true)), "winograd-f4");
         assert_eq!(at(&h100_fma, 128, 128, 112, 16, true).kernel.family(), "winograd-f4");
         assert_eq!(at(&h100_fma, 128, 128, 28, 32, true).kernel.family(), "winograd-f4");
         // At batch 1 split-K fills the device better still (measured: 0.0205 ms against
@@ -2723,15 +2733,14 @@ mod tests {
             ..caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, true)
         };
         let (h100, rtx, unknown) = (named("NVIDIA H100 80GB HBM3"), named("NVIDIA GeForce RTX 4090"), named("x"));
-        // VGG-16's 128→256 layer at 56×56 (F(4×4, 3×3) is not weighed against the matrix path
-        // under 256 input channels and 4096 GEMM rows per component; measured on an H200: the
-        // matrix path 0.451 ms).
+        // VGG-16's 128→256 layer at 56×56 at batch 8 (F(4×4, 3×3) is not weighed against the
+        // matrix path under 256 input channels and 3072 GEMM rows per component: 1568 here).
         let vgg = Conv2dSpec::new(128, 256, 3).padding(Padding::uniform(1));
         let at = |caps: &DeviceCaps, spec: Conv2dSpec, input: Option<Shape4>, finite: bool| {
             let opts = Conv2dOptions { tuning_key_input: input, ..Default::default() };
             select(caps, &spec, &opts, finite, |_| None).unwrap()
         };
-        let big = Some(Shape4::new(16, 128, 56, 56));
+        let big = Some(Shape4::new(8, 128, 56, 56));
         let s = at(&h100, vgg, big, true);
         assert_eq!(s.kernel.family(), "coop-nhwc-f32", "{s}");
         assert!(s.reason.contains("f32 on cooperative matrices") && s.reason.contains("ms against"), "{s}");
