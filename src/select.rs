@@ -15,7 +15,8 @@
 use crate::caps::{DeclaredRates, DeviceCaps};
 use crate::error::{Error, Result};
 use crate::families::{
-    coop, coop_grouped, coop_splitk, depthwise, direct, nhwc, pointwise, splitk, stem, tiled, winograd,
+    coop, coop_grouped, coop_splitk, coop_winograd_f32, depthwise, direct, nhwc, pointwise, splitk, stem, tiled,
+    winograd,
 };
 use crate::gpu::Gpu;
 use crate::kernel::{Family, Kernel, Precision};
@@ -1748,6 +1749,8 @@ struct WinogradEstimate {
     /// The GEMM's workgroup tiles.
     tiles: u64,
     tile: TileConfig,
+    /// Whether the GEMM runs on the matrix units (`coop-winograd-f32`).
+    matrix_gemm: bool,
 }
 
 /// A Winograd algorithm [`winograd_rule`] weighs: the family that runs it, the fewest input
@@ -1933,7 +1936,72 @@ fn winograd_estimate(
         + 4.0 * elements as f64 / (bandwidth * WINOGRAD_TRANSFORM_BANDWIDTH_SHARE)
         + MATRIX_PASSES_SECONDS
         + conversion_passes(problem, rates, converted);
-    Some(WinogradEstimate { seconds, kernel, alg, tiles, tile })
+    Some(WinogradEstimate { seconds, kernel, alg, tiles, tile, matrix_gemm: false })
+}
+
+/// The fewest input channels for which [`winograd_rule`] weighs F(4×4, 3×3) with its GEMM on
+/// the matrix units (`coop-winograd-f32`, [`coop_winograd_estimate`]): on fewer its GEMM ran
+/// slower than the tiled kernel's (H200, 2026-11-28: 0.6–0.75× `winograd-f4`'s time on the
+/// 64–128-channel layers of VGG-16 and ResNet-50).
+pub const COOP_WINOGRAD_MIN_CHANNELS: u32 = 256;
+
+/// The GEMM rows per component (N·⌈OH/4⌉·⌈OW/4⌉) within which [`winograd_rule`] weighs
+/// `coop-winograd-f32` ([`coop_winograd_estimate`]). Swept on the H200 (Vulkan 580.159.04,
+/// 2026-11-28; five tiles of the family against `winograd-f4` at the rule's tile) over the
+/// 3×3 layers of 256–512 channels of AlexNet (N = 128), VGG-16 (N = 16) and ResNet-50 (N = 32
+/// and 8): from 256 to 2048 rows it ran every one faster — AlexNet's conv3–conv5 1.20–1.32×,
+/// VGG-16's c4_1, c4_2 and c5 1.06–1.18×, ResNet-50's 14×14 layer 1.02× — and outside, slower:
+/// at 32–128 rows (ResNet-50's 7×7 layer, and its 14×14 one at batch 8) 0.89–0.96×, where the
+/// matrix path's large tiles leave its grid part empty, and at 3136 (VGG-16's c3_2, 56×56)
+/// 0.86×, where its input transform, which writes channels innermost and so reads each
+/// patch across 64 planes per warp, costs more than the GEMM saves. Its estimate alone (the
+/// GEMM at the matrix path's fitted rate) put it 1.3–2.1× ahead of `winograd-f4` on all
+/// eleven: it decides between them only inside this window.
+pub const COOP_WINOGRAD_ROWS: std::ops::RangeInclusive<u64> = 256..=2048;
+
+/// [`winograd_rule`]'s estimate of F(4×4, 3×3) with its GEMM on the matrix units
+/// (`coop-winograd-f32`), or `None` where the device lacks cooperative matrices, its declared
+/// f16-matrix rate is under [`F32_MATRIX_MIN_RATE_RATIO`] times its fp32 rate (as for the
+/// f32 matrix path), the spec has fewer than [`COOP_WINOGRAD_MIN_CHANNELS`] input channels or
+/// is not F(4×4, 3×3)'s, its GEMM's rows per component are outside [`COOP_WINOGRAD_ROWS`], or
+/// no tile fits: the GEMM's padded work over the f32 matrix path's table
+/// ([`MATRIX_RULE_SPLIT_CONFIGS`]) in whole waves at [`F32_MATRIX_EFFICIENCY`] of a third of
+/// the matrix rate, plus the transforms as [`winograd_estimate`] counts them.
+fn coop_winograd_estimate(
+    caps: &DeviceCaps,
+    problem: &ConvProblem,
+    converted: bool,
+    rates: &DeclaredRates,
+) -> Option<WinogradEstimate> {
+    let spec = &problem.spec;
+    let family = &coop_winograd_f32::COOP_WINOGRAD_F32;
+    if family.unavailable(caps).is_some()
+        || rates.f16_matrix_tflops / rates.fp32_tflops < F32_MATRIX_MIN_RATE_RATIO
+        || spec.in_channels < COOP_WINOGRAD_MIN_CHANNELS
+    {
+        return None;
+    }
+    let alg = winograd::WINOGRAD_F4.algorithm(spec).ok().filter(|&a| *a == winograd::minimal::F4X4_3X3)?;
+    if !COOP_WINOGRAD_ROWS.contains(&winograd::gemm_rows(problem, alg)) {
+        return None;
+    }
+    let gemm = winograd::gemm_problem(problem, alg).ok()?;
+    let k = nhwc::channels_last_k(&gemm.spec);
+    let make = |t| nhwc::COOP_NHWC_F32.reference().with_tile(t);
+    let (_, tiles, tile, _) = estimated_best(caps, &gemm, k, &MATRIX_RULE_SPLIT_CONFIGS, make)?;
+    let kernel = family.reference().with_tile(tile)?;
+    kernel.check(spec, caps).ok()?;
+    if !scratch_fits(caps, 4 * gemm.input.per_image().max(gemm.output.per_image())) {
+        return None;
+    }
+    let work = wave_work(&gemm, k, &MATRIX_RULE_SPLIT_CONFIGS, rates.multiprocessors as u64);
+    let elements = problem.input.len() + 2 * gemm.input.len() + 2 * gemm.output.len() + problem.output.len();
+    let bandwidth = rates.bandwidth_gbs * 1e9;
+    let seconds = seconds_at(6.0 * work, rates.f16_matrix_tflops, F32_MATRIX_EFFICIENCY)
+        + 4.0 * elements as f64 / (bandwidth * WINOGRAD_TRANSFORM_BANDWIDTH_SHARE)
+        + MATRIX_PASSES_SECONDS
+        + conversion_passes(problem, rates, converted);
+    Some(WinogradEstimate { seconds, kernel, alg, tiles, tile, matrix_gemm: true })
 }
 
 /// The most GEMM rows per component (N·⌈OH/m⌉·⌈OW/m⌉) at which the Winograd rule on CPU
@@ -2040,8 +2108,9 @@ fn winograd_rule(
     let best = WINOGRAD_CANDIDATES
         .iter()
         .filter_map(|candidate| winograd_estimate(caps, problem, candidate, matrix.is_some(), converted, &rates))
+        .chain(coop_winograd_estimate(caps, problem, converted, &rates))
         .min_by(|a, b| a.seconds.total_cmp(&b.seconds))?;
-    let WinogradEstimate { seconds, kernel, alg, tiles, tile } = best;
+    let WinogradEstimate { seconds, kernel, alg, tiles, tile, matrix_gemm } = best;
     let fma = f32_fma_estimate(caps, problem, layout, &rates, 1.0);
     let split = splitk_estimate(caps, problem, converted, &rates).map(|e| e.seconds);
     let mut against = Vec::new();
@@ -2062,10 +2131,11 @@ fn winograd_rule(
         kernel,
         format!(
             "f32 {r}x{r} stride 1 on a GPU, by {rated}: Winograd F({m}x{m}, {r}x{r}), {:.2}x fewer multiply-adds \
-             for {:.2}x the input and output in transforms; its GEMM's tile with the least estimated time ({tiles} \
+             for {:.2}x the input and output in transforms; its GEMM{}'s tile with the least estimated time ({tiles} \
              workgroup tiles of {}x{} over {} components): {:.3} ms against {}",
             alg.multiply_add_saving(),
             alg.transform_growth(),
+            if matrix_gemm { " on the matrix units (operands split into f16 halves)" } else { "" },
             tile.block_m,
             tile.block_n,
             n * n,
@@ -2518,8 +2588,22 @@ mod tests {
         // At batch 1 split-K fills the device better still (measured: 0.0205 ms against
         // Winograd's 0.0233).
         assert_eq!(at(&h100, 64, 64, 56, 1, true).kernel.family(), "splitk");
-        // ResNet-50's 256-channel layer at 14×14: a tie (0.1358 ms against 0.1364).
-        assert_eq!(at(&h100, 256, 256, 14, 32, true).kernel.family(), "winograd-f4");
+        // ResNet-50's 256-channel layer at 14×14 (512 GEMM rows): F(4×4, 3×3) with its GEMM on
+        // the matrix units (H200: 0.1209 ms against `winograd-f4`'s 0.1239); at 7×7 (128
+        // rows) and at batch 8 on the FMA kernels (0.1207 against 0.1260, 0.0464 against
+        // 0.0495); VGG-16's 256-channel layer at 56×56 (3136 rows) too (0.591 against 0.683).
+        assert_eq!(at(&h100, 256, 256, 14, 32, true).kernel.family(), "coop-winograd-f32");
+        let h200 = named("NVIDIA H200", true);
+        assert_eq!(at(&h200, 256, 256, 14, 32, true).kernel.family(), "coop-winograd-f32");
+        assert_eq!(at(&h200, 512, 512, 7, 32, true).kernel.family(), "winograd-f4");
+        assert_eq!(at(&h200, 256, 256, 14, 8, true).kernel.family(), "winograd-f4");
+        assert_eq!(at(&h200, 256, 256, 56, 16, true).kernel.family(), "winograd-f4");
+        // VGG-16's 512-channel layers at 28×28 and 14×14 (784 and 256 rows): 0.508 ms against
+        // 0.568, 0.171 against 0.201.
+        assert_eq!(at(&h200, 512, 512, 28, 16, true).kernel.family(), "coop-winograd-f32");
+        let s = at(&h200, 512, 512, 14, 16, true);
+        assert_eq!(s.kernel.family(), "coop-winograd-f32", "{s}");
+        assert!(s.reason.contains("GEMM on the matrix units"), "{s}");
         assert_eq!(at(&h100_fma, 256, 256, 14, 32, true).kernel.family(), "winograd-f4");
         // ResNet-50's 64-channel layer at 56×56: F(4×4, 3×3) (0.220 ms against the tiled
         // kernel's 0.236, F(2×2, 3×3)'s 0.251).
@@ -2543,20 +2627,18 @@ mod tests {
         };
         assert_eq!(five(&h100_fma, 96), "winograd-f4");
         assert_eq!(five(&h100, 96), "winograd-f4");
-        // AlexNet's conv5 (384→256 at 13×13, N = 128) by F(4×4, 3×3) on an H200's rates
-        // (swept there: 0.574 ms against the matrix path's 0.641), on the matrix path at the
-        // H100's.
+        // AlexNet's conv5 (384→256 at 13×13, N = 128) and conv4 (384→384) by F(4×4, 3×3) with
+        // the GEMM on the matrix units, on the H200's rates and the H100's (H200: 0.435 ms
+        // against `winograd-f4`'s 0.573 and the matrix path's 0.641; conv4 0.571 against
+        // 0.734); on an FMA-only device by `winograd-f4`.
         let h200 = named("NVIDIA H200", true);
         let conv5 = Conv2dSpec::new(384, 256, 3).padding(Padding::uniform(1));
         let opts = Conv2dOptions { tuning_key_input: Some(Shape4::new(128, 384, 13, 13)), ..Default::default() };
         let on = |caps: &DeviceCaps| select(caps, &conv5, &opts, true, |_| None).unwrap().kernel.family();
-        assert_eq!((on(&h200), on(&h100)), ("winograd-f4", "coop-nhwc-f32"));
-        // Its conv4 (384→384) by F(4×4, 3×3) on both (on the H100 0.97× the matrix path's
-        // speed before the output transform's fix; the H200's rates took it before the factor
-        // moved: 0.735 ms).
+        assert_eq!((on(&h200), on(&h100), on(&h100_fma)), ("coop-winograd-f32", "coop-winograd-f32", "winograd-f4"));
         let conv4 = Conv2dSpec::new(384, 384, 3).padding(Padding::uniform(1));
         let on4 = |caps: &DeviceCaps| select(caps, &conv4, &opts, true, |_| None).unwrap().kernel.family();
-        assert_eq!((on4(&h200), on4(&h100)), ("winograd-f4", "winograd-f4"));
+        assert_eq!((on4(&h200), on4(&h100)), ("coop-winograd-f32", "coop-winograd-f32"));
         assert_ne!(five(&h100_fma, 2048), "winograd");
         // Without the shape, never.
         let spec = Conv2dSpec::new(512, 512, 3).padding(Padding::uniform(1));
@@ -2594,10 +2676,12 @@ mod tests {
         let grouped = Conv2dSpec::new(1024, 1024, 3).groups(32).padding(Padding::uniform(1));
         assert_eq!(at(grouped, 32, 7), "tiled:m64n32k16-t4x4-w4-s1");
         let vgg_c5 = Conv2dSpec::new(512, 512, 3).padding(Padding::uniform(1));
-        assert_eq!(at(vgg_c5, 16, 14), "winograd-f4:m64n96k16-t4x12-w4-s1");
+        assert_eq!(at(vgg_c5, 16, 14), "coop-winograd-f32:m128n128k32-t8x8-w8-s1");
         assert_eq!(at(vgg_c5, 32, 7).split(':').next(), Some("winograd-f4"));
+        // AlexNet's conv3 by F(4×4, 3×3) with its GEMM on the matrix units (H200: 0.446 ms
+        // against `winograd-f4`'s 0.534; the matrix path 0.581 on the H100).
         let alexnet_c3 = Conv2dSpec::new(256, 384, 3).padding(Padding::uniform(1));
-        assert_eq!(at(alexnet_c3, 128, 13).split(':').next(), Some("coop-nhwc-f32"));
+        assert_eq!(at(alexnet_c3, 128, 13).split(':').next(), Some("coop-winograd-f32"));
     }
 
     /// Split-K on GPUs where the output grid leaves the device part empty and K is long:
@@ -2718,7 +2802,16 @@ mod tests {
         assert_eq!(benchmark_families(&nvidia, Precision::F16x3), ["coop-f16x3", "coop-nhwc-f16x3"]);
         assert_eq!(
             benchmark_families(&nvidia, Precision::F32),
-            ["coop-nhwc-f32", "tiled", "winograd", "winograd-f4", "splitk", "pointwise", "depthwise"]
+            [
+                "coop-nhwc-f32",
+                "coop-winograd-f32",
+                "tiled",
+                "winograd",
+                "winograd-f4",
+                "splitk",
+                "pointwise",
+                "depthwise"
+            ]
         );
     }
 

@@ -442,7 +442,7 @@ fn special_values_in_every_family() {
                 let result = Conv2d::new(&gpu, spec, &w, b.as_deref(), opts.clone()).and_then(|c| c.forward(&x, shape));
                 // F32 on the matrix units and Winograd's transforms take finite weights only
                 // (selection never gives them others); named, they refuse them.
-                if ["coop-nhwc-f32", "winograd", "winograd-f4", "winograd-f6"].contains(&family)
+                if ["coop-nhwc-f32", "coop-winograd-f32", "winograd", "winograd-f4", "winograd-f6"].contains(&family)
                     && w.iter().any(|v| !v.is_finite())
                 {
                     let e = result.expect_err(&label);

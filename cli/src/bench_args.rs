@@ -26,7 +26,7 @@ auto           the kernel a Conv2d with default options, told the input shape, w
 selection's reason is printed under the table)\n\
 Every kernel must compute at --precision (`direct`, the f32 reference kernel, joins any sweep).\n\n\
 Families: tiled, tiled-f16, winograd, winograd-f4, winograd-f6, splitk, pointwise, coop-f16, coop-f16x3, coop-nhwc-f16, coop-nhwc-f16x3, coop-nhwc-f32, \
-coop-winograd-f16, coop-splitk-f16, coop-grouped-f16, \
+coop-winograd-f16, coop-winograd-f32, coop-splitk-f16, coop-grouped-f16, \
 coop-band-f16, coop-stem-f16, depthwise, depthwise-f16, direct, direct-f16.\n\n\
 --model NAME benchmarks a network's distinct convolutions (resnet50, mobilenet_v2, vgg16, resnext50_32x4d, alexnet: \
 cli/data/models.json; no bias) at the model's batch (a CPU adapter: batch 2; --batch overrides). Per layer: the \

@@ -6,6 +6,7 @@ pub(crate) mod coop;
 pub(crate) mod coop_grouped;
 pub(crate) mod coop_splitk;
 pub(crate) mod coop_winograd;
+pub(crate) mod coop_winograd_f32;
 pub(crate) mod depthwise;
 pub(crate) mod direct;
 pub(crate) mod nhwc;
@@ -28,6 +29,7 @@ pub(crate) static FAMILIES: &[&dyn Family] = &[
     &nhwc::COOP_NHWC_F16X3,
     &nhwc::COOP_NHWC_F32,
     &coop_winograd::COOP_WINOGRAD_F16,
+    &coop_winograd_f32::COOP_WINOGRAD_F32,
     &coop_splitk::COOP_SPLITK_F16,
     &coop_grouped::COOP_GROUPED_F16,
     &band::BAND,

@@ -8,11 +8,20 @@
 
 @group(0) @binding(8) var<storage, read> input_max: u32;
 
-// The scale's exponent: 13 - floor(log2(max)), within [-126, 126] (an all-zero or subnormal
-// input gets the largest).
+#ifdef WINOGRAD_INPUT
+// The staged values are a Winograd input transform of the chunk's input (coop_winograd_f32),
+// up to 2^8 times its largest magnitude (`Minimal::input_bound`): the scale leaves them that
+// headroom, so that they stay within f16's range too.
+const INPUT_HEADROOM: i32 = 8;
+#else
+const INPUT_HEADROOM: i32 = 0;
+#endif
+
+// The scale's exponent: 13 - floor(log2(max)) (less the headroom), within [-126, 126] (an
+// all-zero or subnormal input gets the largest).
 fn input_scale_exponent() -> i32 {
     let e = i32(input_max >> 23u) - 127;
-    return clamp(13 - e, -126, 126);
+    return clamp(13 - e - INPUT_HEADROOM, -126, 126);
 }
 
 // 2^k for k in [-126, 127], built from its bits.
@@ -22,4 +31,15 @@ fn pow2(k: i32) -> f32 {
 
 fn input_scale() -> f32 {
     return pow2(input_scale_exponent());
+}
+
+// f16 bits of a scaled value: finite ones are within f16's range after the scale (and
+// pack2x16float is undefined beyond it), infinities and NaN are written as f16's own.
+fn half_bits(v: f32) -> u32 {
+    let bits = bitcast<u32>(v);
+    if ((bits & 0x7f800000u) != 0x7f800000u) {
+        return pack2x16float(vec2<f32>(v, 0.0)) & 0xffffu;
+    }
+    let sign = (bits >> 16u) & 0x8000u;
+    return select(sign | 0x7c00u, 0x7e00u, is_nan(v));
 }

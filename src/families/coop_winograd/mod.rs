@@ -279,7 +279,7 @@ impl KernelConfig for CoopWinogradKernel {
 #[cfg(test)]
 fn coop_winograd_twin(problem: &ConvProblem, input: &[f32], weight: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
     let f16 = |v: f32| half::f16::from_f32(v).to_f32();
-    winograd::winograd_twin_rounded(problem, &F2X2_3X3, input, weight, bias, f16)
+    winograd::winograd_twin_rounded(problem, &F2X2_3X3, input, weight, bias, f16, f16)
 }
 
 #[cfg(test)]

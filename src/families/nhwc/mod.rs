@@ -35,7 +35,7 @@ const VEC: u32 = 8;
 /// Invocations per workgroup of the staging pass.
 const STAGE_WG: u32 = 256;
 /// The binding of the K table (one row per K vector).
-const KTAB_BINDING: u32 = 4;
+pub(crate) const KTAB_BINDING: u32 = 4;
 /// A K vector past the group's K.
 const NO_TAP: u32 = u32::MAX;
 /// Channels per output store of an f16 channels-last output (`QUAD_STORES`).
@@ -318,6 +318,18 @@ impl TileConfig {
     }
 }
 
+/// What the channels-last kernel's GEMM computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GemmKind {
+    /// The convolution (or a family's derived problem) as the K table gathers it.
+    Convolution,
+    /// The block-diagonal GEMM of `coop-grouped-f16` (`DIAGONAL`, [`f16_diagonal_gemm`]).
+    Diagonal,
+    /// `coop-nhwc-f32`'s over a Winograd input transform that its family's own staging pass
+    /// scaled with 2^8 of headroom (`WINOGRAD_INPUT`, [`f32_winograd_gemm`]).
+    WinogradInput,
+}
+
 /// A kernel of the channels-last cooperative family.
 #[derive(Debug)]
 pub(crate) struct NhwcKernel {
@@ -331,20 +343,25 @@ impl NhwcKernel {
         NhwcKernel { family: &COOP_NHWC_F16, tile }
     }
 
+    /// `coop-nhwc-f32` with `tile`.
+    pub(crate) fn f32(tile: TileConfig) -> NhwcKernel {
+        NhwcKernel { family: &COOP_NHWC_F32, tile }
+    }
+
     /// The kernel's WGSL, writing the output in `form` (NCHW f32 where the op's passes
     /// convert, else the caller's tensor itself), reading the input as `read` says
     /// ([`NhwcKernel::input_read`]).
     /// `quads` ([`NhwcKernel::stores_quads`]): the output is written 4 f16 at a time.
     /// `watch_sums` ([`watches_sums`]): an input read in place is checked for infinities
     /// from the sums, not at each load.
-    /// `diagonal`: the block-diagonal GEMM of `coop-grouped-f16` ([`f16_diagonal_gemm`]).
+    /// `gemm`: what the GEMM computes ([`GemmKind`]).
     fn source(
         &self,
         form: TensorForm,
         read: InputRead,
         quads: bool,
         watch_sums: bool,
-        diagonal: bool,
+        gemm: GemmKind,
     ) -> Result<String> {
         let channels_last = form.channels_last;
         let (wm, wn, fm, fn_) = self.tile.nhwc_layout()?;
@@ -395,7 +412,7 @@ impl NhwcKernel {
                 },
             },
         );
-        if diagonal {
+        if gemm == GemmKind::Diagonal {
             for module in generated.iter_mut().filter(|(name, _)| *name == "fragment_mma") {
                 module.1 = diagonal_mma(fm, fn_);
             }
@@ -421,8 +438,10 @@ impl NhwcKernel {
         if quads {
             defines.push("QUAD_STORES");
         }
-        if diagonal {
-            defines.push("DIAGONAL");
+        match gemm {
+            GemmKind::Convolution => {}
+            GemmKind::Diagonal => defines.push("DIAGONAL"),
+            GemmKind::WinogradInput => defines.push("WINOGRAD_INPUT"),
         }
         compose_operands("nhwc", &[("nhwc", NHWC_WGSL)], generated, operands, true, &defines)
     }
@@ -469,18 +488,18 @@ impl NhwcKernel {
     /// The kernel composed for a problem: the staging pass and the GEMM, reading and
     /// writing tensors in `form` (NCHW f32 between the op's passes, else the caller's).
     fn shaped(&self, problem: &ConvProblem, form: TensorForm) -> Result<Box<dyn Shaped>> {
-        self.shaped_forms(problem, form, form, false)
+        self.shaped_forms(problem, form, form, GemmKind::Convolution)
     }
 
     /// [`NhwcKernel::shaped`] reading the input in `input`'s form and writing the output in
-    /// `output`'s (a derived problem's GEMM writing a family's scratch); `diagonal`: the
-    /// block-diagonal GEMM ([`f16_diagonal_gemm`]).
+    /// `output`'s (a derived problem's GEMM writing a family's scratch); `gemm`: what the
+    /// GEMM computes ([`GemmKind`]).
     fn shaped_forms(
         &self,
         problem: &ConvProblem,
         input: TensorForm,
         output: TensorForm,
-        diagonal: bool,
+        gemm: GemmKind,
     ) -> Result<Box<dyn Shaped>> {
         let read = self.input_read(problem, input);
         let (h, w, bk) = (problem.input.h, problem.input.w, self.tile.block_k);
@@ -500,7 +519,7 @@ impl NhwcKernel {
             }),
         };
         Ok(Box::new(StagedShaped {
-            source: self.source(output, read, quads, watches_sums(problem, read, quads), diagonal),
+            source: self.source(output, read, quads, watches_sums(problem, read, quads), gemm),
             staging,
             read,
             spec: problem.spec,
@@ -540,7 +559,7 @@ pub(crate) fn f16_gemm(
     f16_output: bool,
 ) -> Result<Box<dyn Shaped>> {
     let kernel = NhwcKernel { family: &COOP_NHWC_F16, tile };
-    kernel.shaped_forms(problem, input, TensorForm { channels_last: true, f16: f16_output }, false)
+    kernel.shaped_forms(problem, input, TensorForm { channels_last: true, f16: f16_output }, GemmKind::Convolution)
 }
 
 /// `coop-nhwc-f16` with `tile` as a block-diagonal GEMM (`DIAGONAL`): `problem` is a grouped
@@ -551,7 +570,18 @@ pub(crate) fn f16_gemm(
 /// 16 × 16 blocks on the diagonal. Reads and writes the caller's tensors in `form`.
 pub(crate) fn f16_diagonal_gemm(tile: TileConfig, problem: &ConvProblem, form: TensorForm) -> Result<Box<dyn Shaped>> {
     let kernel = NhwcKernel { family: &COOP_NHWC_F16, tile };
-    kernel.shaped_forms(problem, form, form, true)
+    kernel.shaped_forms(problem, form, form, GemmKind::Diagonal)
+}
+
+/// `coop-nhwc-f32` with `tile` as the GEMM of `coop-winograd-f32`'s derived problem (a 1×1
+/// convolution of n² groups, no padding): it reads the staged layout ([`StagedGeometry`],
+/// high halves then low ones) that the family's input transform writes in place of this
+/// kernel's staging pass, its values scaled by `input_scale.wgsl`'s scale with
+/// `WINOGRAD_INPUT`'s headroom (undone by the same), and writes NCHW f32 products. Its
+/// `staging()` is this kernel's own pass, which the family replaces.
+pub(crate) fn f32_winograd_gemm(tile: TileConfig, problem: &ConvProblem) -> Result<Box<dyn Shaped>> {
+    let kernel = NhwcKernel { family: &COOP_NHWC_F32, tile };
+    kernel.shaped_forms(problem, TensorForm::NCHW_F32, TensorForm::NCHW_F32, GemmKind::WinogradInput)
 }
 
 /// The diagonal GEMM's `fragment_mma`: per fragment column j, B's diagonal block j and, per
@@ -720,9 +750,9 @@ impl KernelConfig for NhwcKernel {
         for channels_last in [false, true] {
             for f16 in [false, true] {
                 let form = TensorForm { channels_last, f16 };
-                sources.push(self.source(form, InputRead::Staged, false, false, false)?);
+                sources.push(self.source(form, InputRead::Staged, false, false, GemmKind::Convolution)?);
                 if channels_last && f16 {
-                    sources.push(self.source(form, InputRead::Staged, true, false, false)?);
+                    sources.push(self.source(form, InputRead::Staged, true, false, GemmKind::Convolution)?);
                 }
                 sources.push(stage_source(&problem, &g, self.family.variant.operands(), form)?);
             }
@@ -731,7 +761,7 @@ impl KernelConfig for NhwcKernel {
             let f16_nhwc = TensorForm { channels_last: true, f16: true };
             for read in [InputRead::InPlace, InputRead::InPlaceBordered] {
                 for (quads, watch) in [(true, true), (true, false), (false, false)] {
-                    sources.push(self.source(f16_nhwc, read, quads, watch, false)?);
+                    sources.push(self.source(f16_nhwc, read, quads, watch, GemmKind::Convolution)?);
                 }
             }
         }

@@ -65,17 +65,7 @@ const LO_SCALE: f32 = 2048.0;
 #endif
 
 #ifdef SCALED_INPUT
-// f16 bits of a staged value: finite ones are within f16's range after the scale (and
-// pack2x16float is undefined beyond it), infinities and NaN are written as f16's own.
-fn half_bits(v: f32) -> u32 {
-    let bits = bitcast<u32>(v);
-    if ((bits & 0x7f800000u) != 0x7f800000u) {
-        return pack2x16float(vec2<f32>(v, 0.0)) & 0xffffu;
-    }
-    let sign = (bits >> 16u) & 0x8000u;
-    return select(sign | 0x7c00u, 0x7e00u, is_nan(v));
-}
-
+// (`half_bits`: input_scale.wgsl.)
 fn pack8(h: array<f32, 8>) -> vec4<u32> {
     var w: vec4<u32>;
     for (var i = 0u; i < 4u; i++) {

@@ -229,6 +229,15 @@ impl Minimal {
         self.components() as f64 / (self.out * self.out) as f64
     }
 
+    /// The most a component of `V = Bᵀ d B` can reach against the patch's largest magnitude:
+    /// the square of `Bᵀ`'s largest row sum of magnitudes (100 for n = 6, 225 for n = 8).
+    #[cfg(test)]
+    pub(crate) fn input_bound(&self) -> f64 {
+        let n = self.n() as usize;
+        let row = (0..n).map(|i| self.bt[i * n..][..n].iter().map(|v| v.abs()).sum::<f64>()).fold(0.0, f64::max);
+        row * row
+    }
+
     /// Its name, as messages write it: `F(4×4, 3×3)`.
     pub(crate) fn name(&self) -> String {
         format!("F({m}×{m}, {r}×{r})", m = self.out, r = self.kernel)

@@ -250,29 +250,29 @@ impl WinogradKernel {
     fn algorithm(&self, spec: &Conv2dSpec) -> Result<&'static Minimal> {
         self.family.algorithm(spec).map_err(|reason| self.refuse(reason))
     }
+}
 
-    /// The transforms' WGSL for a problem.
-    fn transform_source(&self, problem: &ConvProblem, alg: &Minimal, output: bool) -> Result<String> {
-        let [th, tw] = tiles(problem, alg);
-        let header = format!(
-            "// generated from the convolution's geometry\n\
+/// The transforms' WGSL for a problem (`output`: the output transform, else the input's).
+pub(crate) fn transform_source(problem: &ConvProblem, alg: &Minimal, output: bool) -> Result<String> {
+    let [th, tw] = tiles(problem, alg);
+    let header = format!(
+        "// generated from the convolution's geometry\n\
              const WG: u32 = {TRANSFORM_WG}u;\nconst C: u32 = {c}u;\nconst K: u32 = {k}u;\n\
              const H: u32 = {h}u;\nconst W: u32 = {w}u;\nconst OH: u32 = {oh}u;\nconst OW: u32 = {ow}u;\n\
              const TH: u32 = {th}u;\nconst TW: u32 = {tw}u;\n{transforms}",
-            c = problem.input.c,
-            k = problem.output.c,
-            h = problem.input.h,
-            w = problem.input.w,
-            oh = problem.output.h,
-            ow = problem.output.w,
-            transforms = alg.wgsl(),
-        );
-        let (entry, wgsl) = match output {
-            false => ("input_transform", INPUT_TRANSFORM_WGSL),
-            true => ("output_transform", OUTPUT_TRANSFORM_WGSL),
-        };
-        compose(entry, &[(entry, wgsl)], vec![("config", header)], Precision::F32, false)
-    }
+        c = problem.input.c,
+        k = problem.output.c,
+        h = problem.input.h,
+        w = problem.input.w,
+        oh = problem.output.h,
+        ow = problem.output.w,
+        transforms = alg.wgsl(),
+    );
+    let (entry, wgsl) = match output {
+        false => ("input_transform", INPUT_TRANSFORM_WGSL),
+        true => ("output_transform", OUTPUT_TRANSFORM_WGSL),
+    };
+    compose(entry, &[(entry, wgsl)], vec![("config", header)], Precision::F32, false)
 }
 
 impl KernelConfig for WinogradKernel {
@@ -349,14 +349,14 @@ impl KernelConfig for WinogradKernel {
             gemm,
             params: Box::new(move |p| gemm_params(&gemm_problem, p)),
             staging: Some(Staging {
-                source: self.transform_source(problem, alg, false)?,
+                source: transform_source(problem, alg, false)?,
                 bytes_per_image: 4 * components * c * tiles,
                 invocations_per_image: c * tiles,
                 workgroup_size: TRANSFORM_WG,
                 scaled_input: false,
             }),
             finishing: Some(Finishing {
-                source: self.transform_source(problem, alg, true)?,
+                source: transform_source(problem, alg, true)?,
                 bytes_per_image: 4 * components * k * tiles,
                 invocations_per_image: k * tiles,
                 workgroup_size: TRANSFORM_WG,
@@ -439,11 +439,12 @@ pub(crate) fn winograd_twin(
     weight: &[f32],
     bias: Option<&[f32]>,
 ) -> Vec<f32> {
-    winograd_twin_rounded(problem, alg, input, weight, bias, |v| v)
+    winograd_twin_rounded(problem, alg, input, weight, bias, |v| v, |v| v)
 }
 
-/// [`winograd_twin`] with the transformed inputs, the transformed weights and the products
-/// each rounded by `round` (to f16 for `coop-winograd-f16`).
+/// [`winograd_twin`] with the transformed inputs and weights each rounded by `round` and the
+/// products by `round_products` (both to f16 for `coop-winograd-f16`; the operands to their
+/// two f16 halves for `coop-winograd-f32`).
 #[cfg(test)]
 pub(crate) fn winograd_twin_rounded(
     problem: &ConvProblem,
@@ -452,6 +453,7 @@ pub(crate) fn winograd_twin_rounded(
     weight: &[f32],
     bias: Option<&[f32]>,
     round: impl Fn(f32) -> f32,
+    round_products: impl Fn(f32) -> f32,
 ) -> Vec<f32> {
     let spec = &problem.spec;
     let (n, c, h, w) =
@@ -496,7 +498,7 @@ pub(crate) fn winograd_twin_rounded(
                         .map(|xi| {
                             let sum =
                                 (0..c).fold(0.0f32, |acc, ci| u[(xi * k_out + k) * c + ci].mul_add(v[ci][xi], acc));
-                            round(sum)
+                            round_products(sum)
                         })
                         .collect();
                     let y = transform_2d(&products, &|x| alg.output_transform(x), m);
