@@ -1945,26 +1945,32 @@ fn winograd_estimate(
 /// 64–128-channel layers of VGG-16 and ResNet-50).
 pub const COOP_WINOGRAD_MIN_CHANNELS: u32 = 256;
 
-/// The GEMM rows per component (N·⌈OH/4⌉·⌈OW/4⌉) within which [`winograd_rule`] weighs
-/// `coop-winograd-f32` ([`coop_winograd_estimate`]). Swept on the H200 (Vulkan 580.159.04,
-/// 2026-11-28; five tiles of the family against `winograd-f4` at the rule's tile) over the
-/// 3×3 layers of 256–512 channels of AlexNet (N = 128), VGG-16 (N = 16) and ResNet-50 (N = 32
-/// and 8): from 256 to 2048 rows it ran every one faster — AlexNet's conv3–conv5 1.20–1.32×,
-/// VGG-16's c4_1, c4_2 and c5 1.06–1.18×, ResNet-50's 14×14 layer 1.02× — and outside, slower:
-/// at 32–128 rows (ResNet-50's 7×7 layer, and its 14×14 one at batch 8) 0.89–0.96×, where the
-/// matrix path's large tiles leave its grid part empty, and at 3136 (VGG-16's c3_2, 56×56)
-/// 0.86×, where its input transform, which writes channels innermost and so reads each
-/// patch across 64 planes per warp, costs more than the GEMM saves. Its estimate alone (the
-/// GEMM at the matrix path's fitted rate) put it 1.3–2.1× ahead of `winograd-f4` on all
-/// eleven: it decides between them only inside this window.
-pub const COOP_WINOGRAD_ROWS: std::ops::RangeInclusive<u64> = 256..=2048;
+/// The most GEMM rows per component (N·⌈OH/4⌉·⌈OW/4⌉) at which [`winograd_rule`] weighs
+/// `coop-winograd-f32`, and the fewest multiply-adds per component's GEMM (rows × C_in ×
+/// C_out, [`COOP_WINOGRAD_MIN_GEMM`]) ([`coop_winograd_estimate`]). Swept on the H200
+/// (Vulkan 580.159.04, 2026-11-28; five tiles of the family against `winograd-f4` at the
+/// rule's tile) over the 3×3 layers of 256–512 channels of AlexNet (N = 128), VGG-16 (N = 16)
+/// and ResNet-50 (N = 32 and 8): it ran every one with GEMMs of 67–302 million multiply-adds
+/// on at most 2048 rows faster — AlexNet's conv3–conv5 1.19–1.31× (through the rule),
+/// VGG-16's c4_1, c4_2 and c5 1.02–1.13× — and the others slower: at 8–34 million (ResNet-50's
+/// 7×7 and 14×14 layers at N = 32 and 8) 0.89–0.96×, its grid of few short tiles
+/// dominated by their loads and stores, and at 3136 rows (VGG-16's c3_2, 56×56) 0.86×, where
+/// its input transform, which writes channels innermost and so reads each patch across 64
+/// planes per warp, costs more than the GEMM saves. Its estimate alone (the GEMM at the
+/// matrix path's fitted rate) put it 1.3–2.1× ahead of `winograd-f4` on all eleven: it
+/// decides between them only within these bounds.
+pub const COOP_WINOGRAD_MAX_ROWS: u64 = 2048;
+
+/// See [`COOP_WINOGRAD_MAX_ROWS`]: between ResNet-50's 14×14 layer at N = 32 (34 million,
+/// 0.96× in the rule's tile) and VGG-16's c5 (67 million, 1.13×).
+pub const COOP_WINOGRAD_MIN_GEMM: u64 = 48_000_000;
 
 /// [`winograd_rule`]'s estimate of F(4×4, 3×3) with its GEMM on the matrix units
 /// (`coop-winograd-f32`), or `None` where the device lacks cooperative matrices, its declared
 /// f16-matrix rate is under [`F32_MATRIX_MIN_RATE_RATIO`] times its fp32 rate (as for the
 /// f32 matrix path), the spec has fewer than [`COOP_WINOGRAD_MIN_CHANNELS`] input channels or
-/// is not F(4×4, 3×3)'s, its GEMM's rows per component are outside [`COOP_WINOGRAD_ROWS`], or
-/// no tile fits: the GEMM's padded work over the f32 matrix path's table
+/// is not F(4×4, 3×3)'s, its GEMM per component has more rows than [`COOP_WINOGRAD_MAX_ROWS`]
+/// or fewer multiply-adds than [`COOP_WINOGRAD_MIN_GEMM`], or no tile fits: the GEMM's padded work over the f32 matrix path's table
 /// ([`MATRIX_RULE_SPLIT_CONFIGS`]) in whole waves at [`F32_MATRIX_EFFICIENCY`] of a third of
 /// the matrix rate, plus the transforms as [`winograd_estimate`] counts them.
 fn coop_winograd_estimate(
@@ -1982,7 +1988,10 @@ fn coop_winograd_estimate(
         return None;
     }
     let alg = winograd::WINOGRAD_F4.algorithm(spec).ok().filter(|&a| *a == winograd::minimal::F4X4_3X3)?;
-    if !COOP_WINOGRAD_ROWS.contains(&winograd::gemm_rows(problem, alg)) {
+    let rows = winograd::gemm_rows(problem, alg);
+    if rows > COOP_WINOGRAD_MAX_ROWS
+        || rows * spec.in_channels as u64 * (spec.out_channels as u64) < COOP_WINOGRAD_MIN_GEMM
+    {
         return None;
     }
     let gemm = winograd::gemm_problem(problem, alg).ok()?;
@@ -2588,13 +2597,14 @@ mod tests {
         // At batch 1 split-K fills the device better still (measured: 0.0205 ms against
         // Winograd's 0.0233).
         assert_eq!(at(&h100, 64, 64, 56, 1, true).kernel.family(), "splitk");
-        // ResNet-50's 256-channel layer at 14×14 (512 GEMM rows): F(4×4, 3×3) with its GEMM on
-        // the matrix units (H200: 0.1209 ms against `winograd-f4`'s 0.1239); at 7×7 (128
-        // rows) and at batch 8 on the FMA kernels (0.1207 against 0.1260, 0.0464 against
-        // 0.0495); VGG-16's 256-channel layer at 56×56 (3136 rows) too (0.591 against 0.683).
-        assert_eq!(at(&h100, 256, 256, 14, 32, true).kernel.family(), "coop-winograd-f32");
+        // ResNet-50's 256-channel layer at 14×14 (34 million multiply-adds per component's
+        // GEMM), at 7×7 and at batch 8: F(4×4, 3×3) with the GEMM on the FMA kernels (H200:
+        // 0.1231 ms against `coop-winograd-f32`'s 0.1288 at the rule's tile, 0.1207 against
+        // 0.1260, 0.0464 against 0.0495); VGG-16's 256-channel layer at 56×56 (3136 rows)
+        // too (0.591 against 0.683).
+        assert_eq!(at(&h100, 256, 256, 14, 32, true).kernel.family(), "winograd-f4");
         let h200 = named("NVIDIA H200", true);
-        assert_eq!(at(&h200, 256, 256, 14, 32, true).kernel.family(), "coop-winograd-f32");
+        assert_eq!(at(&h200, 256, 256, 14, 32, true).kernel.family(), "winograd-f4");
         assert_eq!(at(&h200, 512, 512, 7, 32, true).kernel.family(), "winograd-f4");
         assert_eq!(at(&h200, 256, 256, 14, 8, true).kernel.family(), "winograd-f4");
         assert_eq!(at(&h200, 256, 256, 56, 16, true).kernel.family(), "winograd-f4");
