@@ -2094,7 +2094,10 @@ fn winograd_on_cpu(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, 
 ///   GEMM tile ([`winograd_gemm_configs`]) takes AlexNet's conv2 off the matrix path (1.619 →
 ///   1.041 ms), and F(4×4, 3×3) from 3072 GEMM rows ([`WINOGRAD_F4_MIN_ROWS`]) VGG-16's
 ///   64–128-channel layers (1.16–1.39×) and ResNet-50's 56×56 one (1.05×); F(2×2, 3×3) on
-///   that tile its 28×28 one (1.07×; 1.25× at batch 8).
+///   that tile its 28×28 one (1.07×; 1.25× at batch 8). F(4×4, 3×3) with its GEMM on the
+///   matrix units ([`coop_winograd_estimate`], within [`COOP_WINOGRAD_MAX_ROWS`] and
+///   [`COOP_WINOGRAD_MIN_GEMM`]) then AlexNet's conv3–conv5 (1.19–1.31× over `winograd-f4`)
+///   and VGG-16's c4_1, c4_2 and c5 (1.02–1.13×).
 ///
 /// Returns the kernel and why, or `None` where the rule does not apply.
 fn winograd_rule(

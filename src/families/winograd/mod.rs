@@ -61,8 +61,10 @@ pub(crate) static WINOGRAD_F4: Winograd = Winograd { name: "winograd-f4", out: 4
 /// 3×3) and transforms 0.79× its size, but 8×8 tiles (whose transforms cost more per
 /// element) and coarser edges. On lavapipe (batch 1, 2026-11-28) it ran ResNet-50's and
 /// VGG-16's 64–128-channel layers in 0.92–0.95× F(4×4, 3×3)'s time on four and 1.15× on two
-/// (VGG-16's 112×112 layers), each at its faster tile; on GPUs it is unmeasured. So no rule picks it, and the
-/// benchmark's sweeps and autotune leave it out until it is measured.
+/// (VGG-16's 112×112 layers), each at its faster tile; on an H200 (Vulkan 580.159.04,
+/// 2026-11-28, three GEMM tiles each) 1.06–1.33× slower than `winograd-f4` on the 64–128-channel
+/// layers of VGG-16 and ResNet-50 but VGG-16's 224×224 one (0.4 % faster). So no rule picks
+/// it, and the benchmark's sweeps and autotune leave it out.
 pub(crate) static WINOGRAD_F6: Winograd = Winograd { name: "winograd-f6", out: 6, benchmarked: false };
 
 impl Family for Winograd {
