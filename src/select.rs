@@ -2143,7 +2143,7 @@ fn winograd_rule(
         kernel,
         format!(
             "f32 {r}x{r} stride 1 on a GPU, by {rated}: Winograd F({m}x{m}, {r}x{r}), {:.2}x fewer multiply-adds \
-             for {:.2}x the input and output in transforms; its GEMM{}'s tile with the least estimated time ({tiles} \
+             for {:.2}x the input and output in transforms; its GEMM's tile{} with the least estimated time ({tiles} \
              workgroup tiles of {}x{} over {} components): {:.3} ms against {}",
             alg.multiply_add_saving(),
             alg.transform_growth(),
@@ -2616,7 +2616,7 @@ mod tests {
         assert_eq!(at(&h200, 512, 512, 28, 16, true).kernel.family(), "coop-winograd-f32");
         let s = at(&h200, 512, 512, 14, 16, true);
         assert_eq!(s.kernel.family(), "coop-winograd-f32", "{s}");
-        assert!(s.reason.contains("GEMM on the matrix units"), "{s}");
+        assert!(s.reason.contains("tile on the matrix units (operands split into f16 halves)"), "{s}");
         assert_eq!(at(&h100_fma, 256, 256, 14, 32, true).kernel.family(), "winograd-f4");
         // ResNet-50's 64-channel layer at 56×56: F(4×4, 3×3) (0.220 ms against the tiled
         // kernel's 0.236, F(2×2, 3×3)'s 0.251).

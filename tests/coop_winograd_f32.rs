@@ -137,3 +137,36 @@ fn refusals() {
     let e = kernel(FAMILY).check(&Conv2dSpec::new(129, 4, 5), gpu.caps()).unwrap_err().to_string();
     assert!(e.contains("up to 128"), "{e}");
 }
+
+/// The channel counts the rule gives it (256–512), one not a whole number of vectors of 8:
+/// within the f32 bound on both kernel sides.
+#[test]
+fn wide_channels() {
+    let Some(gpu) = coop_gpu() else { return };
+    for (c, r) in [(512, 3), (259, 3), (128, 5)] {
+        let spec = Conv2dSpec::new(c, 40, r).padding(Padding::uniform(r / 2)).with_bias(true);
+        let case = Case::new("wino_f32_wide", spec, Shape4::new(2, c, 9, 11));
+        case.check_encode(&gpu, &case.conv(&gpu, Some(kernel(FAMILY))));
+    }
+}
+
+/// A binding limit that holds two images' staged input (36 components × 16 channels × 15 ×
+/// 15 tiles × two f16 halves = 518,400 B per image): chunks of two, each with its own input
+/// maximum and three passes; outputs past the last one untouched.
+#[test]
+fn batch_chunks() {
+    let _serial = serial();
+    let Some(gpu) = coop_gpu_with_limits(|l| l.max_storage_buffer_binding_size = 1_100_000) else { return };
+    let spec = Conv2dSpec::new(16, 8, 3).padding(Padding::uniform(1)).with_bias(true);
+    let mut case = Case::new("wino_f32_chunked", spec, Shape4::new(5, 16, 60, 60));
+    // Each image at its own magnitude: each chunk is scaled on its own.
+    let per_image = 16 * 60 * 60;
+    for (i, v) in case.x.iter_mut().enumerate() {
+        *v *= [1e-6f32, 1.0, 1e6, 1e3, 1e-3][i / per_image];
+    }
+    case.want = reference_out(&case.problem, &case.x, &case.w, case.b.as_deref());
+    let opts = options_at(Precision::F32, Some(kernel(&format!("{FAMILY}:m64n64k16-t4x8-w4-s1"))), false);
+    let conv = Conv2d::new(&gpu, spec, &case.w, case.b.as_deref(), opts).unwrap();
+    // Per chunk: the input maximum, the input transform, the GEMM, the output transform.
+    check_chunked(&gpu, &case, &conv, Some(4));
+}

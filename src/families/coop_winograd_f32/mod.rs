@@ -21,6 +21,10 @@
 //! 1.9e-6 at 64 channels, 4.5e-6 against 4.4e-6 at 512, F(4×4, 3×3)), so the same channel
 //! caps hold ([`crate::families::winograd::Minimal::f32_channels`]).
 //!
+//! Range: the headroom costs 8 of the scale's bits against `coop-nhwc-f32`'s: inputs below
+//! 2^-19 of the chunk's largest get f16-subnormal high halves (their error, relative to the
+//! largest, stays that small).
+//!
 //! Special values: finite weights only (refused otherwise, as `winograd-f4`). An infinite or
 //! NaN input is staged as it is, so its tiles' products are not finite and the output
 //! transform computes those tiles directly, with f32's semantics.
@@ -180,6 +184,16 @@ impl KernelConfig for CoopWinogradF32Kernel {
         }
         let gemm = gemm_spec(spec, alg);
         let u = winograd::transform_weights(spec, weight, alg)?;
+        // G's rows sum to at most 62/45 (n = 8): weights near f32's largest overflow U.
+        if let Some(i) = u.iter().position(|v| !v.is_finite()) {
+            return Err(self.refuse(format!(
+                "the transformed weights overflow f32 (component {} of output channel {}): {} takes weights whose \
+                 transform G g Gᵀ stays finite",
+                i / (spec.out_channels as usize * spec.in_channels as usize),
+                (i / spec.in_channels as usize) % spec.out_channels as usize,
+                alg.name()
+            )));
+        }
         let zeros = alloc::zeroed_vec::<f32>(gemm.out_channels as usize, "the GEMM's zero bias")?;
         let mut packed = self.gemm().config().pack(&gemm, &u, &zeros)?;
         // The GEMM adds the first n²·C_out (zeros); the output transform reads the rest.
