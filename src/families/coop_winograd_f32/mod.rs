@@ -29,7 +29,6 @@
 //! NaN input is staged as it is, so its tiles' products are not finite and the output
 //! transform computes those tiles directly, with f32's semantics.
 
-use crate::alloc;
 use crate::caps::{DeviceCaps, KernelLimits};
 use crate::error::{Error, Result};
 use crate::families::coop::coop_missing;
@@ -174,39 +173,27 @@ impl KernelConfig for CoopWinogradF32Kernel {
     }
     fn pack(&self, spec: &Conv2dSpec, weight: &[f32], bias: &[f32]) -> Result<Packed> {
         let alg = self.algorithm(spec)?;
-        if let Some(i) = weight.iter().position(|v| !v.is_finite()) {
-            return Err(self.refuse(format!(
-                "weight {i} is {}: {} takes finite weights (its transforms would turn it into NaN across the \
-                 channel's outputs)",
-                weight[i],
-                alg.name()
-            )));
-        }
-        let gemm = gemm_spec(spec, alg);
-        let u = winograd::transform_weights(spec, weight, alg)?;
-        // G's rows sum to at most 62/45 (n = 8): weights near f32's largest overflow U.
-        if let Some(i) = u.iter().position(|v| !v.is_finite()) {
-            return Err(self.refuse(format!(
-                "the transformed weights overflow f32 (component {} of output channel {}): {} takes weights whose \
-                 transform G g Gᵀ stays finite",
-                i / (spec.out_channels as usize * spec.in_channels as usize),
-                (i / spec.in_channels as usize) % spec.out_channels as usize,
-                alg.name()
-            )));
-        }
-        let zeros = alloc::zeroed_vec::<f32>(gemm.out_channels as usize, "the GEMM's zero bias")?;
-        let mut packed = self.gemm().config().pack(&gemm, &u, &zeros)?;
-        // The GEMM adds the first n²·C_out (zeros); the output transform reads the rest.
-        let mut b = zeros;
-        b.extend_from_slice(bias);
-        packed.bias = Some(alloc::bytes_of(&b, "the bias")?);
-        // The weights as given, for the output transform's direct fallback.
-        packed.extra.push((
-            FINISHING_WEIGHT_BINDING,
-            "wgconv weights as given",
-            alloc::bytes_of(weight, "the weights")?,
-        ));
-        Ok(packed)
+        winograd::pack_transformed(
+            spec,
+            weight,
+            bias,
+            alg,
+            |r| self.refuse(r),
+            |gemm, u, zeros| {
+                // G's rows sum to at most 62/45 (n = 8): weights near f32's largest overflow U,
+                // which the split would refuse naming an infinite weight the caller never gave.
+                if let Some(i) = u.iter().position(|v| !v.is_finite()) {
+                    return Err(self.refuse(format!(
+                        "the transformed weights overflow f32 (component {} of output channel {}): {} takes weights \
+                     whose transform G g Gᵀ stays finite",
+                        i / (spec.out_channels as usize * spec.in_channels as usize),
+                        (i / spec.in_channels as usize) % spec.out_channels as usize,
+                        alg.name()
+                    )));
+                }
+                self.gemm().config().pack(gemm, u, zeros)
+            },
+        )
     }
     fn extra_bindings(&self) -> &'static [u32] {
         // The GEMM's (its K table, grid and input maximum) and the weights as given, which

@@ -306,31 +306,14 @@ impl KernelConfig for WinogradKernel {
     }
     fn pack(&self, spec: &Conv2dSpec, weight: &[f32], bias: &[f32]) -> Result<Packed> {
         let alg = self.algorithm(spec)?;
-        // An infinite or NaN weight would reach every output of its channel through the
-        // transforms (as NaN where a direct convolution gives ±inf or finite values).
-        if let Some(i) = weight.iter().position(|v| !v.is_finite()) {
-            return Err(self.refuse(format!(
-                "weight {i} is {}: {} takes finite weights (its transforms would turn it into NaN across the \
-                 channel's outputs)",
-                weight[i],
-                alg.name()
-            )));
-        }
-        let gemm = gemm_spec(spec, alg);
-        let u = transform_weights(spec, weight, alg)?;
-        let zeros = alloc::zeroed_vec::<f32>(gemm.out_channels as usize, "the GEMM's zero bias")?;
-        let mut packed = self.gemm().config().pack(&gemm, &u, &zeros)?;
-        // The GEMM adds the first n²·C_out (zeros); the output transform reads the rest.
-        let mut b = zeros;
-        b.extend_from_slice(bias);
-        packed.bias = Some(alloc::bytes_of(&b, "the bias")?);
-        // The weights as given, for the output transform's direct fallback.
-        packed.extra.push((
-            FINISHING_WEIGHT_BINDING,
-            "wgconv weights as given",
-            alloc::bytes_of(weight, "the weights")?,
-        ));
-        Ok(packed)
+        pack_transformed(
+            spec,
+            weight,
+            bias,
+            alg,
+            |r| self.refuse(r),
+            |gemm, u, zeros| self.gemm().config().pack(gemm, u, zeros),
+        )
     }
     fn extra_bindings(&self) -> &'static [u32] {
         // The tiled kernel's (its gather table and grid) and the weights as given, which the
@@ -393,6 +376,39 @@ impl KernelConfig for WinogradKernel {
     fn with_tile(&self, tile: TileConfig) -> Option<Kernel> {
         Some(self.family.with_tile_config(tile))
     }
+}
+
+/// A Winograd family's packing around its GEMM kernel's (`gemm_pack`: the GEMM's spec, the
+/// transformed weights `U` of [`transform_weights`], its bias of zeros): non-finite weights
+/// refused by `refuse` (an infinite or NaN weight would reach every output of its channel
+/// through the transforms, as NaN where a direct convolution gives ±inf or finite values);
+/// then the bias buffer (the GEMM's n²·C_out zeros, then the biases, which the output
+/// transform reads) and the weights as given, for the output transform's direct fallback.
+pub(crate) fn pack_transformed(
+    spec: &Conv2dSpec,
+    weight: &[f32],
+    bias: &[f32],
+    alg: &Minimal,
+    refuse: impl Fn(String) -> Error,
+    gemm_pack: impl FnOnce(&Conv2dSpec, &[f32], &[f32]) -> Result<Packed>,
+) -> Result<Packed> {
+    if let Some(i) = weight.iter().position(|v| !v.is_finite()) {
+        return Err(refuse(format!(
+            "weight {i} is {}: {} takes finite weights (its transforms would turn it into NaN across the channel's \
+             outputs)",
+            weight[i],
+            alg.name()
+        )));
+    }
+    let gemm = gemm_spec(spec, alg);
+    let u = transform_weights(spec, weight, alg)?;
+    let zeros = alloc::zeroed_vec::<f32>(gemm.out_channels as usize, "the GEMM's zero bias")?;
+    let mut packed = gemm_pack(&gemm, &u, &zeros)?;
+    let mut b = zeros;
+    b.extend_from_slice(bias);
+    packed.bias = Some(alloc::bytes_of(&b, "the bias")?);
+    packed.extra.push((FINISHING_WEIGHT_BINDING, "wgconv weights as given", alloc::bytes_of(weight, "the weights")?));
+    Ok(packed)
 }
 
 /// The GEMM kernel's parameters: a 1×1 convolution of n² groups over the transformed input
