@@ -6,7 +6,9 @@
 // channels-last kernel's staging pass writes a scaled input — in that kernel's staged layout
 // of its GEMM, a 1×1 convolution of n² groups: `[n][TH][TW][n²][CG8]` vectors of 8 channels
 // (the pair's word in each component's run; channels past C as zeros), all high halves, then
-// all low ones. Pairs of channels fastest: a warp writes 32 neighbouring words per component.
+// all low ones. A warp takes PB neighbouring pairs (a 32-byte sector of words, or 16 where
+// the pairs are not whole blocks of 8) of 32 / PB neighbouring tiles: it writes whole sectors
+// per component and reads each patch row of PB·2 planes across neighbouring tiles.
 // An infinite or NaN input, or a component it makes non-finite, is written as it is in both
 // halves; the products of its tiles are then not finite, and the output transform computes
 // those tiles directly (winograd/output_transform.wgsl).
@@ -59,12 +61,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let e = (wid.x + wid.y * nwg.x) * WG + lid;
-    if (e >= p.batch * TH * TW * CP) {
+    // e = (((img · PBLOCKS + pair block) · TBLOCKS + tile block) · TB + tile) · PB + pair.
+    let block = e / (PB * TB);
+    let tile = (block % TBLOCKS) * TB + (e / PB) % TB;
+    let cp = ((block / TBLOCKS) % PBLOCKS) * PB + e % PB;
+    let img = block / (TBLOCKS * PBLOCKS);
+    if (img >= p.batch || tile >= TH * TW) {
         return;
     }
-    let cp = e % CP;
-    let tile = (e / CP) % (TH * TW);
-    let img = e / (CP * TH * TW);
     let y0 = i32((tile / TW) * M) - i32(PT);
     let x0 = i32((tile % TW) * M) - i32(PL);
     let b0 = bt_d(img, 2u * cp, y0, x0);

@@ -94,6 +94,22 @@ fn pairs(channels: u32) -> u32 {
     channels.div_ceil(VEC) * VEC / 2
 }
 
+/// The input transform's lanes per warp: (pairs, tiles) — 8 pairs (a 32-byte sector of
+/// words) of 4 tiles where the pairs come in whole blocks of 8, else 4 of 8.
+fn transform_lanes(channels: u32) -> (u32, u32) {
+    match pairs(channels).is_multiple_of(8) {
+        true => (8, 4),
+        false => (4, 8),
+    }
+}
+
+/// The input transform's invocations per image: whole warps of [`transform_lanes`] over the
+/// pairs and the tiles.
+fn transform_invocations(channels: u32, tiles: u64) -> u64 {
+    let (pb, tb) = transform_lanes(channels);
+    (pairs(channels) / pb) as u64 * tiles.div_ceil(tb as u64) * (pb * tb) as u64
+}
+
 /// The GEMM of a spec: a 1×1 convolution of n² groups from n²·C_in to n²·C_out channels.
 fn gemm_spec(spec: &Conv2dSpec, alg: &Minimal) -> Conv2dSpec {
     let components = alg.components();
@@ -120,15 +136,20 @@ impl CoopWinogradF32Kernel {
     fn input_source(&self, problem: &ConvProblem, alg: &Minimal) -> Result<String> {
         let [th, tw] = winograd::tiles(problem, alg);
         let s = &problem.spec;
+        let (pb, tb) = transform_lanes(problem.input.c);
         let header = format!(
             "// generated from the convolution's geometry\n\
              const WG: u32 = {TRANSFORM_WG}u;\nconst C: u32 = {c}u;\nconst H: u32 = {h}u;\nconst W: u32 = {w}u;\n\
              const TH: u32 = {th}u;\nconst TW: u32 = {tw}u;\nconst CP: u32 = {cp}u;\n\
+             const PB: u32 = {pb}u;\nconst TB: u32 = {tb}u;\nconst PBLOCKS: u32 = {pblocks}u;\n\
+             const TBLOCKS: u32 = {tblocks}u;\n\
              const PT: u32 = {pt}u;\nconst PL: u32 = {pl}u;\n{transforms}",
             c = problem.input.c,
             h = problem.input.h,
             w = problem.input.w,
             cp = pairs(problem.input.c),
+            pblocks = pairs(problem.input.c) / pb,
+            tblocks = (th * tw).div_ceil(tb),
             pt = s.padding.top,
             pl = s.padding.left,
             transforms = alg.wgsl(),
@@ -217,7 +238,7 @@ impl KernelConfig for CoopWinogradF32Kernel {
                 source: self.input_source(problem, alg)?,
                 // Two halves of n²·CP words per tile.
                 bytes_per_image: 2 * 4 * components * pairs * tiles,
-                invocations_per_image: pairs * tiles,
+                invocations_per_image: transform_invocations(problem.input.c, tiles),
                 workgroup_size: TRANSFORM_WG,
                 scaled_input: true,
             }),
