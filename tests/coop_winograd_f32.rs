@@ -23,20 +23,11 @@ fn family_kernels(gpu: &wgconv::Gpu) -> Vec<Kernel> {
 }
 
 /// `count` random shapes of a square kernel of side `kernel`, one config of the sweep on
-/// each in turn, within 1e-5; ReLU on every third.
+/// each in turn ([`check_random_square_shapes`]).
 fn random_shapes(kernel: u32, count: usize) {
     let Some(gpu) = coop_gpu() else { return };
-    let (seed, mut rng) = seeded_rng(&format!("{FAMILY} {kernel}x{kernel} random shapes"));
-    let sweep = family_kernels(&gpu);
-    for i in 0..count {
-        let case = random_square_case(&mut rng, i, seed, 40, kernel);
-        let k = sweep[i % sweep.len()].clone();
-        if i % 3 == 0 {
-            case.check_relu(&gpu, k);
-        } else {
-            case.check_encode(&gpu, &case.conv(&gpu, Some(k)));
-        }
-    }
+    let what = format!("{FAMILY} {kernel}x{kernel} random shapes");
+    check_random_square_shapes(&gpu, &what, &family_kernels(&gpu), kernel, count, 40);
 }
 
 #[test]

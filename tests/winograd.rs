@@ -13,20 +13,10 @@ use common::*;
 use wgconv::{Conv2d, Conv2dOptions, Conv2dSpec, Padding, Shape4};
 
 /// `count` random shapes of a square kernel of side `kernel`, one config of the family's
-/// sweep on each in turn, f32 within 1e-5; ReLU on every third.
+/// sweep on each in turn ([`check_random_square_shapes`]).
 fn random_shapes(family: &str, kernel: u32, count: usize) {
-    let gpu = gpu();
-    let (seed, mut rng) = seeded_rng(&format!("{family} {kernel}x{kernel} random shapes"));
     let sweep = wgconv::advanced::sweep(family).unwrap();
-    for i in 0..count {
-        let case = random_square_case(&mut rng, i, seed, 24, kernel);
-        let k = sweep[i % sweep.len()].clone();
-        if i % 3 == 0 {
-            case.check_relu(&gpu, k);
-        } else {
-            case.check_encode(&gpu, &case.conv(&gpu, Some(k)));
-        }
-    }
+    check_random_square_shapes(&gpu(), &format!("{family} {kernel}x{kernel} random shapes"), &sweep, kernel, count, 24);
 }
 
 #[test]

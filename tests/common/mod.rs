@@ -517,6 +517,30 @@ pub fn random_square_case(rng: &mut rand::rngs::StdRng, i: usize, seed: u64, max
     }
 }
 
+/// `count` seeded random shapes of a square kernel of side `kernel` ([`random_square_case`],
+/// up to `max_channels`), one of `kernels` on each in turn, f32 within 1e-5 of the reference
+/// through `encode` into NaN-poisoned output; ReLU on every third: the Winograd families'
+/// property tests (`what` names the seed's stream).
+pub fn check_random_square_shapes(
+    gpu: &Gpu,
+    what: &str,
+    kernels: &[Kernel],
+    kernel: u32,
+    count: usize,
+    max_channels: u32,
+) {
+    let (seed, mut rng) = seeded_rng(what);
+    for i in 0..count {
+        let case = random_square_case(&mut rng, i, seed, max_channels, kernel);
+        let k = kernels[i % kernels.len()].clone();
+        if i % 3 == 0 {
+            case.check_relu(gpu, k);
+        } else {
+            case.check_encode(gpu, &case.conv(gpu, Some(k)));
+        }
+    }
+}
+
 /// `kernel` at f16 precision on the case's tensors in every form — NCHW and channels last,
 /// f32 and f16 — through `forward` (`forward_f16`), within the f16 bound of the reference
 /// (of the f16-rounded input for f16 tensors), and no range flag raised.
