@@ -1966,25 +1966,23 @@ pub const COOP_WINOGRAD_MAX_ROWS: u64 = 2048;
 pub const COOP_WINOGRAD_MIN_GEMM: u64 = 48_000_000;
 
 /// [`winograd_rule`]'s estimate of F(4×4, 3×3) with its GEMM on the matrix units
-/// (`coop-winograd-f32`), or `None` where the device lacks cooperative matrices, its declared
-/// f16-matrix rate is under [`F32_MATRIX_MIN_RATE_RATIO`] times its fp32 rate (as for the
-/// f32 matrix path), the spec has fewer than [`COOP_WINOGRAD_MIN_CHANNELS`] input channels or
-/// is not F(4×4, 3×3)'s, its GEMM per component has more rows than [`COOP_WINOGRAD_MAX_ROWS`]
-/// or fewer multiply-adds than [`COOP_WINOGRAD_MIN_GEMM`], or no tile fits: the GEMM's padded work over the f32 matrix path's table
-/// ([`MATRIX_RULE_SPLIT_CONFIGS`]) in whole waves at [`F32_MATRIX_EFFICIENCY`] of a third of
-/// the matrix rate, plus the transforms as [`winograd_estimate`] counts them.
+/// (`coop-winograd-f32`), or `None` where rule 5's matrix path cannot run the layer
+/// (`matrix_path`: cooperative matrices, declared rates whose ratio reaches
+/// [`F32_MATRIX_MIN_RATE_RATIO`]; [`f32_matrix_estimate`]), the spec has fewer than
+/// [`COOP_WINOGRAD_MIN_CHANNELS`] input channels or is not F(4×4, 3×3)'s, its GEMM per
+/// component has more rows than [`COOP_WINOGRAD_MAX_ROWS`] or fewer multiply-adds than
+/// [`COOP_WINOGRAD_MIN_GEMM`], or no tile fits: the GEMM's padded work over the f32 matrix
+/// path's table ([`MATRIX_RULE_SPLIT_CONFIGS`]) in whole waves at [`F32_MATRIX_EFFICIENCY`]
+/// of a third of the matrix rate, plus the transforms as [`winograd_estimate`] counts them.
 fn coop_winograd_estimate(
     caps: &DeviceCaps,
     problem: &ConvProblem,
+    matrix_path: bool,
     converted: bool,
     rates: &DeclaredRates,
 ) -> Option<WinogradEstimate> {
     let spec = &problem.spec;
-    let family = &coop_winograd_f32::COOP_WINOGRAD_F32;
-    if family.unavailable(caps).is_some()
-        || rates.f16_matrix_tflops / rates.fp32_tflops < F32_MATRIX_MIN_RATE_RATIO
-        || spec.in_channels < COOP_WINOGRAD_MIN_CHANNELS
-    {
+    if !matrix_path || spec.in_channels < COOP_WINOGRAD_MIN_CHANNELS {
         return None;
     }
     let alg = winograd::WINOGRAD_F4.algorithm(spec).ok().filter(|&a| *a == winograd::minimal::F4X4_3X3)?;
@@ -1998,7 +1996,7 @@ fn coop_winograd_estimate(
     let k = nhwc::channels_last_k(&gemm.spec);
     let make = |t| nhwc::COOP_NHWC_F32.reference().with_tile(t);
     let (_, tiles, tile, _) = estimated_best(caps, &gemm, k, &MATRIX_RULE_SPLIT_CONFIGS, make)?;
-    let kernel = family.reference().with_tile(tile)?;
+    let kernel = coop_winograd_f32::COOP_WINOGRAD_F32.reference().with_tile(tile)?;
     kernel.check(spec, caps).ok()?;
     if !scratch_fits(caps, 4 * gemm.input.per_image().max(gemm.output.per_image())) {
         return None;
@@ -2120,7 +2118,7 @@ fn winograd_rule(
     let best = WINOGRAD_CANDIDATES
         .iter()
         .filter_map(|candidate| winograd_estimate(caps, problem, candidate, matrix.is_some(), converted, &rates))
-        .chain(coop_winograd_estimate(caps, problem, converted, &rates))
+        .chain(coop_winograd_estimate(caps, problem, matrix.is_some(), converted, &rates))
         .min_by(|a, b| a.seconds.total_cmp(&b.seconds))?;
     let WinogradEstimate { seconds, kernel, alg, tiles, tile, matrix_gemm } = best;
     let fma = f32_fma_estimate(caps, problem, layout, &rates, 1.0);
