@@ -287,8 +287,9 @@ mod tests {
     use super::*;
     use crate::spec::Padding;
 
-    /// The twin against the f64 reference (`check_twin_within`'s data): within the f16 precision's 1e-3
-    /// (odd and even sizes, asymmetric and no padding, channels not whole vectors or quads).
+    /// The twin against the f64 reference (`check_twin_within`'s data): within the f16
+    /// precision's 1e-3 (odd and even sizes, asymmetric and no padding, channels not whole
+    /// vectors or quads).
     #[test]
     fn twin_within_f16_accuracy() {
         let cases = [

@@ -316,8 +316,9 @@ mod tests {
         }
     }
 
-    /// The twin against the f64 reference (`check_twin_within`'s data): within the F32 contract (odd and
-    /// even sizes, asymmetric padding, channels not whole vectors, 3×3 and 5×5).
+    /// The twin against the f64 reference (`check_twin_within`'s data): within the F32
+    /// contract (odd and even sizes, asymmetric padding, channels not whole vectors, 3×3 and
+    /// 5×5).
     #[test]
     fn twin_keeps_the_f32_contract() {
         let cases = [

@@ -580,8 +580,7 @@ pub(crate) fn f16_diagonal_gemm(tile: TileConfig, problem: &ConvProblem, form: T
 /// `WINOGRAD_INPUT`'s headroom (undone by the same), and writes NCHW f32 products. Its
 /// `staging()` is this kernel's own pass, which the family replaces.
 pub(crate) fn f32_winograd_gemm(tile: TileConfig, problem: &ConvProblem) -> Result<Box<dyn Shaped>> {
-    let kernel = NhwcKernel { family: &COOP_NHWC_F32, tile };
-    kernel.shaped_forms(problem, TensorForm::NCHW_F32, TensorForm::NCHW_F32, GemmKind::WinogradInput)
+    NhwcKernel::f32(tile).shaped_forms(problem, TensorForm::NCHW_F32, TensorForm::NCHW_F32, GemmKind::WinogradInput)
 }
 
 /// The diagonal GEMM's `fragment_mma`: per fragment column j, B's diagonal block j and, per
