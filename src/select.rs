@@ -1537,6 +1537,30 @@ const F32_CPU_SHAPE_CONFIGS: [(TileConfig, f64); 3] = [
     (TileConfig::with_thread_tile(32, 64, 32, 4, 4, 2), 0.7),
 ];
 
+/// The most GEMM rows (M: the output positions, or a Winograd GEMM's rows per component,
+/// N·⌈OH/m⌉·⌈OW/m⌉) at which CPU adapters rate the 32×64 block of [`F32_CPU_SHAPE_CONFIGS`] as
+/// the 64×64 one and try it first ([`cpu_shape_configs`]): both pad such a GEMM to 64 rows,
+/// and the smaller block runs twice the workgroups. On lavapipe (Mesa 22.3.6, 2 cores, batch
+/// 1, 2026-11-28, interleaved rounds) it ran Winograd GEMMs of 16–49 rows (AlexNet's 13×13
+/// layers and conv2, ResNet-50's 14×14 and 28×28 layers, VGG-16's 28×28 and 14×14 ones, two
+/// runs) 1.11–1.22× faster than the 64×64 block, and those of 196 and 784 rows 1.10–1.25×
+/// slower; and the tiled kernel's 7×7 layers at batch 1 (M = 49: ResNet-50's l4 1×1 and
+/// stride-2 layers, MobileNetV2's 7×7 expansions, projections and head) 1.11–2.3× faster in
+/// all eight (b6.ex.160-960 4.03 ms against 7.92, l4.1x1.512-2048 25.1 against 33.3), the
+/// 64×64 block 1.14–1.16× faster at M = 196 (MobileNetV2's 14×14 expansions).
+const CPU_SMALL_GEMM_ROWS: u64 = 64;
+
+/// [`F32_CPU_SHAPE_CONFIGS`] for a GEMM of `rows` rows (per group or component), with its
+/// 32×64 block first at the 64×64 block's rate where the GEMM has at most
+/// [`CPU_SMALL_GEMM_ROWS`].
+fn cpu_shape_configs(rows: u64) -> Vec<(TileConfig, f64)> {
+    let [wide, narrow, small] = F32_CPU_SHAPE_CONFIGS;
+    match rows <= CPU_SMALL_GEMM_ROWS {
+        true => vec![(small.0, wide.1), wide, narrow],
+        false => F32_CPU_SHAPE_CONFIGS.to_vec(),
+    }
+}
+
 /// [`F32_SHAPE_CONFIGS`] with the rates for the spec.
 fn rated_shape_configs(spec: &Conv2dSpec) -> [(TileConfig, f64); 4] {
     let long_pointwise = spec.kernel == [1, 1] && spec.in_channels_per_group() > tiled::ROWS_FASTEST_MAX_K;
@@ -1562,12 +1586,12 @@ fn f32_shape_rule(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, S
     let spec = &problem.spec;
     let m = problem.output.n as u64 * problem.output.h as u64 * problem.output.w as u64;
     let (n, k) = (spec.out_channels_per_group() as u64, spec.k_total() as u64);
-    let (configs, device): (&[(TileConfig, f64)], _) = match caps.is_cpu() {
-        true => (&F32_CPU_SHAPE_CONFIGS, "a CPU adapter"),
-        false => (&f32_shape_configs(spec), "a GPU"),
+    let (configs, device) = match caps.is_cpu() {
+        true => (cpu_shape_configs(m), "a CPU adapter"),
+        false => (f32_shape_configs(spec), "a GPU"),
     };
     let (kernel, tiles, tile, _) =
-        estimated_best(caps, problem, k, configs, |t| tiled::TILED.reference().with_tile(t))?;
+        estimated_best(caps, problem, k, &configs, |t| tiled::TILED.reference().with_tile(t))?;
     Some((
         kernel,
         format!(
@@ -2011,35 +2035,17 @@ fn coop_winograd_estimate(
     Some(WinogradEstimate { seconds, kernel, alg, tiles, tile, matrix_gemm: true })
 }
 
-/// The most GEMM rows per component (N·⌈OH/m⌉·⌈OW/m⌉) at which the Winograd rule on CPU
-/// adapters rates the 32×64 block of [`F32_CPU_SHAPE_CONFIGS`] as the 64×64 one and tries it
-/// first ([`winograd_cpu_configs`]). On lavapipe (Mesa 22.3.6, 2 cores, batch 1,
-/// 2026-11-28, interleaved rounds, two runs) it ran such GEMMs of 16–49 rows (AlexNet's 13×13
-/// layers and conv2, ResNet-50's 14×14 and 28×28 layers, VGG-16's 28×28 and 14×14 ones)
-/// 1.11–1.22× faster than the 64×64 block, which both pad to 64 rows, and those of 196 and
-/// 784 rows 1.10–1.25× slower.
-const WINOGRAD_CPU_SMALL_GEMM_ROWS: u64 = 64;
-
-/// The GEMM tiles and rates of [`winograd_on_cpu`] for one algorithm: [`F32_CPU_SHAPE_CONFIGS`],
-/// with its 32×64 block first at the 64×64 block's rate where the GEMM has at most
-/// [`WINOGRAD_CPU_SMALL_GEMM_ROWS`] rows per component.
-fn winograd_cpu_configs(problem: &ConvProblem, alg: &winograd::Minimal) -> Vec<(TileConfig, f64)> {
-    let [wide, narrow, small] = F32_CPU_SHAPE_CONFIGS;
-    match winograd::gemm_rows(problem, alg) <= WINOGRAD_CPU_SMALL_GEMM_ROWS {
-        true => vec![(small.0, wide.1), wide, narrow],
-        false => F32_CPU_SHAPE_CONFIGS.to_vec(),
-    }
-}
-
 /// [`winograd_rule`] on CPU adapters: the algorithm of [`WINOGRAD_CANDIDATES`] whose GEMM has
-/// the least estimated work (rule 9's CPU estimate over [`winograd_cpu_configs`]: padded
+/// the least estimated work (rule 9's CPU estimate over [`cpu_shape_configs`]: padded
 /// multiply-adds, no bytes), where its transforms take at most
 /// [`WINOGRAD_MAX_SCRATCH_PER_IMAGE`] per image and it keeps the F32 contract at the spec's
 /// input channels.
 fn winograd_on_cpu(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, String)> {
     let WinogradGemm { alg, kernel, tiles, tile, .. } = WINOGRAD_CANDIDATES
         .iter()
-        .filter_map(|candidate| winograd_gemm(caps, problem, candidate, &winograd_cpu_configs(problem, candidate.alg)))
+        .filter_map(|candidate| {
+            winograd_gemm(caps, problem, candidate, &cpu_shape_configs(winograd::gemm_rows(problem, candidate.alg)))
+        })
         .filter(|g| 4 * (g.gemm.input.per_image() + g.gemm.output.per_image()) <= WINOGRAD_MAX_SCRATCH_PER_IMAGE)
         .min_by(|a, b| a.cost.total_cmp(&b.cost))?;
     let (n, m, r) = (alg.n(), alg.out, alg.kernel);
@@ -2066,7 +2072,7 @@ fn winograd_on_cpu(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, 
 ///
 /// - On CPU adapters ([`winograd_on_cpu`]), whose transforms take at most
 ///   [`WINOGRAD_MAX_SCRATCH_PER_IMAGE`] per image: always, the algorithm and its GEMM's tile
-///   of [`winograd_cpu_configs`] with the least estimated work. On lavapipe (Mesa 22.3,
+///   of [`cpu_shape_configs`] with the least estimated work. On lavapipe (Mesa 22.3,
 ///   LLVM 15, 2 cores, batch 1, 2026-11-27) F(2×2, 3×3) ran every such layer of ResNet-50
 ///   and AlexNet 1.2–1.8× faster than the best of four tiled configs, and VGG-16's 1.2–2.6×
 ///   faster than the best of three but its last (0.91×: 512 channels at 14×14, within the
@@ -3045,6 +3051,12 @@ mod tests {
         let last = Conv2dSpec::new(512, 512, 7).padding(Padding::uniform(3));
         let cpu_last = at(last, Shape4::new(1, 512, 7, 7), &cpu);
         assert_eq!(cpu_last.kernel.to_string(), "tiled:m32n64k32-t4x4-w4-s2", "{cpu_last}");
+        // At most 64 rows, the 32x64 block however many channels (ResNet-50's 1024→2048
+        // stride-2 1×1 to 7×7, batch 1: 47.6 ms on lavapipe against the 64x64 block's 55.4); at
+        // 196, the 64x64.
+        let wide = Conv2dSpec::new(1024, 2048, 1).stride(2);
+        assert_eq!(at(wide, Shape4::new(1, 1024, 14, 14), &cpu).kernel.to_string(), "tiled:m32n64k32-t4x4-w4-s2");
+        assert_eq!(at(wide, Shape4::new(4, 1024, 14, 14), &cpu).kernel.to_string(), "tiled:m64n64k16-t8x4-w4-s3");
         // Under WebGPU's default limits only the 64x32 block fits of the CPU configs.
         let small = DeviceCaps {
             limits: wgpu::Limits { max_compute_workgroup_storage_size: 16 * 1024, ..cpu.limits.clone() },
