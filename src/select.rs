@@ -1539,16 +1539,17 @@ const F32_CPU_SHAPE_CONFIGS: [(TileConfig, f64); 3] = [
 
 /// The most GEMM rows (M: the output positions, or a Winograd GEMM's rows per component,
 /// N·⌈OH/m⌉·⌈OW/m⌉) at which CPU adapters rate the 32×64 block of [`F32_CPU_SHAPE_CONFIGS`] as
-/// the 64×64 one and try it first ([`cpu_shape_configs`]): both pad such a GEMM to 64 rows,
-/// and the smaller block runs twice the workgroups. On lavapipe (Mesa 22.3.6, 2 cores, batch
+/// the 64×64 one and try it first ([`cpu_shape_configs`]): both pad such a GEMM to the same
+/// rows (64 or 128), and the smaller block runs twice the workgroups. On lavapipe (Mesa 22.3.6, 2 cores, batch
 /// 1, 2026-11-28, interleaved rounds) it ran Winograd GEMMs of 16–49 rows (AlexNet's 13×13
 /// layers and conv2, ResNet-50's 14×14 and 28×28 layers, VGG-16's 28×28 and 14×14 ones, two
 /// runs) 1.11–1.22× faster than the 64×64 block, and those of 196 and 784 rows 1.10–1.25×
 /// slower; and the tiled kernel's 7×7 layers at batch 1 (M = 49: ResNet-50's l4 1×1 and
 /// stride-2 layers, MobileNetV2's 7×7 expansions, projections and head) 1.11–2.3× faster in
-/// all eight (b6.ex.160-960 4.03 ms against 7.92, l4.1x1.512-2048 25.1 against 33.3), the
-/// 64×64 block 1.14–1.16× faster at M = 196 (MobileNetV2's 14×14 expansions).
-const CPU_SMALL_GEMM_ROWS: u64 = 64;
+/// all eight (b6.ex.160-960 4.03 ms against 7.92, l4.1x1.512-2048 25.1 against 33.3) and five
+/// of them at batch 2 (M = 98, both padded to 128) 1.11–1.76×, the 64×64 block 1.14–1.16×
+/// faster at M = 196 (MobileNetV2's 14×14 expansions).
+const CPU_SMALL_GEMM_ROWS: u64 = 128;
 
 /// [`F32_CPU_SHAPE_CONFIGS`] for a GEMM of `rows` rows (per group or component), with its
 /// 32×64 block first at the 64×64 block's rate where the GEMM has at most
@@ -3051,11 +3052,12 @@ mod tests {
         let last = Conv2dSpec::new(512, 512, 7).padding(Padding::uniform(3));
         let cpu_last = at(last, Shape4::new(1, 512, 7, 7), &cpu);
         assert_eq!(cpu_last.kernel.to_string(), "tiled:m32n64k32-t4x4-w4-s2", "{cpu_last}");
-        // At most 64 rows, the 32x64 block however many channels (ResNet-50's 1024→2048
-        // stride-2 1×1 to 7×7, batch 1: 47.6 ms on lavapipe against the 64x64 block's 55.4); at
-        // 196, the 64x64.
+        // At most 128 rows, the 32x64 block however many channels (ResNet-50's 1024→2048
+        // stride-2 1×1 to 7×7 on lavapipe: 47.6 ms against the 64x64 block's 55.4 at batch 1,
+        // 103.2 against 114.5 at batch 2); at 196, the 64x64.
         let wide = Conv2dSpec::new(1024, 2048, 1).stride(2);
         assert_eq!(at(wide, Shape4::new(1, 1024, 14, 14), &cpu).kernel.to_string(), "tiled:m32n64k32-t4x4-w4-s2");
+        assert_eq!(at(wide, Shape4::new(2, 1024, 14, 14), &cpu).kernel.to_string(), "tiled:m32n64k32-t4x4-w4-s2");
         assert_eq!(at(wide, Shape4::new(4, 1024, 14, 14), &cpu).kernel.to_string(), "tiled:m64n64k16-t8x4-w4-s3");
         // Under WebGPU's default limits only the 64x32 block fits of the CPU configs.
         let small = DeviceCaps {
