@@ -12,7 +12,8 @@
 // An infinite or NaN input, or a component it makes non-finite, is written as it is in both
 // halves; the products of its tiles are then not finite, and the output transform computes
 // those tiles directly (winograd/output_transform.wgsl).
-// CPU twin: `coop_winograd_f32_twin` in coop_winograd_f32/mod.rs.
+// CPU twins: `coop_winograd_f32_twin` (the arithmetic) and `transform_lane` (which invocation
+// takes which tile and pair) in coop_winograd_f32/mod.rs.
 
 #import config
 #import params

@@ -299,10 +299,50 @@ pub(crate) fn coop_winograd_f32_twin(
     winograd::winograd_twin_rounded(problem, alg, input, weight, bias, split, |v| v)
 }
 
+/// CPU twin of input.wgsl's invocation → (image, tile, pair) decomposition, `None` for the
+/// invocations it returns early from (past the tiles or the batch).
+#[cfg(test)]
+fn transform_lane(e: u64, channels: u32, tiles: u64, batch: u64) -> Option<(u64, u64, u64)> {
+    let (pb, tb) = transform_lanes(channels);
+    let (pb, tb) = (pb as u64, tb as u64);
+    let (pblocks, tblocks) = (pairs(channels) as u64 / pb, tiles.div_ceil(tb));
+    let block = e / (pb * tb);
+    let tile = (block % tblocks) * tb + (e / pb) % tb;
+    let cp = ((block / tblocks) % pblocks) * pb + e % pb;
+    let img = block / (tblocks * pblocks);
+    (img < batch && tile < tiles).then_some((img, tile, cp))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::spec::Padding;
+
+    /// The input transform's invocations (`transform_invocations` per image) cover every
+    /// (image, tile, pair of channels) exactly once, for channel counts in whole blocks of 8
+    /// pairs or not and tile counts in whole warps or not; and a warp's 32 lanes write whole
+    /// runs of neighbouring words (the pairs innermost).
+    #[test]
+    fn transform_lanes_cover_each_pair_once() {
+        for channels in [1, 8, 12, 16, 24, 96, 259, 512] {
+            for tiles in [1, 3, 4, 7, 16, 49, 50] {
+                let batch = 3;
+                let per_image = transform_invocations(channels, tiles);
+                assert_eq!(per_image % 32, 0, "{channels} channels, {tiles} tiles: whole warps");
+                let mut seen = std::collections::HashSet::new();
+                for e in 0..per_image * batch {
+                    if let Some(t) = transform_lane(e, channels, tiles, batch) {
+                        assert!(seen.insert(t), "{channels} channels, {tiles} tiles: {t:?} twice");
+                    }
+                }
+                assert_eq!(seen.len() as u64, batch * tiles * pairs(channels) as u64, "{channels}, {tiles}");
+                let (pb, _) = transform_lanes(channels);
+                let (_, tile, cp) = transform_lane(0, channels, tiles, batch).unwrap();
+                let (_, tile1, cp1) = transform_lane(pb as u64 - 1, channels, tiles, batch).unwrap();
+                assert_eq!((tile, cp + pb as u64 - 1), (tile1, cp1), "{channels}: a run of {pb} pairs");
+            }
+        }
+    }
 
     /// The headroom the input scale leaves the transformed input under `WINOGRAD_INPUT`
     /// (input_scale.wgsl's `INPUT_HEADROOM`, 2^8).
