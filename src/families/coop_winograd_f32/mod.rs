@@ -110,13 +110,6 @@ fn transform_invocations(channels: u32, tiles: u64) -> u64 {
     (pairs(channels) / pb) as u64 * tiles.div_ceil(tb as u64) * (pb * tb) as u64
 }
 
-/// The GEMM of a spec: a 1×1 convolution of n² groups from n²·C_in to n²·C_out channels.
-fn gemm_spec(spec: &Conv2dSpec, alg: &Minimal) -> Conv2dSpec {
-    let components = alg.components();
-    let (c, k) = (components.saturating_mul(spec.in_channels), components.saturating_mul(spec.out_channels));
-    Conv2dSpec::new(c, k, 1).groups(components)
-}
-
 impl CoopWinogradF32Kernel {
     /// The `coop-nhwc-f32` kernel of the same tile (its checks and packing).
     fn gemm(&self) -> Kernel {
@@ -184,11 +177,11 @@ impl KernelConfig for CoopWinogradF32Kernel {
     }
     fn check_spec(&self, spec: &Conv2dSpec, limits: &KernelLimits) -> Result<()> {
         let alg = self.algorithm(spec)?;
-        self.gemm().config().check_spec(&gemm_spec(spec, alg), limits)
+        self.gemm().config().check_spec(&winograd::gemm_spec(spec, alg), limits)
     }
     fn packed_bytes(&self, spec: &Conv2dSpec) -> u64 {
         match WINOGRAD_F4.algorithm(spec) {
-            Ok(alg) => self.gemm().config().packed_bytes(&gemm_spec(spec, alg)),
+            Ok(alg) => self.gemm().config().packed_bytes(&winograd::gemm_spec(spec, alg)),
             Err(_) => u64::MAX,
         }
     }

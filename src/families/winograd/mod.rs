@@ -158,7 +158,7 @@ pub(crate) struct WinogradKernel {
 }
 
 /// The GEMM of a spec: a 1×1 convolution of n² groups from n²·C_in to n²·C_out channels.
-fn gemm_spec(spec: &Conv2dSpec, alg: &Minimal) -> Conv2dSpec {
+pub(crate) fn gemm_spec(spec: &Conv2dSpec, alg: &Minimal) -> Conv2dSpec {
     // Saturating: asked of specs not yet validated (whose channel counts may be anything).
     let components = alg.components();
     let (c, k) = (components.saturating_mul(spec.in_channels), components.saturating_mul(spec.out_channels));
