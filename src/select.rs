@@ -1916,7 +1916,7 @@ fn winograd_gemm(
     let family = candidate.family;
     // (The family refuses more input channels than its algorithm keeps the F32 contract for.)
     let alg = family.algorithm(spec).ok().filter(|&a| a == candidate.alg)?;
-    let gemm = winograd::gemm_problem(problem, alg).ok()?;
+    let gemm = winograd::row_gemm_problem(problem, alg).ok()?;
     let make = |t| Some(tiled::TILED.with_tile_config(t));
     let (_, tiles, tile, cost) = estimated_best(caps, &gemm, spec.in_channels as u64, configs, make)?;
     let kernel = family.with_tile_config(tile);

@@ -236,7 +236,7 @@ impl KernelConfig for CoopWinogradF32Kernel {
                 scaled_input: true,
             }),
             finishing: Some(Finishing {
-                source: winograd::transform_source(problem, alg, true)?,
+                source: winograd::transform_source(problem, alg, true, th * tw)?,
                 bytes_per_image: 4 * components * k * tiles,
                 invocations_per_image: k * tiles,
                 workgroup_size: TRANSFORM_WG,

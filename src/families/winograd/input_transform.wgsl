@@ -2,11 +2,13 @@
 // takes one N×N input patch (tile ty, tx of one channel of one image, N = M + R − 1, tiles M
 // apart; the padding read as zeros), computes V = Bᵀ d B by the generated `input_1d` (Bᵀ of
 // one column, then of one row) and writes its N² values as N² channels of the derived
-// problem's input, `[batch][N²·C][TH][TW]` with channel ξ·C + c for component ξ = N·row + col:
+// problem's input, `[batch][N²·C][TT]` with channel ξ·C + c for component ξ = N·row + col:
 // the layout of an NCHW tensor, which the tiled kernel then reads as a 1×1 convolution of N²
-// groups (one GEMM per component). An infinite or NaN input, or a transform that overflows,
-// reaches the products of its tiles as non-finite values, which the output transform then
-// computes directly (see output_transform.wgsl).
+// groups (one GEMM per component). Each image's TH·TW tiles of a channel are one row of TT
+// positions (TT ≥ TH·TW: whole vec4s); the GEMM's rows past TH·TW are never written here
+// nor read by the output transform. An infinite or NaN input, or a transform that
+// overflows, reaches the products of its tiles as non-finite values, which the output
+// transform then computes directly (see output_transform.wgsl).
 // CPU twin: src/families/winograd/mod.rs (`winograd_twin`), against src/reference.rs.
 
 #import params
@@ -53,8 +55,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         }
     }
     // (Bᵀ d) B, row by row, each component to its channel.
-    let out = (img * N * N * C + c) * TH * TW + tile;
-    let component = C * TH * TW;
+    let out = (img * N * N * C + c) * TT + tile;
+    let component = C * TT;
     for (var i = 0u; i < N; i++) {
         let v = input_1d(b[i]);
         for (var j = 0u; j < N; j++) {

@@ -195,11 +195,29 @@ pub(crate) fn gemm_rows(problem: &ConvProblem, alg: &Minimal) -> u64 {
     problem.input.n as u64 * th as u64 * tw as u64
 }
 
-/// The GEMM's problem: the transformed input as `[N, n²·C, TH, TW]`.
+/// The GEMM's problem: the transformed input as `[N, n²·C, TH, TW]` (the channels-last GEMM
+/// of `coop-winograd-f32` stages it so).
 pub(crate) fn gemm_problem(problem: &ConvProblem, alg: &Minimal) -> Result<ConvProblem> {
     let [th, tw] = tiles(problem, alg);
     let c = alg.components().saturating_mul(problem.input.c);
     gemm_spec(&problem.spec, alg).problem(Shape4::new(problem.input.n, c, th, tw))
+}
+
+/// Tiles per image in the tiled GEMM's layout: TH·TW rounded up to a multiple of 4, so that
+/// each channel's run of an image is whole vec4s and the GEMM stores its products as vec4s
+/// (the tiled kernel's `VEC4_OUTPUT`). With scalar stores (TH·TW = 49: 7×7 tiles) the GEMM of
+/// AlexNet's conv2 ran 1.39× slower than over the same rows in one run (H200, 2026-11-28);
+/// the padded rows (3 at most per image) are multiplied and never read.
+pub(crate) fn tile_stride(problem: &ConvProblem, alg: &Minimal) -> u32 {
+    let [th, tw] = tiles(problem, alg);
+    (th * tw).next_multiple_of(4)
+}
+
+/// The tiled GEMM's problem: the transformed input as `[N, n²·C, 1, TT]`, each image's tiles
+/// one row of [`tile_stride`] positions.
+pub(crate) fn row_gemm_problem(problem: &ConvProblem, alg: &Minimal) -> Result<ConvProblem> {
+    let c = alg.components().saturating_mul(problem.input.c);
+    gemm_spec(&problem.spec, alg).problem(Shape4::new(problem.input.n, c, 1, tile_stride(problem, alg)))
 }
 
 /// `U = G g Gᵀ` per output and input channel, as the GEMM's weights `[n²·C_out][C_in]` (row
@@ -254,14 +272,15 @@ impl WinogradKernel {
     }
 }
 
-/// The transforms' WGSL for a problem (`output`: the output transform, else the input's).
-pub(crate) fn transform_source(problem: &ConvProblem, alg: &Minimal, output: bool) -> Result<String> {
+/// The transforms' WGSL for a problem (`output`: the output transform, else the input's),
+/// each image's tiles `stride` apart per channel (TH·TW, or [`tile_stride`]).
+pub(crate) fn transform_source(problem: &ConvProblem, alg: &Minimal, output: bool, stride: u32) -> Result<String> {
     let [th, tw] = tiles(problem, alg);
     let header = format!(
         "// generated from the convolution's geometry\n\
              const WG: u32 = {TRANSFORM_WG}u;\nconst C: u32 = {c}u;\nconst K: u32 = {k}u;\n\
              const H: u32 = {h}u;\nconst W: u32 = {w}u;\nconst OH: u32 = {oh}u;\nconst OW: u32 = {ow}u;\n\
-             const TH: u32 = {th}u;\nconst TW: u32 = {tw}u;\n{transforms}",
+             const TH: u32 = {th}u;\nconst TW: u32 = {tw}u;\nconst TT: u32 = {stride}u;\n{transforms}",
         c = problem.input.c,
         k = problem.output.c,
         h = problem.input.h,
@@ -324,25 +343,26 @@ impl KernelConfig for WinogradKernel {
     fn shape(&self, problem: &ConvProblem, limits: &KernelLimits) -> Result<Box<dyn Shaped>> {
         self.check_spec(&problem.spec, limits)?;
         let alg = self.algorithm(&problem.spec)?;
-        let gemm_problem = gemm_problem(problem, alg)?;
+        let gemm_problem = row_gemm_problem(problem, alg)?;
         let gemm = self.gemm().config().shape(&gemm_problem, limits)?;
         let [th, tw] = tiles(problem, alg);
+        let stride = tile_stride(problem, alg);
         let (c, k) = (problem.input.c as u64, problem.output.c as u64);
-        let tiles = th as u64 * tw as u64;
+        let (tiles, padded) = (th as u64 * tw as u64, stride as u64);
         let components = alg.components() as u64;
         Ok(Box::new(DerivedRun {
             gemm,
             params: Box::new(move |p| gemm_params(&gemm_problem, p)),
             staging: Some(Staging {
-                source: transform_source(problem, alg, false)?,
-                bytes_per_image: 4 * components * c * tiles,
+                source: transform_source(problem, alg, false, stride)?,
+                bytes_per_image: 4 * components * c * padded,
                 invocations_per_image: c * tiles,
                 workgroup_size: TRANSFORM_WG,
                 scaled_input: false,
             }),
             finishing: Some(Finishing {
-                source: transform_source(problem, alg, true)?,
-                bytes_per_image: 4 * components * k * tiles,
+                source: transform_source(problem, alg, true, stride)?,
+                bytes_per_image: 4 * components * k * padded,
                 invocations_per_image: k * tiles,
                 workgroup_size: TRANSFORM_WG,
                 direct_fallback: true,

@@ -1,6 +1,6 @@
 // The Winograd family's output transform F(m×m, r×r), its finishing pass: each invocation
 // reads the N² components of one tile of one output channel from the products the tiled
-// kernel wrote (`[batch][N²·K][TH][TW]`, channel ξ·K + k), computes Y = Aᵀ M A by the
+// kernel wrote (`[batch][N²·K][TT]`, channel ξ·K + k, tile ty·TW + tx), computes Y = Aᵀ M A by the
 // generated `output_1d` (Aᵀ of one column, then of one row), adds the bias and the
 // activation, and writes the tile's (up to) M×M outputs. Where a product or an output is not
 // finite (an infinite or NaN input in the tile's patch, or a transform that overflowed), the
@@ -57,8 +57,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     let oy0 = (tile / TW) * M;
     let ox0 = (tile % TW) * M;
     let plane = p.out_offset + (img * K + k) * OH * OW;
-    let at = (img * N * N * K + k) * TH * TW + tile;
-    let component = K * TH * TW;
+    let at = (img * N * N * K + k) * TT + tile;
+    let component = K * TT;
     var finite = true;
     // Aᵀ M, column by column: u[i][j] = (Aᵀ M[·][j])[i].
     var u: array<array<f32, N>, M>;
