@@ -81,6 +81,20 @@ fn batch_chunks_f4() {
     batch_chunks_under("wino_f4_chunked", "winograd-f4:m32n32k32-t4x4-w2-s2", 160_000);
 }
 
+/// Both of the GEMM's layouts: each image's 3×3 tiles (9) padded to 12 rows up to 256 input
+/// channels and left at 9 beyond, over a batch of three images, with bias and ReLU.
+#[test]
+fn padded_and_unpadded_tile_rows() {
+    let gpu = gpu();
+    for c in [256, 257] {
+        let spec = Conv2dSpec::new(c, 4, 3).padding(Padding::uniform(1)).with_bias(true);
+        let case = Case::new(&format!("wino_rows_{c}"), spec, Shape4::new(3, c, 10, 9));
+        let conv = case.conv(&gpu, Some(kernel("winograd-f4:m32n32k32-t4x4-w2-s2")));
+        case.check_encode(&gpu, &conv);
+        case.check_relu(&gpu, kernel("winograd-f4:m32n32k32-t4x4-w2-s2"));
+    }
+}
+
 /// Shapes the algorithms do not cover are refused by name, never run.
 #[test]
 fn other_shapes_are_refused() {

@@ -203,15 +203,26 @@ pub(crate) fn gemm_problem(problem: &ConvProblem, alg: &Minimal) -> Result<ConvP
     gemm_spec(&problem.spec, alg).problem(Shape4::new(problem.input.n, c, th, tw))
 }
 
-/// Tiles per image in the tiled GEMM's layout: TH·TW rounded up to a multiple of 4, so that
-/// each channel's run of an image is whole vec4s and the GEMM stores its products as vec4s
-/// (the tiled kernel's `VEC4_OUTPUT`). With scalar stores (TH·TW = 49: 7×7 tiles) the GEMM of
-/// AlexNet's conv2 ran 1.39× slower than over the same rows in one run (H200, 2026-11-28);
-/// the padded rows (3 at most per image) are multiplied and never read.
+/// Tiles per image in the tiled GEMM's layout: up to [`PADDED_TILES_MAX_CHANNELS`] input
+/// channels TH·TW rounded up to a multiple of 4, so that each channel's run of an image is
+/// whole vec4s and the GEMM stores its products as vec4s (the tiled kernel's `VEC4_OUTPUT`);
+/// the padded rows (3 at most per image) are multiplied and never read. Beyond, TH·TW.
 pub(crate) fn tile_stride(problem: &ConvProblem, alg: &Minimal) -> u32 {
     let [th, tw] = tiles(problem, alg);
-    (th * tw).next_multiple_of(4)
+    match problem.input.c <= PADDED_TILES_MAX_CHANNELS {
+        true => (th * tw).next_multiple_of(4),
+        false => th * tw,
+    }
 }
+
+/// The most input channels for which [`tile_stride`] pads each image's tiles to whole vec4s:
+/// the padded rows add GEMM work in proportion to the channels summed, the scalar stores they
+/// save do not. On an H200 (Vulkan 580.159.04, 2026-11-28, F(4×4, ·) through the rule, 7×7
+/// tiles per image, matrix units off) padding ran AlexNet's 96-channel conv2 1.11× faster,
+/// ResNet-50's 128-channel layer at 28×28 1.21× and VGG-16's 256-channel c4_1 1.07×, and
+/// VGG-16's 512-channel c4_2 0.98× (its 6 % more rows cost more than its stores saved). The
+/// GEMM of conv2 alone ran 1.39× slower with scalar stores than over the same rows in one run.
+pub(crate) const PADDED_TILES_MAX_CHANNELS: u32 = 256;
 
 /// The tiled GEMM's problem: the transformed input as `[N, n²·C, 1, TT]`, each image's tiles
 /// one row of [`tile_stride`] positions.
@@ -609,6 +620,19 @@ mod tests {
                 eprintln!("{} at {c} channels, inputs from {low}: rel L2 {err:.2e}", alg.name());
                 assert!(err < 1e-5, "{}: rel L2 {err}", alg.name());
             }
+        }
+    }
+
+    /// Each image's tiles: padded to whole vec4s up to the channel bound, as they are beyond.
+    #[test]
+    fn tile_stride_pads_to_vec4s_up_to_the_channel_bound() {
+        let alg = &minimal::F4X4_3X3;
+        for (c, hw, want) in [(96, 27, 52), (256, 28, 52), (257, 28, 49), (512, 56, 196), (64, 7, 4), (16, 12, 12)] {
+            let spec = Conv2dSpec::new(c, 8, 3).padding(Padding::uniform(1));
+            let problem = spec.problem(Shape4::new(2, c, hw, hw)).unwrap();
+            assert_eq!(tile_stride(&problem, alg), want, "{c} channels at {hw}x{hw}");
+            let g = row_gemm_problem(&problem, alg).unwrap();
+            assert_eq!((g.input.n, g.input.c, g.input.h, g.input.w), (2, 36 * c, 1, want));
         }
     }
 
