@@ -1778,18 +1778,16 @@ struct WinogradEstimate {
     matrix_gemm: bool,
 }
 
-/// A Winograd algorithm [`winograd_rule`] weighs: the family that runs it, the fewest input
-/// channels for which it is weighed where the matrix path may run the layer, and the factor on
-/// its GEMM's estimated work (CPU adapters weigh the same algorithms by their GEMM's work
-/// alone).
+/// A Winograd algorithm [`winograd_rule`] weighs: the family that runs it, where it is
+/// weighed against the matrix path (where that path may run the layer), and the factor on its
+/// GEMM's estimated work (CPU adapters weigh the same algorithms by their GEMM's work alone).
 #[derive(Clone, Copy)]
 struct WinogradCandidate {
     family: &'static winograd::Winograd,
     alg: &'static winograd::Minimal,
-    min_channels_against_matrix: u32,
-    /// The GEMM rows per component (N·⌈OH/m⌉·⌈OW/m⌉) from which it is weighed against the
-    /// matrix path below `min_channels_against_matrix` too.
-    min_rows_against_matrix: u64,
+    /// (input channels, GEMM rows per component N·⌈OH/m⌉·⌈OW/m⌉): weighed against the matrix
+    /// path where a layer reaches both of any pair.
+    against_matrix_from: &'static [(u32, u64)],
     work_factor: f64,
 }
 
@@ -1797,7 +1795,9 @@ impl WinogradCandidate {
     /// Whether [`winograd_rule`] weighs it against the matrix path for `spec` with a GEMM of
     /// `rows` rows per component.
     fn weighed_against_matrix(&self, spec: &Conv2dSpec, rows: u64) -> bool {
-        spec.in_channels >= self.min_channels_against_matrix || rows >= self.min_rows_against_matrix
+        self.against_matrix_from
+            .iter()
+            .any(|&(channels, least_rows)| spec.in_channels >= channels && rows >= least_rows)
     }
 }
 
@@ -1826,29 +1826,29 @@ static WINOGRAD_CANDIDATES: [WinogradCandidate; 4] = [
     WinogradCandidate {
         family: &winograd::WINOGRAD,
         alg: &winograd::minimal::F2X2_3X3,
-        min_channels_against_matrix: WINOGRAD_MIN_CHANNELS,
-        min_rows_against_matrix: u64::MAX,
+        against_matrix_from: &[(WINOGRAD_MIN_CHANNELS, 0)],
         work_factor: 1.0,
     },
     WinogradCandidate {
         family: &winograd::WINOGRAD,
         alg: &winograd::minimal::F2X2_5X5,
-        min_channels_against_matrix: WINOGRAD_MIN_CHANNELS,
-        min_rows_against_matrix: u64::MAX,
+        against_matrix_from: &[(WINOGRAD_MIN_CHANNELS, 0)],
         work_factor: 1.0,
     },
     WinogradCandidate {
         family: &winograd::WINOGRAD_F4,
         alg: &winograd::minimal::F4X4_3X3,
-        min_channels_against_matrix: WINOGRAD_F4_MIN_CHANNELS,
-        min_rows_against_matrix: WINOGRAD_F4_MIN_ROWS,
+        against_matrix_from: &[
+            (WINOGRAD_F4_MIN_CHANNELS, 0),
+            (WINOGRAD_F4_MID_CHANNELS, WINOGRAD_F4_MID_MIN_ROWS),
+            (WINOGRAD_MIN_CHANNELS, WINOGRAD_F4_MIN_ROWS),
+        ],
         work_factor: WINOGRAD_F4_WORK_FACTOR,
     },
     WinogradCandidate {
         family: &winograd::WINOGRAD_F4,
         alg: &winograd::minimal::F4X4_5X5,
-        min_channels_against_matrix: WINOGRAD_MIN_CHANNELS,
-        min_rows_against_matrix: u64::MAX,
+        against_matrix_from: &[(WINOGRAD_MIN_CHANNELS, 0)],
         work_factor: WINOGRAD_F4_WORK_FACTOR,
     },
 ];
@@ -1871,6 +1871,19 @@ pub const WINOGRAD_F4_MIN_CHANNELS: u32 = 256;
 /// 2026-11-28, the 64×128 tile) it ran 1.38× faster than the matrix path (0.327 ms against
 /// 0.451), hence the floor just below.
 pub const WINOGRAD_F4_MIN_ROWS: u64 = 3072;
+
+/// From this many input channels (below [`WINOGRAD_F4_MIN_CHANNELS`]) the Winograd rule
+/// weighs F(4×4, 3×3) against the matrix path from [`WINOGRAD_F4_MID_MIN_ROWS`] GEMM rows
+/// per component. On an H200 (Vulkan 580.159.04, 2026-11-28, each image's 7×7 tiles padded
+/// to whole vec4s) ResNet-50's 128-channel layer at 28×28 ran by F(4×4, 3×3) in 0.1256 ms
+/// at N = 32 (1568 rows) and 0.0392 at N = 8 (392 rows), against F(2×2, 3×3)'s 0.141 and
+/// 0.0505 and the matrix path's 0.165 and 0.064; at N = 1 (49 rows) 0.0249 against F(2×2,
+/// 3×3)'s 0.0222–0.0236. Its 64-channel layer at 56×56, N = 8 (1568 rows) stays on the
+/// matrix path (0.0519 ms against F(4×4, 3×3)'s 0.0561).
+pub const WINOGRAD_F4_MID_CHANNELS: u32 = 128;
+
+/// See [`WINOGRAD_F4_MID_CHANNELS`].
+pub const WINOGRAD_F4_MID_MIN_ROWS: u64 = 392;
 
 /// The factor on the 4×4 tiles' GEMM work in [`winograd_rule`]'s estimate, against the 2×2
 /// tiles' 1 ([`WINOGRAD_CANDIDATES`]): their passes ran slower per estimated FLOP and byte.
@@ -2578,11 +2591,18 @@ mod tests {
         // F(4×4, 3×3) (0.0496 against 0.0567).
         assert_eq!(at(&h100, 512, 512, 7, 8, true).kernel.family(), "winograd");
         assert_eq!(at(&h100, 256, 256, 14, 8, true).kernel.family(), "winograd-f4");
-        // Under 256 input channels and 3072 GEMM rows F(4×4, 3×3) is not weighed against the
-        // matrix path (ResNet-50's 128-channel layer at 28×28: 0.213 ms against the matrix
-        // path's 0.156); without it, it is (VGG-16's 128-channel layer at 112×112: 0.937
-        // against F(2×2, 3×3)'s 1.275; this one the known loss, 0.212 against 0.184).
-        assert_eq!(at(&h100, 128, 128, 28, 32, true).kernel.family(), "coop-nhwc-f32");
+        // Under 128 input channels and 3072 GEMM rows F(4×4, 3×3) is not weighed against the
+        // matrix path; from 128 channels it is from 392 rows (ResNet-50's 128-channel layer
+        // at 28×28 on the H200, its 7×7 tiles padded to whole vec4s: 0.1256 ms at N = 32 and
+        // 0.0392 at N = 8 against F(2×2, 3×3)'s 0.141 and 0.0505, the matrix path's 0.165
+        // and 0.064); not at N = 1 (49 rows: 0.0249 against F(2×2, 3×3)'s 0.0222–0.0236).
+        // Without the matrix path it is weighed from 16 channels (VGG-16's 128-channel layer
+        // at 112×112: 0.937 against F(2×2, 3×3)'s 1.275).
+        for n in [32, 8] {
+            assert_eq!(at(&h100, 128, 128, 28, n, true).kernel.family(), "winograd-f4");
+            assert_eq!(at(&named("NVIDIA H200", true), 128, 128, 28, n, true).kernel.family(), "winograd-f4");
+        }
+        assert_ne!(at(&named("NVIDIA H200", true), 128, 128, 28, 1, true).kernel.family(), "winograd-f4");
         // From 3072 rows it is, on the 64×128 GEMM tile where K fills steps of 16 (H200:
         // VGG-16's 128-channel layer at 112×112 0.663 ms against the matrix path's 0.924, its
         // 64-channel one at 224×224 1.078 against 1.326, ResNet-50's 64-channel layer at
@@ -2844,15 +2864,17 @@ mod tests {
             ..caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, true)
         };
         let (h100, rtx, unknown) = (named("NVIDIA H100 80GB HBM3"), named("NVIDIA GeForce RTX 4090"), named("x"));
-        // VGG-16's 128→256 layer at 56×56 at batch 8 (F(4×4, 3×3) is not weighed against the
-        // matrix path under 256 input channels and 3072 GEMM rows per component: 1568 here).
+        // VGG-16's 128→256 layer at 56×56 at batch 8; ResNet-50's 64-channel layer at 56×56
+        // at batch 8 (F(4×4, 3×3) is not weighed against the matrix path under 128 input
+        // channels and 3072 GEMM rows per component: 1568 here).
         let vgg = Conv2dSpec::new(128, 256, 3).padding(Padding::uniform(1));
         let at = |caps: &DeviceCaps, spec: Conv2dSpec, input: Option<Shape4>, finite: bool| {
             let opts = Conv2dOptions { tuning_key_input: input, ..Default::default() };
             select(caps, &spec, &opts, finite, |_| None).unwrap()
         };
         let big = Some(Shape4::new(8, 128, 56, 56));
-        let s = at(&h100, vgg, big, true);
+        let narrow = Conv2dSpec::new(64, 64, 3).padding(Padding::uniform(1));
+        let s = at(&h100, narrow, Some(Shape4::new(8, 64, 56, 56)), true);
         assert_eq!(s.kernel.family(), "coop-nhwc-f32", "{s}");
         assert!(s.reason.contains("f32 on cooperative matrices") && s.reason.contains("ms against"), "{s}");
         assert_eq!(at(&h100, vgg, None, true).kernel.family(), "tiled", "the shape is not known");
