@@ -1306,16 +1306,24 @@ fn seconds_at(flops: f64, tflops: f64, share: f64) -> f64 {
 const SPLITK_PASS_BANDWIDTH_SHARE: f64 = 4.0;
 const SPLITK_PASS_SECONDS: f64 = 2.5e-6;
 /// The split-K tiles' relative rates per padded multiply-add: the shape rule's, but the
-/// 64×32 block's at 0.8 (on the sliced problems it ran as fast per multiply-add as 64×96 or
-/// faster where both filled the device). Fitted on the H100 (Vulkan 580.159.04, 2026-11-27)
-/// to ResNet-50, MobileNetV2 and VGG-16 at batch 1 and ResNet-50's deep layers at N = 32, every
-/// split-K config of the sweep timed on each: the rule's picks came within 5.4 % of each
-/// layer's best kernel measured (geometric mean over the 72 layers; 1.41× on the worst).
+/// 64×32 block's at 0.7. Fitted on the H100 (Vulkan 580.159.04, 2026-11-27) to ResNet-50,
+/// MobileNetV2 and VGG-16 at batch 1 and ResNet-50's deep layers at N = 32, every split-K
+/// config of the sweep timed on each, at 0.8 (on the sliced problems of batch 1 it ran as fast
+/// per multiply-add as 64×96 or faster where both filled the device): the rule's picks came
+/// within 5.4 % of each layer's best kernel measured (geometric mean over the 72 layers;
+/// 1.41× on the worst). On an H200 (2026-11-28, matrix units off) ResNet-50's deep layers at
+/// N = 8 and 32 ran the 64×32 block's slices at 0.6–0.7 of the 64×96 block's rate (its
+/// 2048→512 1×1 layer at N = 8 in 8 slices: 0.0669 ms against 0.0497), where 0.8 kept
+/// picking it; 0.7 moves those layers and keeps the batch-1 picks of 0.8 but three
+/// (ResNet-50 at batch 1, both devices: 1.077 → 1.082 ms, composed from the same call).
 const SPLITK_TILE_RATES: [(TileConfig, f64); 3] =
-    [(FMA_GPU_BLOCK, 1.0), (NARROW_BLOCK, 0.8), (TileConfig::with_thread_tile(32, 32, 32, 4, 4, 2), 0.4)];
-/// Split-K is weighed only where the unsplit problem's grid of the smallest tile of
-/// [`F32_SHAPE_CONFIGS`] is under this many waves of one workgroup per multiprocessor: beyond,
-/// a grid fills the device without it.
+    [(FMA_GPU_BLOCK, 1.0), (NARROW_BLOCK, 0.7), (TileConfig::with_thread_tile(32, 32, 32, 4, 4, 2), 0.4)];
+/// Split-K is weighed only where the unsplit problem's grid of the FMA kernels' reference
+/// block ([`FMA_GPU_BLOCK`]) is under this many waves of one workgroup per multiprocessor:
+/// beyond, a grid fills the device without it. (Counted over the smallest block of
+/// [`F32_SHAPE_CONFIGS`], as before 2026-11-28, the gate kept ResNet-50's 512-channel
+/// stride-2 layer at N = 32 unsplit, 150 tiles of 64×96 on an H200's 132 multiprocessors:
+/// 0.428 ms against 0.266 in 16 slices.)
 const SPLITK_MAX_WAVES: u64 = 2;
 
 /// What the split-K family would run and its estimated time.
@@ -1346,7 +1354,7 @@ fn splitk_estimate(
     }
     let k = problem.spec.k_total() as u64;
     let fill = rates.multiprocessors as u64;
-    let unsplit_tiles = F32_SHAPE_CONFIGS.iter().map(|c| tiles_and_work(problem, k, c.0).0).max()?;
+    let (unsplit_tiles, _) = tiles_and_work(problem, k, FMA_GPU_BLOCK);
     if unsplit_tiles >= SPLITK_MAX_WAVES * fill {
         return None;
     }
@@ -2706,7 +2714,10 @@ mod tests {
         let s2 = Conv2dSpec::new(512, 512, 3).stride(2).padding(Padding::uniform(1));
         assert_eq!(at(s2, 32, 14), "coop-nhwc-f32:m64n128k32-t8x8-w4-s1");
         assert_eq!(at(Conv2dSpec::new(960, 320, 1), 32, 7), "coop-nhwc-f32:m64n64k64-t4x8-w4-s1");
-        assert_eq!(at(Conv2dSpec::new(1024, 256, 1), 8, 14), "coop-nhwc-f32:m64n64k64-t4x8-w4-s1");
+        // (At batch 8 ResNet-50's 1024→256 1×1 layer goes to split-K since its gate counts the
+        // 64×96 block's grid: 0.0507 ms against the matrix path's 0.0424 on the H200, the
+        // price of that gate's gains on the FMA units; see `SPLITK_MAX_WAVES`.)
+        assert_eq!(at(Conv2dSpec::new(1024, 256, 1), 8, 14), "splitk:m64n96k16-t4x12-w4-s1-k8");
         assert_eq!(at(Conv2dSpec::new(64, 256, 1), 32, 56), "tiled:m64n128k16-t4x8-w8-s1");
         assert_eq!(at(Conv2dSpec::new(256, 128, 1), 32, 56), "tiled:m64n128k8-t4x8-w8-s1");
         assert_eq!(at(Conv2dSpec::new(1024, 512, 1), 8, 14), "coop-nhwc-f32:m64n64k16-t4x8-w4-s1");
