@@ -1314,8 +1314,10 @@ const SPLITK_PASS_SECONDS: f64 = 2.5e-6;
 /// 1.41× on the worst). On an H200 (2026-11-28, matrix units off) ResNet-50's deep layers at
 /// N = 8 and 32 ran the 64×32 block's slices at 0.6–0.7 of the 64×96 block's rate (its
 /// 2048→512 1×1 layer at N = 8 in 8 slices: 0.0669 ms against 0.0497), where 0.8 kept
-/// picking it; 0.7 moves those layers and keeps the batch-1 picks of 0.8 but three
-/// (ResNet-50 at batch 1, both devices: 1.077 → 1.082 ms, composed from the same call).
+/// picking it. With 0.7 (and [`SPLITK_MAX_WAVES`]' gate over the 64×96 grid), one call
+/// alternating binaries: ResNet-50 at N = 8 2.931 → 2.724 ms with the matrix units off (five
+/// layers 1.19–1.53× faster) and 2.478 → 2.449 with them; at batch 1 four picks moved
+/// (0.88–1.28×), 1.077 → 1.073 ms and 1.072 → 1.077.
 const SPLITK_TILE_RATES: [(TileConfig, f64); 3] =
     [(FMA_GPU_BLOCK, 1.0), (NARROW_BLOCK, 0.7), (TileConfig::with_thread_tile(32, 32, 32, 4, 4, 2), 0.4)];
 /// Split-K is weighed only where the unsplit problem's grid of the FMA kernels' reference
