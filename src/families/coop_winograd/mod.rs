@@ -124,19 +124,10 @@ impl CoopWinogradKernel {
 
     /// The transforms' WGSL for a problem and the caller's tensors in `form`.
     fn transform_source(&self, problem: &ConvProblem, form: TensorForm, output: bool) -> Result<String> {
-        let [th, tw] = winograd::tiles(problem, &F2X2_3X3);
         let s = &problem.spec;
         let config = format!(
-            "const WG: u32 = {TRANSFORM_WG}u;\nconst C: u32 = {c}u;\nconst K: u32 = {k}u;\n\
-             const H: u32 = {h}u;\nconst W: u32 = {w}u;\nconst OH: u32 = {oh}u;\nconst OW: u32 = {ow}u;\n\
-             const TH: u32 = {th}u;\nconst TW: u32 = {tw}u;\nconst C8: u32 = {c8}u;\nconst K4Q: u32 = {k4q}u;\n\
-             const PT: u32 = {pt}u;\nconst PL: u32 = {pl}u;\n",
-            c = problem.input.c,
-            k = problem.output.c,
-            h = problem.input.h,
-            w = problem.input.w,
-            oh = problem.output.h,
-            ow = problem.output.w,
+            "{}const C8: u32 = {c8}u;\nconst K4Q: u32 = {k4q}u;\nconst PT: u32 = {pt}u;\nconst PL: u32 = {pl}u;\n",
+            winograd::transform_geometry(problem, TRANSFORM_WG, F2X2_3X3.out),
             c8 = channels(s) / VEC,
             k4q = quads(s) / QUAD,
             pt = s.padding.top,

@@ -283,22 +283,31 @@ impl WinogradKernel {
     }
 }
 
-/// The transforms' WGSL for a problem (`output`: the output transform, else the input's),
-/// each image's tiles `stride` apart per channel (TH·TW, or [`tile_stride`]).
-pub(crate) fn transform_source(problem: &ConvProblem, alg: &Minimal, output: bool, stride: u32) -> Result<String> {
-    let [th, tw] = tiles(problem, alg);
-    let header = format!(
-        "// generated from the convolution's geometry\n\
-             const WG: u32 = {TRANSFORM_WG}u;\nconst C: u32 = {c}u;\nconst K: u32 = {k}u;\n\
-             const H: u32 = {h}u;\nconst W: u32 = {w}u;\nconst OH: u32 = {oh}u;\nconst OW: u32 = {ow}u;\n\
-             const TH: u32 = {th}u;\nconst TW: u32 = {tw}u;\nconst TT: u32 = {stride}u;\n{transforms}",
+/// The WGSL constants every Winograd family's transforms share: the workgroup size `WG`, the
+/// channels `C` and `K`, the input and output sizes `H`, `W`, `OH`, `OW` and the tiles per
+/// side `TH`, `TW` of an algorithm of `out`×`out` output tiles.
+pub(crate) fn transform_geometry(problem: &ConvProblem, workgroup: u32, out: u32) -> String {
+    let (oh, ow) = (problem.output.h, problem.output.w);
+    format!(
+        "const WG: u32 = {workgroup}u;\nconst C: u32 = {c}u;\nconst K: u32 = {k}u;\n\
+         const H: u32 = {h}u;\nconst W: u32 = {w}u;\nconst OH: u32 = {oh}u;\nconst OW: u32 = {ow}u;\n\
+         const TH: u32 = {th}u;\nconst TW: u32 = {tw}u;\n",
         c = problem.input.c,
         k = problem.output.c,
         h = problem.input.h,
         w = problem.input.w,
-        oh = problem.output.h,
-        ow = problem.output.w,
-        transforms = alg.wgsl(),
+        th = oh.div_ceil(out),
+        tw = ow.div_ceil(out),
+    )
+}
+
+/// The transforms' WGSL for a problem (`output`: the output transform, else the input's),
+/// each image's tiles `stride` apart per channel (TH·TW, or [`tile_stride`]).
+pub(crate) fn transform_source(problem: &ConvProblem, alg: &Minimal, output: bool, stride: u32) -> Result<String> {
+    let header = format!(
+        "// generated from the convolution's geometry\n{}const TT: u32 = {stride}u;\n{}",
+        transform_geometry(problem, TRANSFORM_WG, alg.out),
+        alg.wgsl(),
     );
     let (entry, wgsl) = match output {
         false => ("input_transform", INPUT_TRANSFORM_WGSL),
