@@ -1814,7 +1814,9 @@ impl WinogradCandidate {
 /// The algorithms [`winograd_rule`] weighs.
 ///
 /// F(4×4, 3×3) at [`WINOGRAD_F4_WORK_FACTOR`], against the matrix path from
-/// [`WINOGRAD_F4_MIN_CHANNELS`] (or [`WINOGRAD_F4_MIN_ROWS`] GEMM rows): fitted on the H100 (Vulkan 580.159.04, 2026-11-28) over the
+/// [`WINOGRAD_F4_MIN_CHANNELS`], from [`WINOGRAD_F4_MID_CHANNELS`] at
+/// [`WINOGRAD_F4_MID_MIN_ROWS`] GEMM rows, or from [`WINOGRAD_F4_MIN_ROWS`] rows. The channel
+/// floor was fitted on the H100 (Vulkan 580.159.04, 2026-11-28) over the
 /// 3×3 stride-1 layers of ResNet-50 (N = 32, 8, 1), AlexNet (N = 128) and VGG-16 (N = 16),
 /// each family at each of the shape rule's tiles, with and without the matrix units. From 256
 /// channels its time came within 0.89–1.26× of the estimate at that factor (geometric mean
@@ -1826,7 +1828,10 @@ impl WinogradCandidate {
 /// f32) the estimate's error matters less against F(2×2, 3×3) and the tiled kernel: taking
 /// F(4×4, 3×3) from 16 channels there ran VGG-16's 64–128-channel layers 1.20–1.36× and
 /// ResNet-50's 56×56 one 1.07× faster (H100, matrix units off, through the rule), and lost
-/// 0.87× on ResNet-50's 28×28 layer at N = 32 (0.93× at batch 1, in the sweep).
+/// 0.87× on ResNet-50's 28×28 layer at N = 32 (0.93× at batch 1, in the sweep). Those
+/// 28×28 layers' 7×7 tiles per image were stored by scalar stores then; padded to whole vec4s
+/// ([`crate::families::winograd::tile_stride`]) their 128-channel one ran F(4×4, 3×3) ahead of
+/// both on an H200, hence [`WINOGRAD_F4_MID_CHANNELS`].
 ///
 /// F(4×4, 5×5) at the same factor as its 4×4 tiles' sibling, from [`WINOGRAD_MIN_CHANNELS`]
 /// (it takes at most 128: `winograd::Minimal::f32_channels`), with no row floor: measured on
@@ -1863,21 +1868,23 @@ static WINOGRAD_CANDIDATES: [WinogradCandidate; 4] = [
     },
 ];
 
-/// The fewest input channels for which the Winograd rule (README, "Which kernel runs", rule 4)
-/// weighs F(4×4, 3×3) where the matrix path may run the layer (elsewhere
-/// [`WINOGRAD_MIN_CHANNELS`]): below, its time strayed 1.0–1.6× from the rule's estimate,
-/// which decided against the matrix path wrongly.
+/// The fewest input channels from which the Winograd rule (README, "Which kernel runs", rule 4)
+/// weighs F(4×4, 3×3) on any grid where the matrix path may run the layer (elsewhere
+/// [`WINOGRAD_MIN_CHANNELS`]; below, only on the GEMMs of [`WINOGRAD_F4_MID_CHANNELS`] and
+/// [`WINOGRAD_F4_MIN_ROWS`]): below, its time strayed 1.0–1.6× from the rule's estimate, which
+/// decided against the matrix path wrongly.
 pub const WINOGRAD_F4_MIN_CHANNELS: u32 = 256;
 
 /// The GEMM rows per component (N·⌈OH/4⌉·⌈OW/4⌉) from which the Winograd rule weighs
-/// F(4×4, 3×3) against the matrix path below [`WINOGRAD_F4_MIN_CHANNELS`] too: on large
+/// F(4×4, 3×3) against the matrix path below [`WINOGRAD_F4_MID_CHANNELS`] too: on large
 /// GEMMs its estimate held there. On an H200 (Vulkan 580.159.04, 2026-11-28, F(4×4, 3×3) at
 /// each of five GEMM tiles) it ran VGG-16's 64→64 layer at 224×224 (50,176 rows) in 0.93–0.96×
 /// its estimate and 1.22× faster than the matrix path, its 128→128 one at 112×112 (12,544
 /// rows) in 0.93× and 1.40× faster, and ResNet-50's 64→64 layer at 56×56, N = 32 (6,272
 /// rows), in 1.17× its estimate and 1.06× faster; at 1,568 rows (its 128-channel layer at
 /// 28×28, N = 32, and its 64-channel one at N = 8) 1.4–1.6× its estimate, slower than the
-/// matrix path or F(2×2, 3×3). At 3,136 rows (VGG-16's 128→256 layer at 56×56, N = 16; H200,
+/// matrix path or F(2×2, 3×3) (the 28×28 layer with its 7×7 tiles per image stored by scalar
+/// stores, before [`WINOGRAD_F4_MID_CHANNELS`]). At 3,136 rows (VGG-16's 128→256 layer at 56×56, N = 16; H200,
 /// 2026-11-28, the 64×128 tile) it ran 1.38× faster than the matrix path (0.327 ms against
 /// 0.451), hence the floor just below.
 pub const WINOGRAD_F4_MIN_ROWS: u64 = 3072;
@@ -2877,9 +2884,9 @@ mod tests {
             ..caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, true)
         };
         let (h100, rtx, unknown) = (named("NVIDIA H100 80GB HBM3"), named("NVIDIA GeForce RTX 4090"), named("x"));
-        // VGG-16's 128→256 layer at 56×56 at batch 8; ResNet-50's 64-channel layer at 56×56
-        // at batch 8 (F(4×4, 3×3) is not weighed against the matrix path under 128 input
-        // channels and 3072 GEMM rows per component: 1568 here).
+        // ResNet-50's 64-channel layer at 56×56 at batch 8 on the matrix path (F(4×4, 3×3) is
+        // not weighed against it under 128 input channels and 3072 GEMM rows per component:
+        // 1568 here); VGG-16's 128→256 layer at 56×56 at batch 8 for the checks below.
         let vgg = Conv2dSpec::new(128, 256, 3).padding(Padding::uniform(1));
         let at = |caps: &DeviceCaps, spec: Conv2dSpec, input: Option<Shape4>, finite: bool| {
             let opts = Conv2dOptions { tuning_key_input: input, ..Default::default() };

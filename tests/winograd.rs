@@ -55,11 +55,12 @@ fn channels_last_and_f16_tensors() {
     check_in_every_layout(&gpu, &case, &kernel("winograd-f6"));
 }
 
-/// A 5-image batch under a binding limit of `binding` bytes, which holds two images' scratch:
-/// chunks of two, each through its own three passes; outputs past the last one untouched.
-fn batch_chunks_under(label: &str, kernel_name: &str, binding: u64) {
+/// A 5-image batch of `h`×`w` inputs under a binding limit of `binding` bytes, which holds
+/// two images' scratch: chunks of two, each through its own three passes; outputs past the
+/// last one untouched.
+fn batch_chunks_under(label: &str, kernel_name: &str, binding: u64, [h, w]: [u32; 2]) {
     let spec = Conv2dSpec::new(3, 5, 3).padding(Padding::uniform(1)).with_bias(true);
-    let case = Case::new(label, spec, Shape4::new(5, 3, 40, 39));
+    let case = Case::new(label, spec, Shape4::new(5, 3, h, w));
     let _serial = serial();
     let gpu = gpu_with_limits(|l| l.max_storage_buffer_binding_size = binding);
     let opts = Conv2dOptions::default().kernel(Some(kernel(kernel_name)));
@@ -71,14 +72,21 @@ fn batch_chunks_under(label: &str, kernel_name: &str, binding: u64) {
 /// input 76,800); the packed weights, padded to whole tiles per component, 131,072 B.
 #[test]
 fn batch_chunks() {
-    batch_chunks_under("wino_chunked", "winograd", 262_144);
+    batch_chunks_under("wino_chunked", "winograd", 262_144, [40, 39]);
 }
 
 /// F(4×4, 3×3): products per image 36 × 5 × 10 × 10 floats = 72,000 B (the transformed input
 /// 43,200).
 #[test]
 fn batch_chunks_f4() {
-    batch_chunks_under("wino_f4_chunked", "winograd-f4:m32n32k32-t4x4-w2-s2", 160_000);
+    batch_chunks_under("wino_f4_chunked", "winograd-f4:m32n32k32-t4x4-w2-s2", 160_000, [40, 39]);
+}
+
+/// F(4×4, 3×3) with each image's 11×11 tiles (121) padded to 124 GEMM rows, in chunks: products
+/// per image 36 × 5 × 124 floats = 89,280 B (the transformed input 53,568).
+#[test]
+fn batch_chunks_f4_padded_rows() {
+    batch_chunks_under("wino_f4_chunked_padded", "winograd-f4:m32n32k32-t4x4-w2-s2", 200_000, [42, 41]);
 }
 
 /// Both of the GEMM's layouts: each image's 3×3 tiles (9) padded to 12 rows up to 256 input

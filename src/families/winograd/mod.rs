@@ -206,7 +206,9 @@ pub(crate) fn gemm_problem(problem: &ConvProblem, alg: &Minimal) -> Result<ConvP
 /// Tiles per image in the tiled GEMM's layout: up to [`PADDED_TILES_MAX_CHANNELS`] input
 /// channels TH·TW rounded up to a multiple of 4, so that each channel's run of an image is
 /// whole vec4s and the GEMM stores its products as vec4s (the tiled kernel's `VEC4_OUTPUT`);
-/// the padded rows (3 at most per image) are multiplied and never read. Beyond, TH·TW.
+/// the GEMM multiplies the padded rows (3 at most per image), which the input transform never
+/// writes (zeros in the freshly allocated scratch, and each row's products depend on its row
+/// alone) and the output transform never reads. Beyond, TH·TW.
 pub(crate) fn tile_stride(problem: &ConvProblem, alg: &Minimal) -> u32 {
     let [th, tw] = tiles(problem, alg);
     match problem.input.c <= PADDED_TILES_MAX_CHANNELS {
