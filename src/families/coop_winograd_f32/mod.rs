@@ -36,7 +36,7 @@ use crate::families::nhwc::{self, nhwc_sweep};
 use crate::families::tiled::{pass_workgroup_refusal, DerivedRun, TileConfig};
 use crate::families::winograd::{self, Minimal, WINOGRAD_F4};
 use crate::kernel::{
-    compose_operands, Family, Finishing, Kernel, KernelConfig, Operands, Packed, Precision, Shaped, Staging, Target,
+    compose_operands, Family, Kernel, KernelConfig, Operands, Packed, Precision, Shaped, Staging, Target,
     COOPERATIVE_TARGETS, FINISHING_WEIGHT_BINDING, GRID_BINDING, INPUT_MAX_BINDING,
 };
 use crate::spec::{Conv2dSpec, ConvProblem, Shape4};
@@ -222,7 +222,7 @@ impl KernelConfig for CoopWinogradF32Kernel {
         let gemm = nhwc::f32_winograd_gemm(self.tile, &gemm_problem)?;
         let [th, tw] = winograd::tiles(problem, alg);
         let tiles = th as u64 * tw as u64;
-        let (components, k) = (alg.components() as u64, problem.output.c as u64);
+        let components = alg.components() as u64;
         let pairs = pairs(problem.input.c) as u64;
         Ok(Box::new(DerivedRun {
             gemm,
@@ -235,13 +235,7 @@ impl KernelConfig for CoopWinogradF32Kernel {
                 workgroup_size: TRANSFORM_WG,
                 scaled_input: true,
             }),
-            finishing: Some(Finishing {
-                source: winograd::transform_source(problem, alg, true, th * tw)?,
-                bytes_per_image: 4 * components * k * tiles,
-                invocations_per_image: k * tiles,
-                workgroup_size: TRANSFORM_WG,
-                direct_fallback: true,
-            }),
+            finishing: Some(winograd::output_transform(problem, alg, th * tw)?),
         }))
     }
     fn representative_sources(&self) -> Result<Vec<String>> {

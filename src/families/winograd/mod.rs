@@ -303,6 +303,22 @@ pub(crate) fn transform_geometry(problem: &ConvProblem, workgroup: u32, out: u32
     )
 }
 
+/// The output transform's pass (the finishing pass of both f32 Winograd families): one
+/// invocation per tile and output channel, reading products whose images' tiles lie `stride`
+/// apart per channel (TH·TW, or [`tile_stride`]), with the direct sum for tiles that are not
+/// finite.
+pub(crate) fn output_transform(problem: &ConvProblem, alg: &Minimal, stride: u32) -> Result<Finishing> {
+    let [th, tw] = tiles(problem, alg);
+    let k = problem.output.c as u64;
+    Ok(Finishing {
+        source: transform_source(problem, alg, true, stride)?,
+        bytes_per_image: 4 * alg.components() as u64 * k * stride as u64,
+        invocations_per_image: k * th as u64 * tw as u64,
+        workgroup_size: TRANSFORM_WG,
+        direct_fallback: true,
+    })
+}
+
 /// The transforms' WGSL for a problem (`output`: the output transform, else the input's),
 /// each image's tiles `stride` apart per channel (TH·TW, or [`tile_stride`]).
 pub(crate) fn transform_source(problem: &ConvProblem, alg: &Minimal, output: bool, stride: u32) -> Result<String> {
@@ -369,7 +385,7 @@ impl KernelConfig for WinogradKernel {
         let gemm = self.gemm().config().shape(&gemm_problem, limits)?;
         let [th, tw] = tiles(problem, alg);
         let stride = tile_stride(problem, alg);
-        let (c, k) = (problem.input.c as u64, problem.output.c as u64);
+        let c = problem.input.c as u64;
         let (tiles, padded) = (th as u64 * tw as u64, stride as u64);
         let components = alg.components() as u64;
         Ok(Box::new(DerivedRun {
@@ -382,13 +398,7 @@ impl KernelConfig for WinogradKernel {
                 workgroup_size: TRANSFORM_WG,
                 scaled_input: false,
             }),
-            finishing: Some(Finishing {
-                source: transform_source(problem, alg, true, stride)?,
-                bytes_per_image: 4 * components * k * padded,
-                invocations_per_image: k * tiles,
-                workgroup_size: TRANSFORM_WG,
-                direct_fallback: true,
-            }),
+            finishing: Some(output_transform(problem, alg, stride)?),
         }))
     }
     fn representative_sources(&self) -> Result<Vec<String>> {
