@@ -13,7 +13,7 @@
 
 mod common;
 use common::*;
-use wgconv::{reference, Conv2d, Conv2dSpec, Error, Kernel, Padding, Precision, Shape4};
+use wgconv::{Conv2d, Conv2dSpec, Error, Kernel, Padding, Precision, Shape4};
 
 const FAMILY: &str = "coop-winograd-f32";
 
@@ -49,16 +49,8 @@ fn accuracy_at_any_magnitude() {
         let spec = Conv2dSpec::new(16, 17, r).padding(Padding::uniform(r / 2));
         let base = Case::new("wino_f32_magnitudes", spec, Shape4::new(2, 16, 10, 9));
         let k = Some(family_kernels(&gpu)[0].clone());
-        for (fx, fw) in [(1e-30f32, 1.0f32), (1e-6, 1e-3), (1e6, 1e4), (1e30, 1e-20), (1e-33, 1e30)] {
-            let x: Vec<f32> = base.x.iter().map(|v| v * fx).collect();
-            let w: Vec<f32> = base.w.iter().map(|v| v * fw).collect();
-            let want = reference_out(&base.problem, &x, &w, None);
-            let conv = Conv2d::new(&gpu, spec, &w, None, options_at(Precision::F32, k.clone(), false)).unwrap();
-            let got = run_poisoned(&gpu, &conv, &x, base.shape);
-            let label = base.label(&format!("{r}x{r}, inputs × {fx:e}, weights × {fw:e}"));
-            assert_close(&label, &got, &want, TOL_F32);
-            eprintln!("{label}: relative L2 {:.2e}", reference::relative_l2(&got, &want));
-        }
+        let factors = [(1e-30f32, 1.0f32), (1e-6, 1e-3), (1e6, 1e4), (1e30, 1e-20), (1e-33, 1e30)];
+        check_magnitudes(&gpu, &base, k, &factors, &format!("{r}x{r}, "));
     }
 }
 

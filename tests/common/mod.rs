@@ -588,3 +588,19 @@ pub fn check_f16_kernel(gpu: &Gpu, case: &Case, kernel: &Kernel, relu: bool) {
         .unwrap_or_else(|e| panic!("{}: {e}", case.label(&kernel.to_string())));
     check_encode_and_forward(gpu, case, &conv, &want, TOL_F16);
 }
+
+/// An f32 op of `kernel` on `base`'s spec and shape with its inputs and weights scaled by each
+/// pair of `factors` (no bias): within the f32 bound of the reference on the scaled data.
+/// `what` names the case in the labels.
+pub fn check_magnitudes(gpu: &Gpu, base: &Case, kernel: Option<Kernel>, factors: &[(f32, f32)], what: &str) {
+    for &(fx, fw) in factors {
+        let x: Vec<f32> = base.x.iter().map(|v| v * fx).collect();
+        let w: Vec<f32> = base.w.iter().map(|v| v * fw).collect();
+        let want = reference_out(&base.problem, &x, &w, None);
+        let conv = Conv2d::new(gpu, base.spec, &w, None, options_at(Precision::F32, kernel.clone(), false)).unwrap();
+        let got = run_poisoned(gpu, &conv, &x, base.shape);
+        let label = base.label(&format!("{what}inputs × {fx:e}, weights × {fw:e}"));
+        assert_close(&label, &got, &want, TOL_F32);
+        eprintln!("{label}: relative L2 {:.2e}", reference::relative_l2(&got, &want));
+    }
+}
