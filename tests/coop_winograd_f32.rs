@@ -60,12 +60,6 @@ fn accuracy_at_any_magnitude() {
 #[test]
 fn special_values_as_f32() {
     let Some(gpu) = coop_gpu() else { return };
-    let class = |v: f32| match v {
-        v if v.is_nan() => 0,
-        f32::INFINITY => 1,
-        f32::NEG_INFINITY => 2,
-        _ => 3,
-    };
     for r in [3, 5] {
         let spec = Conv2dSpec::new(8, 12, r).padding(Padding::uniform(r / 2)).with_bias(true);
         let mut case = Case::new("wino_f32_special_values", spec, Shape4::new(2, 8, 9, 10));
@@ -85,13 +79,7 @@ fn special_values_as_f32() {
         .unwrap();
         let got = run_poisoned_with(&gpu, &conv, &case.x, case.shape, 12345.0, 0).0;
         let label = case.label(&format!("{r}x{r}"));
-        for (i, (&g, &w)) in got.iter().zip(&case.want).enumerate() {
-            assert_eq!(class(g), class(w), "{label}: output {i} is {g}, the reference {w}");
-        }
-        let finite: Vec<usize> = (0..got.len()).filter(|&i| case.want[i].is_finite()).collect();
-        let g: Vec<f32> = finite.iter().map(|&i| got[i]).collect();
-        let w: Vec<f32> = finite.iter().map(|&i| case.want[i]).collect();
-        assert_close(&label, &g, &w, TOL_F32);
+        assert_special_values_as_f32(&label, &got, &case.want);
     }
 }
 

@@ -122,17 +122,6 @@ fn f32_matrix_special_values_as_f32() {
     case.x[720 + 5 * 90 + 1] = f32::NEG_INFINITY;
     case.x[720 + 7 * 90 + 88] = f32::NAN;
     case.want = reference_out(&case.problem, &case.x, &case.w, case.b.as_deref());
-    let class = |v: f32| {
-        if v.is_nan() {
-            0
-        } else if v == f32::INFINITY {
-            1
-        } else if v == f32::NEG_INFINITY {
-            2
-        } else {
-            3
-        }
-    };
     let special = case.want.iter().filter(|v| !v.is_finite()).count();
     assert!(special > 0 && case.want.iter().any(|v| v.is_nan()) && case.want.iter().any(|v| v.is_infinite()));
     for kernel in f32_matrix_kernels(&gpu).into_iter().take(2).chain([kernel("tiled")]) {
@@ -140,13 +129,7 @@ fn f32_matrix_special_values_as_f32() {
             .unwrap();
         let got = run_poisoned_with(&gpu, &conv, &case.x, case.shape, 12345.0, 0).0;
         let label = case.label(&conv.kernel().kernel.to_string());
-        for (i, (&g, &w)) in got.iter().zip(&case.want).enumerate() {
-            assert_eq!(class(g), class(w), "{label}: output {i} is {g}, the reference {w}");
-        }
-        let finite: Vec<usize> = (0..got.len()).filter(|&i| case.want[i].is_finite()).collect();
-        let g: Vec<f32> = finite.iter().map(|&i| got[i]).collect();
-        let w: Vec<f32> = finite.iter().map(|&i| case.want[i]).collect();
-        assert_close(&label, &g, &w, TOL_F32);
+        assert_special_values_as_f32(&label, &got, &case.want);
     }
 }
 

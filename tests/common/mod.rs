@@ -305,6 +305,24 @@ pub fn assert_same_nans(label: &str, got: &[f32], want: &[f32]) {
     assert_eq!(nans(got), nans(want), "{label}: NaN positions");
 }
 
+/// `got` is NaN, +inf and -inf exactly where `want` is, and its finite outputs are within the
+/// f32 bound of `want`'s.
+pub fn assert_special_values_as_f32(label: &str, got: &[f32], want: &[f32]) {
+    let class = |v: f32| match v {
+        v if v.is_nan() => 0,
+        f32::INFINITY => 1,
+        f32::NEG_INFINITY => 2,
+        _ => 3,
+    };
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(class(g), class(w), "{label}: output {i} is {g}, the reference {w}");
+    }
+    let finite: Vec<usize> = (0..got.len()).filter(|&i| want[i].is_finite()).collect();
+    let g: Vec<f32> = finite.iter().map(|&i| got[i]).collect();
+    let w: Vec<f32> = finite.iter().map(|&i| want[i]).collect();
+    assert_close(label, &g, &w, TOL_F32);
+}
+
 /// An empty directory for one test process's files that must outlive each test (a tuning
 /// cache the tests share through the environment), under Cargo's `CARGO_TARGET_TMPDIR`,
 /// never in the system's temporary directory. Named by the process (test runners that run
