@@ -198,6 +198,9 @@ pub struct DeclaredRates {
     /// Streaming multiprocessors (compute units): the workgroups of one wave are a multiple
     /// of them.
     pub multiprocessors: u32,
+    /// Last-level (L2) cache, MiB: whether a kernel's intermediate sums stay on chip between
+    /// its dispatches.
+    pub l2_mib: u32,
 }
 
 /// The datasheet rates of an adapter by its name: where one of the name's words (split at
@@ -217,23 +220,53 @@ pub fn declared_rates(adapter_name: &str) -> Option<DeclaredRates> {
 pub const DECLARED_RATES: &[(&str, DeclaredRates)] = &[
     (
         "h100",
-        DeclaredRates { fp32_tflops: 67.0, f16_matrix_tflops: 989.4, bandwidth_gbs: 3350.0, multiprocessors: 132 },
+        DeclaredRates {
+            fp32_tflops: 67.0,
+            f16_matrix_tflops: 989.4,
+            bandwidth_gbs: 3350.0,
+            l2_mib: 50,
+            multiprocessors: 132,
+        },
     ),
     (
         "h200",
-        DeclaredRates { fp32_tflops: 67.0, f16_matrix_tflops: 989.4, bandwidth_gbs: 4800.0, multiprocessors: 132 },
+        DeclaredRates {
+            fp32_tflops: 67.0,
+            f16_matrix_tflops: 989.4,
+            bandwidth_gbs: 4800.0,
+            l2_mib: 50,
+            multiprocessors: 132,
+        },
     ),
     (
         "gh200",
-        DeclaredRates { fp32_tflops: 67.0, f16_matrix_tflops: 989.4, bandwidth_gbs: 4000.0, multiprocessors: 132 },
+        DeclaredRates {
+            fp32_tflops: 67.0,
+            f16_matrix_tflops: 989.4,
+            bandwidth_gbs: 4000.0,
+            l2_mib: 50,
+            multiprocessors: 132,
+        },
     ),
     (
         "a100",
-        DeclaredRates { fp32_tflops: 19.5, f16_matrix_tflops: 312.0, bandwidth_gbs: 2039.0, multiprocessors: 108 },
+        DeclaredRates {
+            fp32_tflops: 19.5,
+            f16_matrix_tflops: 312.0,
+            bandwidth_gbs: 2039.0,
+            l2_mib: 40,
+            multiprocessors: 108,
+        },
     ),
     (
         "4090",
-        DeclaredRates { fp32_tflops: 82.6, f16_matrix_tflops: 165.2, bandwidth_gbs: 1008.0, multiprocessors: 128 },
+        DeclaredRates {
+            fp32_tflops: 82.6,
+            f16_matrix_tflops: 165.2,
+            bandwidth_gbs: 1008.0,
+            l2_mib: 72,
+            multiprocessors: 128,
+        },
     ),
 ];
 

@@ -1131,7 +1131,8 @@ pub(crate) fn f32_matrix_rule(
     // pointwise ones on the H100) the matrix path ran up to 3x slower than the FMA kernels.
     let problem = problem?;
     let matrix = f32_matrix_estimate(caps, spec, problem, layout, finite_weights)?;
-    let split = splitk_estimate(caps, problem, converted, &matrix.rates).map(|e| e.seconds);
+    let split =
+        splitk_estimate(caps, problem, converted, &matrix.rates, MATRIX_RULE_SPLITK_MAX_WAVES).map(|e| e.seconds);
     let small_grid = fma_small_grid_factor(problem, matrix.rates.multiprocessors);
     let tiled = f32_fma_estimate(caps, problem, layout, &matrix.rates, small_grid);
     let fma = match (tiled, split) {
@@ -1299,10 +1300,11 @@ fn seconds_at(flops: f64, tflops: f64, share: f64) -> f64 {
 }
 
 /// The multiple of the declared bandwidth at which the split-K kernel's partial sums move (the
-/// slices write them, the reduction reads them and writes the output): above 1, since on the
-/// small grids split-K takes the partial sums stay in the L2 cache (ResNet-50's last stage at
-/// batch 1: 6 MB in 16 slices); and the fixed cost of the reduction's dispatch. Fitted with
-/// [`SPLITK_TILE_RATES`] on the H100 (below).
+/// slices write them, the reduction reads them and writes the output) where they stay in the
+/// L2 cache ([`splitk_partials_on_chip`]; ResNet-50's last stage at batch 1: 6 MB in 16
+/// slices): above 1; and the fixed cost of the reduction's dispatch. Fitted with
+/// [`SPLITK_TILE_RATES`] on the H100 (below). Partial sums that do not stay there move at
+/// [`PASS_BANDWIDTH_SHARE`] of the bandwidth, as the layout passes' bytes do.
 const SPLITK_PASS_BANDWIDTH_SHARE: f64 = 4.0;
 const SPLITK_PASS_SECONDS: f64 = 2.5e-6;
 /// The split-K tiles' relative rates per padded multiply-add: the shape rule's, but the
@@ -1325,8 +1327,44 @@ const SPLITK_TILE_RATES: [(TileConfig, f64); 3] =
 /// beyond, a grid fills the device without it. (Counted over the smallest block of
 /// [`F32_SHAPE_CONFIGS`], as before 2026-11-28, the gate kept ResNet-50's 512-channel
 /// stride-2 layer at N = 32 unsplit, 150 tiles of 64×96 on an H200's 132 multiprocessors:
-/// 0.428 ms against 0.266 in 16 slices.)
-const SPLITK_MAX_WAVES: u64 = 2;
+/// 0.428 ms against 0.266 in 16 slices.) At 2 waves it kept the 1×1 layers of 1024–2048
+/// output channels at 7×7 (N = 32: 400–550 tiles) on the 64×128 block, which an H200 (matrix
+/// units off, 2026-11-28) ran 1.14–1.28× slower than 2 or 4 slices of the 64×96 block
+/// (ResNet-50's l4.ds.1024-2048.s2 0.346 ms against 0.270, ResNeXt-50's l4.1x1.2048-1024
+/// 0.289 against 0.240). Over that sweep's 58 dense 1×1 layers of ResNet-50 (N = 32 and 8),
+/// ResNeXt-50 and MobileNetV2 (N = 32), with [`splitk_partials_on_chip`], the picks took
+/// 7.37 ms (Σ of medians) at 2 waves, 7.32 at 3 or 4, 7.14 at 5 or 8; each layer's best
+/// measured kernel 6.99.
+const SPLITK_MAX_WAVES: u64 = 5;
+
+/// [`SPLITK_MAX_WAVES`] where rule 5 weighs the FMA side against the matrix path
+/// ([`f32_matrix_rule`]): the gate it was fitted with. Wider, split-K's estimate would take
+/// four 1×1 layers of ResNet-50 and ResNeXt-50 at N = 8 on the H100 from the matrix path, a
+/// trade not measured (on the H200 the one such layer measured, ResNet-50's 1024→256 at 14×14,
+/// ran 1.15× slower split).
+const MATRIX_RULE_SPLITK_MAX_WAVES: u64 = 2;
+
+/// Beyond this many waves of the unsplit 64×96 grid (up to [`SPLITK_MAX_WAVES`]) split-K
+/// weighs only slices of at least [`SPLITK_WIDE_GRID_MIN_SLICE_K`] of K: there the unsplit
+/// grid keeps every multiprocessor busy, the slices gain only a fuller last wave, and short
+/// ones pay their partial sums' stores and the reduction over too little work. On an H200
+/// (matrix units off, 2026-11-28) slices of 128 (K = 512 in 4) ran 1.06–1.12× slower than the
+/// 64×128 block on four 1×1 layers of 512 input channels at 14×14 and 28×28 outputs (N = 8:
+/// 275–294 tiles of 64×96), where slices of 256–576 won 1.10–1.29× on eight layers of 1024–2304
+/// (ResNet-50's and ResNeXt-50's at 7×7 and 14×14, N = 32; ResNeXt-50's 1024→1024 1×1 at
+/// N = 8).
+const SPLITK_SHORT_SLICES_MAX_WAVES: u64 = 2;
+/// See [`SPLITK_SHORT_SLICES_MAX_WAVES`].
+const SPLITK_WIDE_GRID_MIN_SLICE_K: u64 = 256;
+
+/// Whether a split-K config's partial sums (`4 B × slices × outputs`) stay in the device's L2
+/// cache between the slices and the reduction: at most half of it, the other half left to the
+/// input and weights the slices stream through it. On an H200 (50 MiB, matrix units off,
+/// 2026-11-28) ResNet-50's 2048→512 1×1 layer at N = 32 ran 16 slices (51 MB of partial sums)
+/// in 0.178 ms, 4 (13 MB) in 0.149 and 2 in 0.141, where the on-chip rate had picked 16.
+fn splitk_partials_on_chip(rates: &DeclaredRates, slices: u32, outputs: f64) -> bool {
+    4.0 * slices as f64 * outputs <= rates.l2_mib as f64 * (1 << 20) as f64 / 2.0
+}
 
 /// What the split-K family would run and its estimated time.
 struct SplitEstimate {
@@ -1340,16 +1378,18 @@ struct SplitEstimate {
 /// work (`S` groups of `C/S` input channels, each writing every output) in whole waves at
 /// [`F32_SIMT_EFFICIENCY`] of the fp32 rate, each tile at its [`SPLITK_TILE_RATES`] rate, plus
 /// the partial sums' bytes (`4 B × (2·S + 1) × outputs`) at [`SPLITK_PASS_BANDWIDTH_SHARE`]
-/// of the bandwidth and the reduction's dispatch, plus the conversion passes where the
+/// of the bandwidth where they stay in the L2 cache ([`splitk_partials_on_chip`]), else at
+/// [`PASS_BANDWIDTH_SHARE`], and the reduction's dispatch, plus the conversion passes where the
 /// tensors are not NCHW f32 (`converted`). `None` on CPU adapters and GPUs without declared
 /// rates (whose multiprocessors, which decide when a grid is small, are not known), where
-/// the grid fills [`SPLITK_MAX_WAVES`] waves unsplit, and where no config fits (its partial
-/// sums included, [`scratch_fits`]).
+/// the grid fills `max_waves` waves unsplit ([`SPLITK_MAX_WAVES`]), and where no config fits
+/// (its partial sums included, [`scratch_fits`]).
 fn splitk_estimate(
     caps: &DeviceCaps,
     problem: &ConvProblem,
     converted: bool,
     rates: &DeclaredRates,
+    max_waves: u64,
 ) -> Option<SplitEstimate> {
     if caps.is_cpu() || caps.declared_rates().is_none() {
         return None;
@@ -1357,7 +1397,7 @@ fn splitk_estimate(
     let k = problem.spec.k_total() as u64;
     let fill = rates.multiprocessors as u64;
     let (unsplit_tiles, _) = tiles_and_work(problem, k, FMA_GPU_BLOCK);
-    if unsplit_tiles >= SPLITK_MAX_WAVES * fill {
+    if unsplit_tiles >= max_waves * fill {
         return None;
     }
     let rate_of = |tile: TileConfig| SPLITK_TILE_RATES.iter().find(|c| c.0 == tile).map_or(0.4, |c| c.1);
@@ -1371,13 +1411,22 @@ fn splitk_estimate(
             if !scratch_fits(caps, 4 * cfg.slices as u64 * problem.output.per_image()) {
                 return None;
             }
+            if unsplit_tiles >= SPLITK_SHORT_SLICES_MAX_WAVES * fill
+                && k / (cfg.slices as u64) < SPLITK_WIDE_GRID_MIN_SLICE_K
+            {
+                return None;
+            }
             let sliced = splitk::sliced_problem(problem, cfg.slices).ok()?;
             let k = sliced.spec.k_total() as u64;
             let configs = [(cfg.tile, rate_of(cfg.tile))];
             let (tiles, _) = tiles_and_work(&sliced, k, cfg.tile);
             let work = wave_work(&sliced, k, &configs, rates.multiprocessors as u64);
+            let share = match splitk_partials_on_chip(rates, cfg.slices, outputs) {
+                true => SPLITK_PASS_BANDWIDTH_SHARE,
+                false => PASS_BANDWIDTH_SHARE,
+            };
             let seconds = seconds_at(2.0 * work, rates.fp32_tflops, F32_SIMT_EFFICIENCY)
-                + 4.0 * (2 * cfg.slices as u64 + 1) as f64 * outputs / (bandwidth * SPLITK_PASS_BANDWIDTH_SHARE)
+                + 4.0 * (2 * cfg.slices as u64 + 1) as f64 * outputs / (bandwidth * share)
                 + SPLITK_PASS_SECONDS
                 + passes;
             Some(SplitEstimate { cfg, tiles, seconds })
@@ -1392,7 +1441,7 @@ fn splitk_estimate(
 /// only. Returns the kernel and why, or `None`.
 fn splitk_rule(caps: &DeviceCaps, problem: &ConvProblem, layout: Layout, converted: bool) -> Option<(Kernel, String)> {
     let rates = caps.declared_rates()?;
-    let split = splitk_estimate(caps, problem, converted, &rates)?;
+    let split = splitk_estimate(caps, problem, converted, &rates, SPLITK_MAX_WAVES)?;
     let tiled = f32_fma_estimate(caps, problem, layout, &rates, 1.0);
     if tiled.is_some_and(|t| t <= split.seconds) {
         return None;
@@ -1773,6 +1822,7 @@ const UNLISTED_GPU_RATES: DeclaredRates = DeclaredRates {
     f16_matrix_tflops: 0.0,
     bandwidth_gbs: 1000.0,
     multiprocessors: FILL_WORKGROUPS as u32,
+    l2_mib: 0,
 };
 
 /// A Winograd algorithm's estimate on a GPU ([`winograd_rule`]): its kernel, algorithm and
@@ -2159,7 +2209,7 @@ fn winograd_rule(
         .min_by(|a, b| a.seconds.total_cmp(&b.seconds))?;
     let WinogradEstimate { seconds, kernel, alg, tiles, tile, matrix_gemm } = best;
     let fma = f32_fma_estimate(caps, problem, layout, &rates, 1.0);
-    let split = splitk_estimate(caps, problem, converted, &rates).map(|e| e.seconds);
+    let split = splitk_estimate(caps, problem, converted, &rates, SPLITK_MAX_WAVES).map(|e| e.seconds);
     let mut against = Vec::new();
     for (other, units) in [(fma, "the FMA kernels"), (matrix, "the matrix units"), (split, "split-K")] {
         if let Some(other) = other {
@@ -2663,7 +2713,10 @@ mod tests {
         // ResNet-50's 64-channel layer at 56×56: F(4×4, 3×3) (0.220 ms against the tiled
         // kernel's 0.236, F(2×2, 3×3)'s 0.251).
         assert_eq!(at(&h100_fma, 64, 64, 56, 32, true).kernel.family(), "winograd-f4");
-        assert_eq!(at(&h100_fma, 256, 256, 14, 32, false).kernel.family(), "tiled", "non-finite weights");
+        // Non-finite weights keep it off Winograd: split-K by its estimate (294 tiles of 64×96
+        // on 132 multiprocessors; the stride-2 layer of the same grid ran 8 slices 1.2× faster
+        // than the unsplit kernel on an H200).
+        assert_eq!(at(&h100_fma, 256, 256, 14, 32, false).kernel.family(), "splitk", "non-finite weights");
         assert_eq!(at(&rtx, 256, 384, 13, 128, true).kernel.family(), "winograd-f4");
         assert_eq!(at(&rtx, 512, 512, 14, 16, true).kernel.family(), "winograd-f4");
         assert_eq!(at(&rtx, 128, 128, 56, 16, true).kernel.family(), "winograd-f4");
@@ -2770,6 +2823,20 @@ mod tests {
         assert_ne!(at(&h100, deep, 32, 7).kernel.family(), "splitk");
         assert_ne!(at(&h100, Conv2dSpec::new(32, 16, 1), 1, 112).kernel.family(), "splitk");
         assert_ne!(at(&cpu, deep, 1, 7).kernel.family(), "splitk");
+        // Without the matrix units (an H200 here), grids of up to five waves: ResNet-50's
+        // 1024→2048 stride-2 1×1 layer at N = 32 (550 tiles of 64×96) in 2 slices of 512
+        // (0.270 ms against the 64×128 block's 0.342), its 2048→512 1×1 layer in 4 (whose 16
+        // slices' 51 MB of partial sums overflow half the L2: 0.149 against 0.178); not the
+        // 512→256 1×1 layer at 28×28 at N = 8 (294 tiles), whose slices of 128 ran 1.12×
+        // slower than the unsplit kernel.
+        let h200_fma = DeviceCaps {
+            name: "NVIDIA H200".into(),
+            ..caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, false)
+        };
+        let ds = Conv2dSpec::new(1024, 2048, 1).stride(2);
+        assert_eq!(at(&h200_fma, ds, 32, 14).kernel.to_string(), "splitk:m64n96k16-t4x12-w4-s1-k2");
+        assert_eq!(at(&h200_fma, deep, 32, 7).kernel.to_string(), "splitk:m64n96k16-t4x12-w4-s1-k4");
+        assert_ne!(at(&h200_fma, Conv2dSpec::new(512, 256, 1), 8, 28).kernel.family(), "splitk");
     }
 
     /// The autotuner's candidates: the selection's kernel first, at most eight, no repeats,
