@@ -184,8 +184,9 @@ impl DeviceCaps {
     }
 }
 
-/// An adapter's datasheet rates: what selection weighs the SIMT units against the matrix
-/// units with, where no device work may be done.
+/// An adapter's datasheet rates: what selection weighs kernels with where no device work may
+/// be done — the SIMT units against the matrix units, a grid's waves, whether partial sums
+/// stay on chip.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
 pub struct DeclaredRates {
@@ -199,7 +200,7 @@ pub struct DeclaredRates {
     /// of them.
     pub multiprocessors: u32,
     /// Last-level (L2) cache, MiB: whether a kernel's intermediate sums stay on chip between
-    /// its dispatches.
+    /// its dispatches (0: never counted as staying).
     pub l2_mib: u32,
 }
 
@@ -224,8 +225,8 @@ pub const DECLARED_RATES: &[(&str, DeclaredRates)] = &[
             fp32_tflops: 67.0,
             f16_matrix_tflops: 989.4,
             bandwidth_gbs: 3350.0,
-            l2_mib: 50,
             multiprocessors: 132,
+            l2_mib: 50,
         },
     ),
     (
@@ -234,8 +235,8 @@ pub const DECLARED_RATES: &[(&str, DeclaredRates)] = &[
             fp32_tflops: 67.0,
             f16_matrix_tflops: 989.4,
             bandwidth_gbs: 4800.0,
-            l2_mib: 50,
             multiprocessors: 132,
+            l2_mib: 50,
         },
     ),
     (
@@ -244,8 +245,8 @@ pub const DECLARED_RATES: &[(&str, DeclaredRates)] = &[
             fp32_tflops: 67.0,
             f16_matrix_tflops: 989.4,
             bandwidth_gbs: 4000.0,
-            l2_mib: 50,
             multiprocessors: 132,
+            l2_mib: 50,
         },
     ),
     (
@@ -254,8 +255,8 @@ pub const DECLARED_RATES: &[(&str, DeclaredRates)] = &[
             fp32_tflops: 19.5,
             f16_matrix_tflops: 312.0,
             bandwidth_gbs: 2039.0,
-            l2_mib: 40,
             multiprocessors: 108,
+            l2_mib: 40,
         },
     ),
     (
@@ -264,8 +265,8 @@ pub const DECLARED_RATES: &[(&str, DeclaredRates)] = &[
             fp32_tflops: 82.6,
             f16_matrix_tflops: 165.2,
             bandwidth_gbs: 1008.0,
-            l2_mib: 72,
             multiprocessors: 128,
+            l2_mib: 72,
         },
     ),
 ];

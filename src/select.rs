@@ -1131,8 +1131,7 @@ pub(crate) fn f32_matrix_rule(
     // pointwise ones on the H100) the matrix path ran up to 3x slower than the FMA kernels.
     let problem = problem?;
     let matrix = f32_matrix_estimate(caps, spec, problem, layout, finite_weights)?;
-    let split =
-        splitk_estimate(caps, problem, converted, &matrix.rates, MATRIX_RULE_SPLITK_MAX_WAVES).map(|e| e.seconds);
+    let split = splitk_estimate(caps, problem, converted, &matrix.rates).map(|e| e.seconds);
     let small_grid = fma_small_grid_factor(problem, matrix.rates.multiprocessors);
     let tiled = f32_fma_estimate(caps, problem, layout, &matrix.rates, small_grid);
     let fma = match (tiled, split) {
@@ -1323,45 +1322,36 @@ const SPLITK_PASS_SECONDS: f64 = 2.5e-6;
 const SPLITK_TILE_RATES: [(TileConfig, f64); 3] =
     [(FMA_GPU_BLOCK, 1.0), (NARROW_BLOCK, 0.7), (TileConfig::with_thread_tile(32, 32, 32, 4, 4, 2), 0.4)];
 /// Split-K is weighed only where the unsplit problem's grid of the FMA kernels' reference
-/// block ([`FMA_GPU_BLOCK`]) is under this many waves of one workgroup per multiprocessor:
-/// beyond, a grid fills the device without it. (Counted over the smallest block of
-/// [`F32_SHAPE_CONFIGS`], as before 2026-11-28, the gate kept ResNet-50's 512-channel
-/// stride-2 layer at N = 32 unsplit, 150 tiles of 64×96 on an H200's 132 multiprocessors:
-/// 0.428 ms against 0.266 in 16 slices.) At 2 waves it kept the 1×1 layers of 1024–2048
-/// output channels at 7×7 (N = 32: 400–550 tiles) on the 64×128 block, which an H200 (matrix
-/// units off, 2026-11-28) ran 1.14–1.28× slower than 2 or 4 slices of the 64×96 block
-/// (ResNet-50's l4.ds.1024-2048.s2 0.346 ms against 0.270, ResNeXt-50's l4.1x1.2048-1024
-/// 0.289 against 0.240). Over that sweep's 58 dense 1×1 layers of ResNet-50 (N = 32 and 8),
-/// ResNeXt-50 and MobileNetV2 (N = 32), with [`splitk_partials_on_chip`], the picks took
-/// 7.37 ms (Σ of medians) at 2 waves, 7.32 at 3 or 4, 7.14 at 5 or 8; each layer's best
-/// measured kernel 6.99.
+/// block ([`FMA_GPU_BLOCK`]) is under this many waves of one workgroup per multiprocessor.
+/// Under one or two waves the slices fill multiprocessors the grid leaves idle; over a few
+/// they still fill the grid's part-empty last wave and shorten each tile's K loop, which the
+/// estimate weighs against the partial sums' traffic; over many the last wave is a small part
+/// of the time and the unsplit kernel wins. Five: on an H200 with the matrix units off
+/// (BENCHMARKS, "Split-K on grids of up to five waves (H200)") the 1×1 layers of 1024–2048
+/// output channels at 7×7 (N = 32: 400–550 tiles) ran 1.15–1.29× faster in 2 or 4 slices
+/// than unsplit, which a gate of two waves never weighed; over that sweep's 58 dense 1×1
+/// layers the picks took 7.37 ms at two waves, 7.32 at three or four, 7.14 at five and at
+/// eight (each layer's best 6.99).
 const SPLITK_MAX_WAVES: u64 = 5;
 
-/// [`SPLITK_MAX_WAVES`] where rule 5 weighs the FMA side against the matrix path
-/// ([`f32_matrix_rule`]): the gate it was fitted with. Wider, split-K's estimate would take
-/// four 1×1 layers of ResNet-50 and ResNeXt-50 at N = 8 on the H100 from the matrix path, a
-/// trade not measured (on the H200 the one such layer measured, ResNet-50's 1024→256 at 14×14,
-/// ran 1.15× slower split).
-const MATRIX_RULE_SPLITK_MAX_WAVES: u64 = 2;
+/// From this many waves of the unsplit 64×96 grid on (up to [`SPLITK_MAX_WAVES`]) split-K
+/// weighs only slices of at least [`SPLITK_LONG_SLICE_MIN_K`] of K: such a grid already keeps
+/// every multiprocessor busy, so the slices gain only a fuller last wave, and short slices pay
+/// their partial sums' stores and the reduction over too little work. On the same H200 sweep
+/// slices of 128 (K = 512 in 4) ran 1.06–1.12× slower than the unsplit kernel on four 1×1
+/// layers of 512 input channels (N = 8: 275–294 tiles), where slices of 256–576 won
+/// 1.10–1.29× on eight layers of K = 1024–2304.
+const SPLITK_LONG_SLICES_FROM_WAVES: u64 = 2;
+/// See [`SPLITK_LONG_SLICES_FROM_WAVES`].
+const SPLITK_LONG_SLICE_MIN_K: u64 = 256;
 
-/// Beyond this many waves of the unsplit 64×96 grid (up to [`SPLITK_MAX_WAVES`]) split-K
-/// weighs only slices of at least [`SPLITK_WIDE_GRID_MIN_SLICE_K`] of K: there the unsplit
-/// grid keeps every multiprocessor busy, the slices gain only a fuller last wave, and short
-/// ones pay their partial sums' stores and the reduction over too little work. On an H200
-/// (matrix units off, 2026-11-28) slices of 128 (K = 512 in 4) ran 1.06–1.12× slower than the
-/// 64×128 block on four 1×1 layers of 512 input channels at 14×14 and 28×28 outputs (N = 8:
-/// 275–294 tiles of 64×96), where slices of 256–576 won 1.10–1.29× on eight layers of 1024–2304
-/// (ResNet-50's and ResNeXt-50's at 7×7 and 14×14, N = 32; ResNeXt-50's 1024→1024 1×1 at
-/// N = 8).
-const SPLITK_SHORT_SLICES_MAX_WAVES: u64 = 2;
-/// See [`SPLITK_SHORT_SLICES_MAX_WAVES`].
-const SPLITK_WIDE_GRID_MIN_SLICE_K: u64 = 256;
-
-/// Whether a split-K config's partial sums (`4 B × slices × outputs`) stay in the device's L2
-/// cache between the slices and the reduction: at most half of it, the other half left to the
-/// input and weights the slices stream through it. On an H200 (50 MiB, matrix units off,
-/// 2026-11-28) ResNet-50's 2048→512 1×1 layer at N = 32 ran 16 slices (51 MB of partial sums)
-/// in 0.178 ms, 4 (13 MB) in 0.149 and 2 in 0.141, where the on-chip rate had picked 16.
+/// Whether a split-K config's partial sums (`4 B × slices × outputs`, the whole batch) stay in
+/// the device's L2 cache between the slices and the reduction: at most half of it, the other
+/// half left to the input and weights the slices stream through it. Beyond, they go to memory
+/// and back, which the on-chip rate ([`SPLITK_PASS_BANDWIDTH_SHARE`]) does not count: on an
+/// H200 (50 MiB of L2, matrix units off) ResNet-50's 2048→512 1×1 layer at N = 32 ran 16
+/// slices (49 MiB of partial sums) in 0.178 ms, 4 (12 MiB) in 0.149 and 2 in 0.141, where the
+/// on-chip rate had picked 16.
 fn splitk_partials_on_chip(rates: &DeclaredRates, slices: u32, outputs: f64) -> bool {
     4.0 * slices as f64 * outputs <= rates.l2_mib as f64 * (1 << 20) as f64 / 2.0
 }
@@ -1382,14 +1372,14 @@ struct SplitEstimate {
 /// [`PASS_BANDWIDTH_SHARE`], and the reduction's dispatch, plus the conversion passes where the
 /// tensors are not NCHW f32 (`converted`). `None` on CPU adapters and GPUs without declared
 /// rates (whose multiprocessors, which decide when a grid is small, are not known), where
-/// the grid fills `max_waves` waves unsplit ([`SPLITK_MAX_WAVES`]), and where no config fits
-/// (its partial sums included, [`scratch_fits`]).
+/// the grid fills [`SPLITK_MAX_WAVES`] waves unsplit, and where no config fits (its partial
+/// sums included, [`scratch_fits`]); from [`SPLITK_LONG_SLICES_FROM_WAVES`] waves on, slices
+/// shorter than [`SPLITK_LONG_SLICE_MIN_K`] are not weighed.
 fn splitk_estimate(
     caps: &DeviceCaps,
     problem: &ConvProblem,
     converted: bool,
     rates: &DeclaredRates,
-    max_waves: u64,
 ) -> Option<SplitEstimate> {
     if caps.is_cpu() || caps.declared_rates().is_none() {
         return None;
@@ -1397,7 +1387,7 @@ fn splitk_estimate(
     let k = problem.spec.k_total() as u64;
     let fill = rates.multiprocessors as u64;
     let (unsplit_tiles, _) = tiles_and_work(problem, k, FMA_GPU_BLOCK);
-    if unsplit_tiles >= max_waves * fill {
+    if unsplit_tiles >= SPLITK_MAX_WAVES * fill {
         return None;
     }
     let rate_of = |tile: TileConfig| SPLITK_TILE_RATES.iter().find(|c| c.0 == tile).map_or(0.4, |c| c.1);
@@ -1411,13 +1401,11 @@ fn splitk_estimate(
             if !scratch_fits(caps, 4 * cfg.slices as u64 * problem.output.per_image()) {
                 return None;
             }
-            if unsplit_tiles >= SPLITK_SHORT_SLICES_MAX_WAVES * fill
-                && k / (cfg.slices as u64) < SPLITK_WIDE_GRID_MIN_SLICE_K
-            {
-                return None;
-            }
             let sliced = splitk::sliced_problem(problem, cfg.slices).ok()?;
             let k = sliced.spec.k_total() as u64;
+            if unsplit_tiles >= SPLITK_LONG_SLICES_FROM_WAVES * fill && k < SPLITK_LONG_SLICE_MIN_K {
+                return None;
+            }
             let configs = [(cfg.tile, rate_of(cfg.tile))];
             let (tiles, _) = tiles_and_work(&sliced, k, cfg.tile);
             let work = wave_work(&sliced, k, &configs, rates.multiprocessors as u64);
@@ -1436,12 +1424,12 @@ fn splitk_estimate(
 
 /// The split-K rule: f32 on a GPU with the input shape known, where rules 4 and 5 did not take
 /// the layer, runs the split-K family where its estimate ([`splitk_estimate`]) beats the FMA
-/// kernels' ([`f32_fma_estimate`]): layers whose output grid leaves the device part empty
-/// and whose K is long (deep layers at small batch). GPUs in the table of declared rates
-/// only. Returns the kernel and why, or `None`.
+/// kernels' ([`f32_fma_estimate`]): layers whose output grid is a few waves or less
+/// ([`SPLITK_MAX_WAVES`]) and whose K is long (deep layers, most at small batch). GPUs in
+/// the table of declared rates only. Returns the kernel and why, or `None`.
 fn splitk_rule(caps: &DeviceCaps, problem: &ConvProblem, layout: Layout, converted: bool) -> Option<(Kernel, String)> {
     let rates = caps.declared_rates()?;
-    let split = splitk_estimate(caps, problem, converted, &rates, SPLITK_MAX_WAVES)?;
+    let split = splitk_estimate(caps, problem, converted, &rates)?;
     let tiled = f32_fma_estimate(caps, problem, layout, &rates, 1.0);
     if tiled.is_some_and(|t| t <= split.seconds) {
         return None;
@@ -1450,7 +1438,7 @@ fn splitk_rule(caps: &DeviceCaps, problem: &ConvProblem, layout: Layout, convert
     Some((
         splitk::SPLITK.with(split.cfg),
         format!(
-            "f32 on a GPU with the input shape known, K = {} over an output grid too small to fill it: split-K, \
+            "f32 on a GPU with the input shape known, K = {} over an output grid of few waves: split-K, \
              {} slices of {} input channels ({} workgroup tiles of {}x{}) and a reduction: {:.3} ms against {against}",
             problem.spec.k_total(),
             split.cfg.slices,
@@ -2209,7 +2197,7 @@ fn winograd_rule(
         .min_by(|a, b| a.seconds.total_cmp(&b.seconds))?;
     let WinogradEstimate { seconds, kernel, alg, tiles, tile, matrix_gemm } = best;
     let fma = f32_fma_estimate(caps, problem, layout, &rates, 1.0);
-    let split = splitk_estimate(caps, problem, converted, &rates, SPLITK_MAX_WAVES).map(|e| e.seconds);
+    let split = splitk_estimate(caps, problem, converted, &rates).map(|e| e.seconds);
     let mut against = Vec::new();
     for (other, units) in [(fma, "the FMA kernels"), (matrix, "the matrix units"), (split, "split-K")] {
         if let Some(other) = other {
@@ -2713,10 +2701,9 @@ mod tests {
         // ResNet-50's 64-channel layer at 56×56: F(4×4, 3×3) (0.220 ms against the tiled
         // kernel's 0.236, F(2×2, 3×3)'s 0.251).
         assert_eq!(at(&h100_fma, 64, 64, 56, 32, true).kernel.family(), "winograd-f4");
-        // Non-finite weights keep it off Winograd: split-K by its estimate (294 tiles of 64×96
-        // on 132 multiprocessors; the stride-2 layer of the same grid ran 8 slices 1.2× faster
-        // than the unsplit kernel on an H200).
-        assert_eq!(at(&h100_fma, 256, 256, 14, 32, false).kernel.family(), "splitk", "non-finite weights");
+        // Non-finite weights keep it off Winograd.
+        let s = at(&h100_fma, 256, 256, 14, 32, false);
+        assert!(!s.kernel.family().starts_with("winograd"), "non-finite weights: {s}");
         assert_eq!(at(&rtx, 256, 384, 13, 128, true).kernel.family(), "winograd-f4");
         assert_eq!(at(&rtx, 512, 512, 14, 16, true).kernel.family(), "winograd-f4");
         assert_eq!(at(&rtx, 128, 128, 56, 16, true).kernel.family(), "winograd-f4");
@@ -2795,10 +2782,11 @@ mod tests {
         assert_eq!(at(alexnet_c3, 128, 13).split(':').next(), Some("coop-winograd-f32"));
     }
 
-    /// Split-K on GPUs where the output grid leaves the device part empty and K is long:
-    /// ResNet-50's 2048→512 1×1 layer at 7×7 and its 512-channel stride-2 3×3 layer at batch 1
-    /// on the H100, not at N = 32, not MobileNetV2's 32→16 layer at 112×112 (the grid fills the
-    /// device), never on CPU adapters.
+    /// Split-K on GPUs where the output grid is a few waves or less and K is long: ResNet-50's
+    /// 2048→512 1×1 layer at 7×7 and its 512-channel stride-2 3×3 layer at batch 1 on the
+    /// H100; not the 2048→512 layer at N = 32 there (the matrix path takes it), nor
+    /// MobileNetV2's 32→16 layer at 112×112 (the grid fills the device); without the matrix
+    /// units, ResNet-50's deep 1×1 layers at N = 32; never on CPU adapters.
     #[test]
     fn splitk_where_the_grid_is_small() {
         use crate::spec::Shape4;

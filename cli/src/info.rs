@@ -147,6 +147,7 @@ struct RatesReport {
     f16_matrix_tflops: f64,
     bandwidth_gbs: f64,
     multiprocessors: u32,
+    l2_mib: u32,
 }
 
 #[derive(Serialize)]
@@ -216,6 +217,7 @@ fn describe(index: usize, adapter: &wgpu::Adapter, chosen: bool) -> AdapterRepor
             f16_matrix_tflops: r.f16_matrix_tflops,
             bandwidth_gbs: r.bandwidth_gbs,
             multiprocessors: r.multiprocessors,
+            l2_mib: r.l2_mib,
         }),
         refused_configs,
         sweep_size: sweep.len(),
@@ -315,8 +317,8 @@ fn print_text(r: &Report) {
                 };
                 println!(
                     "    declared rates: fp32 {} TFLOP/s, f16 matrix {} TFLOP/s ({ratio:.1}x), {} GB/s, {} \
-                     multiprocessors: {f32_path}",
-                    r.fp32_tflops, r.f16_matrix_tflops, r.bandwidth_gbs, r.multiprocessors
+                     multiprocessors, {} MiB L2: {f32_path}",
+                    r.fp32_tflops, r.f16_matrix_tflops, r.bandwidth_gbs, r.multiprocessors, r.l2_mib
                 );
             }
             None => println!("    declared rates: none (not in wgconv::DECLARED_RATES): f32 stays on the FMA units"),
