@@ -199,8 +199,8 @@ pub struct DeclaredRates {
     /// Streaming multiprocessors (compute units): the workgroups of one wave are a multiple
     /// of them.
     pub multiprocessors: u32,
-    /// Last-level (L2) cache, MiB: whether a kernel's intermediate sums stay on chip between
-    /// its dispatches (0: never counted as staying).
+    /// Last-level (L2) cache, MiB: split-K's estimate counts partial sums past half of it as
+    /// memory traffic (0: all of them).
     pub l2_mib: u32,
 }
 
