@@ -1629,6 +1629,49 @@ fn f32_shape_configs(spec: &Conv2dSpec) -> Vec<(TileConfig, f64)> {
     rated_shape_configs(spec).into_iter().chain(wide).collect()
 }
 
+/// Grids of fewer than this many waves (workgroup tiles per multiprocessor) run the shape
+/// rule's blocks at their [`SMALL_GRID_RATES`] ([`on_small_grids`]).
+const SMALL_GRID_WAVES: u64 = 2;
+
+/// The factor on a block's rate ([`F32_SHAPE_CONFIGS`], [`wide_1x1_block`]) where its grid is
+/// under [`SMALL_GRID_WAVES`] waves: with a tile or two per multiprocessor, the blocks whose
+/// register tiles or warps allow one workgroup per multiprocessor leave their loads unhidden,
+/// which their rates, fitted on fuller grids, do not count. From a fit (relative least
+/// squares, time against the estimate's padded work in whole waves plus a fixed cost) of
+/// each block's runs on an H200 (2026-11-28, matrix units off, 1×1 and 3×3 layers of
+/// ResNet-50, ResNeXt-50 and MobileNetV2 at N = 8 and 32): under two waves the 64×96 block
+/// took 1.14× its large-grid time per unit of work, the 64×128 blocks 1.38× (K steps of 8)
+/// and 1.10× (16), the 128×64 block 1.40×; from six waves on all four within 5 % of 1. With
+/// these factors the shape rule's picks over the 72 layers timed with all four blocks took
+/// 9.035 ms against 9.085 (each layer's best 8.793). Every pick it moves on the H200 over the
+/// five networks at their batches, 8 and 1 (13 layers) was then timed against the blocks:
+/// each ran the fastest of the five, or within 0.3 % of it (MobileNetV2's b6.ex.160-960 at
+/// N = 32 on the 64×96 block 0.0314 ms against the 64×128 block's 0.0340, ResNet-50's stem at
+/// batch 1 on the 64×32 block 0.0169 against 0.0220). Blocks not listed keep their rates.
+const SMALL_GRID_RATES: [(TileConfig, f64); 4] = [
+    (FMA_GPU_BLOCK, 0.88),
+    (WIDE_1X1_BLOCK.0, 0.72),
+    (WIDE_1X1_SHORT_K_BLOCK, 0.91),
+    (TileConfig::with_thread_tile(128, 64, 8, 8, 8, 1), 0.72),
+];
+
+/// `configs` (tile, rate) with each rate times its [`SMALL_GRID_RATES`] factor where the
+/// block's grid over the problem is under [`SMALL_GRID_WAVES`] waves of `fill` workgroups.
+fn on_small_grids(problem: &ConvProblem, configs: Vec<(TileConfig, f64)>, fill: u64) -> Vec<(TileConfig, f64)> {
+    let k = problem.spec.k_total() as u64;
+    configs
+        .into_iter()
+        .map(|(tile, rate)| {
+            let (tiles, _) = tiles_and_work(problem, k, tile);
+            let factor = SMALL_GRID_RATES.iter().find(|c| c.0 == tile).map_or(1.0, |c| c.1);
+            match tiles < SMALL_GRID_WAVES * fill {
+                true => (tile, rate * factor),
+                false => (tile, rate),
+            }
+        })
+        .collect()
+}
+
 /// The f32 shape rule, where the input shape is known (`Conv2dOptions::tuning_key_input`):
 /// among [`F32_SHAPE_CONFIGS`] on GPUs (and the 64×128 block on 1×1 layers,
 /// [`wide_1x1_block`]), [`F32_CPU_SHAPE_CONFIGS`] on CPU adapters, the
@@ -1642,7 +1685,7 @@ fn f32_shape_rule(caps: &DeviceCaps, problem: &ConvProblem) -> Option<(Kernel, S
     let (n, k) = (spec.out_channels_per_group() as u64, spec.k_total() as u64);
     let (configs, device) = match caps.is_cpu() {
         true => (cpu_shape_configs(m), "a CPU adapter"),
-        false => (f32_shape_configs(spec), "a GPU"),
+        false => (on_small_grids(problem, f32_shape_configs(spec), fill_workgroups(caps)), "a GPU"),
     };
     let (kernel, tiles, tile, _) =
         estimated_best(caps, problem, k, &configs, |t| tiled::TILED.reference().with_tile(t))?;
@@ -2831,6 +2874,31 @@ mod tests {
         assert_eq!(at(&h200_fma, ds, 32, 14).kernel.to_string(), "splitk:m64n96k16-t4x12-w4-s1-k2");
         assert_eq!(at(&h200_fma, deep, 32, 7).kernel.to_string(), "splitk:m64n96k16-t4x12-w4-s1-k4");
         assert_ne!(at(&h200_fma, Conv2dSpec::new(512, 256, 1), 8, 28).kernel.family(), "splitk");
+    }
+
+    /// Grids of under two waves rate the blocks by their small-grid factors
+    /// ([`SMALL_GRID_RATES`]): on an H200, MobileNetV2's 160→960 1×1 layer at 7×7 (N = 32)
+    /// runs the 64×96 block (0.0314 ms against the 64×128 block's 0.0340), ResNet-50's 7×7
+    /// stem at batch 1 the 64×32 one (0.0169 against the 64×96 block's 0.0220); ResNet-50's
+    /// 512→128 1×1 layer at 28×28 and N = 32 (392 tiles of 64×128) keeps the 64×128 block.
+    #[test]
+    fn small_grids_take_the_blocks_that_keep_their_rate() {
+        use crate::spec::Shape4;
+        let h200 = DeviceCaps {
+            name: "NVIDIA H200".into(),
+            ..caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, false)
+        };
+        let at = |spec: Conv2dSpec, n: u32, hw: u32| {
+            let opts = Conv2dOptions {
+                tuning_key_input: Some(Shape4::new(n, spec.in_channels, hw, hw)),
+                ..Default::default()
+            };
+            select(&h200, &spec, &opts, true, |_| None).unwrap().kernel.to_string()
+        };
+        assert_eq!(at(Conv2dSpec::new(160, 960, 1), 32, 7), "tiled:m64n96k16-t4x12-w4-s1");
+        let stem = Conv2dSpec::new(3, 64, 7).stride(2).padding(Padding::uniform(3));
+        assert_eq!(at(stem, 1, 224), "tiled:m64n32k16-t4x4-w4-s1");
+        assert_eq!(at(Conv2dSpec::new(512, 128, 1), 32, 28), "tiled:m64n128k8-t4x8-w8-s1");
     }
 
     /// The autotuner's candidates: the selection's kernel first, at most eight, no repeats,
