@@ -2347,6 +2347,19 @@ mod tests {
         }
     }
 
+    /// An NVIDIA GPU's capabilities under an adapter name (whose declared rates apply).
+    fn named_gpu(name: &str, coop_f16: bool) -> DeviceCaps {
+        DeviceCaps { name: name.into(), ..caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, coop_f16) }
+    }
+
+    /// The f32 selection with the input shape known (N images of `hw`×`hw`), finite weights.
+    fn pick_shaped(caps: &DeviceCaps, spec: Conv2dSpec, n: u32, hw: u32) -> Selection {
+        use crate::spec::Shape4;
+        let opts =
+            Conv2dOptions { tuning_key_input: Some(Shape4::new(n, spec.in_channels, hw, hw)), ..Default::default() };
+        select(caps, &spec, &opts, true, |_| None).unwrap()
+    }
+
     /// The selection, whose kernel must be registered (its name parses back to it).
     fn pick(caps: &DeviceCaps, spec: Conv2dSpec, precision: Precision) -> Selection {
         let s = select(caps, &spec, &Conv2dOptions { precision, ..Default::default() }, true, |_| None).unwrap();
@@ -2797,18 +2810,8 @@ mod tests {
     /// AlexNet's conv3 on the matrix path (0.581 against 0.611).
     #[test]
     fn f32_tables_on_the_h100() {
-        use crate::spec::Shape4;
-        let h100 = DeviceCaps {
-            name: "NVIDIA H100 80GB HBM3".into(),
-            ..caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, true)
-        };
-        let at = |spec: Conv2dSpec, n: u32, hw: u32| {
-            let opts = Conv2dOptions {
-                tuning_key_input: Some(Shape4::new(n, spec.in_channels, hw, hw)),
-                ..Default::default()
-            };
-            select(&h100, &spec, &opts, true, |_| None).unwrap().kernel.to_string()
-        };
+        let h100 = named_gpu("NVIDIA H100 80GB HBM3", true);
+        let at = |spec: Conv2dSpec, n: u32, hw: u32| pick_shaped(&h100, spec, n, hw).kernel.to_string();
         let s2 = Conv2dSpec::new(512, 512, 3).stride(2).padding(Padding::uniform(1));
         assert_eq!(at(s2, 32, 14), "coop-nhwc-f32:m64n128k32-t8x8-w4-s1");
         assert_eq!(at(Conv2dSpec::new(960, 320, 1), 32, 7), "coop-nhwc-f32:m64n64k64-t4x8-w4-s1");
@@ -2866,10 +2869,7 @@ mod tests {
         // slices' 51 MB of partial sums overflow half the L2: 0.149 against 0.178); not the
         // 512→256 1×1 layer at 28×28 at N = 8 (294 tiles), whose slices of 128 ran 1.12×
         // slower than the unsplit kernel.
-        let h200_fma = DeviceCaps {
-            name: "NVIDIA H200".into(),
-            ..caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, false)
-        };
+        let h200_fma = named_gpu("NVIDIA H200", false);
         let ds = Conv2dSpec::new(1024, 2048, 1).stride(2);
         assert_eq!(at(&h200_fma, ds, 32, 14).kernel.to_string(), "splitk:m64n96k16-t4x12-w4-s1-k2");
         assert_eq!(at(&h200_fma, deep, 32, 7).kernel.to_string(), "splitk:m64n96k16-t4x12-w4-s1-k4");
@@ -2883,18 +2883,8 @@ mod tests {
     /// 512→128 1×1 layer at 28×28 and N = 32 (392 tiles of 64×128) keeps the 64×128 block.
     #[test]
     fn small_grids_take_the_blocks_that_keep_their_rate() {
-        use crate::spec::Shape4;
-        let h200 = DeviceCaps {
-            name: "NVIDIA H200".into(),
-            ..caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, false)
-        };
-        let at = |spec: Conv2dSpec, n: u32, hw: u32| {
-            let opts = Conv2dOptions {
-                tuning_key_input: Some(Shape4::new(n, spec.in_channels, hw, hw)),
-                ..Default::default()
-            };
-            select(&h200, &spec, &opts, true, |_| None).unwrap().kernel.to_string()
-        };
+        let h200 = named_gpu("NVIDIA H200", false);
+        let at = |spec: Conv2dSpec, n: u32, hw: u32| pick_shaped(&h200, spec, n, hw).kernel.to_string();
         assert_eq!(at(Conv2dSpec::new(160, 960, 1), 32, 7), "tiled:m64n96k16-t4x12-w4-s1");
         let stem = Conv2dSpec::new(3, 64, 7).stride(2).padding(Padding::uniform(3));
         assert_eq!(at(stem, 1, 224), "tiled:m64n32k16-t4x4-w4-s1");
