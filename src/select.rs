@@ -1638,8 +1638,8 @@ const SMALL_GRID_WAVES: u64 = 2;
 /// register tiles or warps allow one workgroup per multiprocessor leave their loads unhidden,
 /// which their rates, fitted on fuller grids, do not count. From a fit (relative least
 /// squares, time against the estimate's padded work in whole waves plus a fixed cost) of
-/// each block's runs on an H200 (2026-11-28, matrix units off, 1×1 and 3×3 layers of
-/// ResNet-50, ResNeXt-50 and MobileNetV2 at N = 8 and 32): under two waves the 64×96 block
+/// each block's runs on an H200 (2026-11-28, 1×1 and 3×3 layers of ResNet-50, ResNeXt-50 and
+/// MobileNetV2 at N = 8 and 32): under two waves the 64×96 block
 /// took 1.14× its large-grid time per unit of work, the 64×128 blocks 1.38× (K steps of 8)
 /// and 1.10× (16), the 128×64 block 1.40×; from six waves on all four within 5 % of 1. With
 /// these factors the shape rule's picks over the 72 layers timed with all four blocks took
