@@ -1515,7 +1515,7 @@ fn fill_workgroups(caps: &DeviceCaps) -> u64 {
 /// rates that let it win there lost more elsewhere.
 const F32_SHAPE_CONFIGS: [(TileConfig, f64, f64); 4] = [
     (FMA_GPU_BLOCK, 1.0, 1.0),
-    (TileConfig::with_thread_tile(128, 64, 8, 8, 8, 1), 0.8, 1.0),
+    (TALL_BLOCK, 0.8, 1.0),
     (NARROW_BLOCK, 0.6, 0.6),
     (TileConfig::with_thread_tile(32, 32, 32, 4, 4, 2), 0.4, 0.4),
 ];
@@ -1523,6 +1523,9 @@ const F32_SHAPE_CONFIGS: [(TileConfig, f64, f64); 4] = [
 /// The FMA kernels' block on GPUs: 64 rows by 96 output channels on 4 warps of 4×12 register
 /// tiles ([`f32_tile`]), the reference of [`F32_SHAPE_CONFIGS`]' rates.
 const FMA_GPU_BLOCK: TileConfig = TileConfig::with_thread_tile(64, 96, 16, 4, 12, 1);
+
+/// The shape rule's 128-row block: 8×8 register tiles on 4 warps.
+const TALL_BLOCK: TileConfig = TileConfig::with_thread_tile(128, 64, 8, 8, 8, 1);
 
 /// The shape rule's 64×32 block, for few output channels per group.
 const NARROW_BLOCK: TileConfig = TileConfig::with_thread_tile(64, 32, 16, 4, 4, 1);
@@ -1648,12 +1651,8 @@ const SMALL_GRID_WAVES: u64 = 2;
 /// each ran the fastest of the five, or within 0.3 % of it (MobileNetV2's b6.ex.160-960 at
 /// N = 32 on the 64×96 block 0.0314 ms against the 64×128 block's 0.0340, ResNet-50's stem at
 /// batch 1 on the 64×32 block 0.0169 against 0.0220). Blocks not listed keep their rates.
-const SMALL_GRID_RATES: [(TileConfig, f64); 4] = [
-    (FMA_GPU_BLOCK, 0.88),
-    (WIDE_1X1_BLOCK.0, 0.72),
-    (WIDE_1X1_SHORT_K_BLOCK, 0.91),
-    (TileConfig::with_thread_tile(128, 64, 8, 8, 8, 1), 0.72),
-];
+const SMALL_GRID_RATES: [(TileConfig, f64); 4] =
+    [(FMA_GPU_BLOCK, 0.88), (WIDE_1X1_BLOCK.0, 0.72), (WIDE_1X1_SHORT_K_BLOCK, 0.91), (TALL_BLOCK, 0.72)];
 
 /// `configs` (tile, rate) with each rate times its [`SMALL_GRID_RATES`] factor where the
 /// block's grid over the problem is under [`SMALL_GRID_WAVES`] waves of `fill` workgroups.
@@ -2660,10 +2659,7 @@ mod tests {
     /// nor any layer without declared rates (an unknown NVIDIA adapter).
     #[test]
     fn f16_split_k_where_the_grid_is_small() {
-        let named = |name: &str| DeviceCaps {
-            name: name.into(),
-            ..caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, true)
-        };
+        let named = |name: &str| named_gpu(name, true);
         let at = f16_nhwc_pick;
         let h100 = named("NVIDIA H100 80GB HBM3");
         let s = at(&h100, 512, 512, 3, 7, 1);
@@ -2689,10 +2685,7 @@ mod tests {
     #[test]
     fn winograd_on_gpus_by_the_estimate() {
         use crate::spec::Shape4;
-        let named = |name: &str, coop: bool| DeviceCaps {
-            name: name.into(),
-            ..caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, coop)
-        };
+        let named = named_gpu;
         let h100 = named("NVIDIA H100 80GB HBM3", true);
         let h100_fma = named("NVIDIA H100 80GB HBM3", false);
         let rtx = named("NVIDIA GeForce RTX 4090", false);
@@ -2841,19 +2834,9 @@ mod tests {
     /// units, ResNet-50's deep 1×1 layers at N = 32; never on CPU adapters.
     #[test]
     fn splitk_where_the_grid_is_small() {
-        use crate::spec::Shape4;
-        let h100 = DeviceCaps {
-            name: "NVIDIA H100 80GB HBM3".into(),
-            ..caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, true)
-        };
+        let h100 = named_gpu("NVIDIA H100 80GB HBM3", true);
         let cpu = caps(wgpu::DeviceType::Cpu, 0x10005, false);
-        let at = |caps: &DeviceCaps, spec: Conv2dSpec, n: u32, hw: u32| {
-            let opts = Conv2dOptions {
-                tuning_key_input: Some(Shape4::new(n, spec.in_channels, hw, hw)),
-                ..Default::default()
-            };
-            select(caps, &spec, &opts, true, |_| None).unwrap()
-        };
+        let at = pick_shaped;
         let deep = Conv2dSpec::new(2048, 512, 1);
         let s = at(&h100, deep, 1, 7);
         assert_eq!(s.kernel.family(), "splitk", "{s}");
@@ -2998,10 +2981,7 @@ mod tests {
     #[test]
     fn f32_runs_on_matrix_units_where_the_declared_rates_say() {
         use crate::spec::Shape4;
-        let named = |name: &str| DeviceCaps {
-            name: name.into(),
-            ..caps(wgpu::DeviceType::DiscreteGpu, crate::caps::VENDOR_NVIDIA, true)
-        };
+        let named = |name: &str| named_gpu(name, true);
         let (h100, rtx, unknown) = (named("NVIDIA H100 80GB HBM3"), named("NVIDIA GeForce RTX 4090"), named("x"));
         // ResNet-50's 64-channel layer at 56×56 at batch 8 on the matrix path (F(4×4, 3×3) is
         // not weighed against it under 128 input channels and 3072 GEMM rows per component:
