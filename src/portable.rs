@@ -31,6 +31,7 @@ fn check_source(kernel: &Kernel, src: &str, targets: &[Target]) -> Result<()> {
     let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
         .validate(&module)
         .map_err(|e| err("naga validate")(&e.emit_to_string(src)))?;
+    check_workgroup_granules(&module).map_err(|e| err("workgroup memory")(&e))?;
     for target in targets {
         match target {
             Target::SpirV => {
@@ -65,4 +66,67 @@ fn check_source(kernel: &Kernel, src: &str, targets: &[Target]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Bytes every workgroup variable of a cooperative-matrix kernel must be a whole number of.
+const WORKGROUP_GRANULE: u32 = 16;
+
+/// A kernel with cooperative matrices must declare workgroup variables of whole 16-byte
+/// granules. SPIR-V gives workgroup variables no layout, and NVIDIA's driver appears to place
+/// them one after another at their types' own alignment: a variable of 4 or 8 bytes moves
+/// every variable after it off the 16-byte alignment that the cooperative loads and stores
+/// (and the vector accesses) of the kernels assume. With one such variable added, the
+/// channels-last kernel wrote wrong results on an H200 (relative L2 about 1.3) and no error
+/// came from naga, wgpu or the driver; with 16 bytes or any whole number of granules added
+/// it was right (BENCHMARKS, "Workgroup memory: 16-byte granules and a budget per
+/// multiprocessor").
+fn check_workgroup_granules(module: &naga::Module) -> std::result::Result<(), String> {
+    let cooperative = module.types.iter().any(|(_, t)| matches!(t.inner, naga::TypeInner::CooperativeMatrix { .. }));
+    if !cooperative {
+        return Ok(());
+    }
+    for (_, var) in module.global_variables.iter() {
+        if var.space != naga::AddressSpace::WorkGroup {
+            continue;
+        }
+        let size = module.types[var.ty].inner.size(module.to_ctx());
+        if size % WORKGROUP_GRANULE != 0 {
+            let name = var.name.as_deref().unwrap_or("(unnamed)");
+            return Err(format!(
+                "workgroup variable `{name}` is {size} bytes, not a multiple of {WORKGROUP_GRANULE}: \
+                 it would move the variables after it off the alignment cooperative loads need"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_workgroup_granules;
+
+    /// A cooperative kernel whose workgroup variables are `flag_type` and a tile.
+    fn module(flag_type: &str) -> naga::Module {
+        let src = format!(
+            "enable f16;\nenable wgpu_cooperative_matrix;\n\
+             var<workgroup> flag: {flag_type};\n\
+             var<workgroup> tile: array<f16, 256>;\n\
+             @group(0) @binding(0) var<storage, read_write> out: array<f32>;\n\
+             @compute @workgroup_size(32)\n\
+             fn main() {{\n\
+                 let a = coopLoad<coop_mat16x16<f16, A>>(&tile[0], 16u);\n\
+                 let b = coopLoad<coop_mat16x16<f16, B>>(&tile[0], 16u);\n\
+                 let c = coopMultiplyAdd(a, b, coop_mat16x16<f32, C>());\n\
+                 coopStore(c, &out[0], 16u);\n\
+             }}\n"
+        );
+        naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{}", e.emit_to_string(&src)))
+    }
+
+    #[test]
+    fn cooperative_kernels_keep_workgroup_variables_in_granules() {
+        let err = check_workgroup_granules(&module("u32")).unwrap_err();
+        assert!(err.contains("`flag` is 4 bytes"), "{err}");
+        assert!(check_workgroup_granules(&module("vec4<u32>")).is_ok());
+    }
 }
