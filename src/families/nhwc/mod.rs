@@ -374,9 +374,9 @@ impl NhwcKernel {
             fn_,
             &FragmentCode {
                 a_load: &|i, tile| {
-                    format!("coopLoadT<coop_mat16x16<f16, A>>(&{tile}[a_at + {}u * A_PSTRIDE], A_PSTRIDE)", i * 16)
+                    format!("coopLoadT<coop_mat16x16<f16, A>>(&{tile}[a_at + {}u * A_QSTRIDE], A_QSTRIDE)", i * 16)
                 },
-                b_load: &|j, tile| format!("coopLoadT<coop_mat16x16<f16, B>>(&{tile}[b_at + {}u], B_PSTRIDE)", j * 8),
+                b_load: &|j, tile| format!("coopLoadT<coop_mat16x16<f16, B>>(&{tile}[b_at + {}u], B_QSTRIDE)", j * 4),
                 split: self.family.split(),
                 init_row: &|_| String::new(),
                 store: &|i, j| {
@@ -589,15 +589,15 @@ fn diagonal_mma(fm: u32, fn_: u32) -> String {
     let mut mma = String::new();
     for j in 0..fn_ {
         mma.push_str(&format!(
-            "let b_{j} = coopLoadT<coop_mat16x16<f16, B>>(&b_tile[b_at + {}u], B_PSTRIDE);\n",
-            j * 8
+            "let b_{j} = coopLoadT<coop_mat16x16<f16, B>>(&b_tile[b_at + {}u], B_QSTRIDE);\n",
+            j * 4
         ));
         for i in 0..fm {
             mma.push_str(&format!(
-                "acc_{i}_{j} = coopMultiplyAdd(coopLoadT<coop_mat16x16<f16, A>>(&a_tile[a_at + {}u * A_PSTRIDE + {}u], \
-                 A_PSTRIDE), b_{j}, acc_{i}_{j});\n",
+                "acc_{i}_{j} = coopMultiplyAdd(coopLoadT<coop_mat16x16<f16, A>>(&a_tile[a_at + {}u * A_QSTRIDE + {}u], \
+                 A_QSTRIDE), b_{j}, acc_{i}_{j});\n",
                 i * 16,
-                j * 8
+                j * 4
             ));
         }
     }

@@ -107,10 +107,10 @@ const FRAG: u32 = 16u;
 const NO_TAP: u32 = 0xffffffffu;
 const BK8: u32 = BK / 8u;
 const BN8: u32 = BN / 8u;
-// Staged rows in pairs of f16, padded by 8 f16 (16 bytes) so that neighbouring rows start in
+// Staged rows in quads of f16, padded by 8 f16 (16 bytes) so that neighbouring rows start in
 // other banks.
-const A_PSTRIDE: u32 = (BK + 8u) / 2u;                // pairs per staged A row [m][k]
-const B_PSTRIDE: u32 = (BN + 8u) / 2u;                // pairs per staged B row [k][n]
+const A_QSTRIDE: u32 = (BK + 8u) / 4u;                // quads per staged A row [m][k]
+const B_QSTRIDE: u32 = (BN + 8u) / 4u;                // quads per staged B row [k][n]
 #ifdef DIAGONAL
 // Grouped convolutions whose groups each take as many input as output channels, 8 or 16
 // (coop_grouped/mod.rs): a block's BN channels are several groups, each K step one tap of
@@ -126,18 +126,22 @@ const B_VECS: u32 = (B_ROWS * BN8 + WG - 1u) / WG;
 const WARP_M: u32 = FM * FRAG;
 const WARP_N: u32 = FN * FRAG;
 
-// The tiles hold f16 pairs (each loaded vector of 8 f16 is four neighbouring pairs); the
-// cooperative loads read them as f16 matrices with their stride counted in pairs.
-var<workgroup> a_tile: array<vec2<f16>, STAGES * BM * A_PSTRIDE>;
-var<workgroup> b_tile: array<vec2<f16>, STAGES * B_ROWS * B_PSTRIDE>;
+// The tiles hold quads of f16 (each loaded vector of 8 f16 is two neighbouring quads: two
+// 8-byte stores, where pairs took four 4-byte ones and ran VGG-16's f16 layers of 128 and 256
+// channels 1-2 % slower on the H200); the cooperative loads read them as f16 matrices with
+// their stride counted in quads. Every workgroup variable here is a whole number of 16-byte
+// granules (`portable::check_workgroup_granules`): the driver places them one after another,
+// and one of 4 or 8 bytes moved the tiles off the alignment the cooperative loads need.
+var<workgroup> a_tile: array<vec4<f16>, STAGES * BM * A_QSTRIDE>;
+var<workgroup> b_tile: array<vec4<f16>, STAGES * B_ROWS * B_QSTRIDE>;
 #ifdef F16X3
 // f16x3: the operands' low halves, staged like the high ones (the staging pass writes the
 // input's low halves after the chunk's high ones; the weights' low halves follow theirs).
 // Each multiply step forms hi·hi + (hi·lo + lo·hi) · LO_WEIGHT (coop/operands_f16x3.wgsl
 // derives the error bound).
 const LO_WEIGHT: f32 = 1.0 / 2048.0;
-var<workgroup> a_lo_tile: array<vec2<f16>, STAGES * BM * A_PSTRIDE>;
-var<workgroup> b_lo_tile: array<vec2<f16>, STAGES * B_ROWS * B_PSTRIDE>;
+var<workgroup> a_lo_tile: array<vec4<f16>, STAGES * BM * A_QSTRIDE>;
+var<workgroup> b_lo_tile: array<vec4<f16>, STAGES * B_ROWS * B_QSTRIDE>;
 var<private> a_next_lo: array<vec4<u32>, A_VECS>;
 var<private> b_next_lo: array<vec4<u32>, B_VECS>;
 #endif
@@ -281,39 +285,27 @@ fn fetch(ks: u32, t: u32, b: Block) {
     }
 }
 
-// A loaded vector of 8 f16 as four pairs (exact: unpack2x16float widens f16 bit patterns,
-// and naga has no bitcast from u32 to vec2<f16>).
-fn pairs(v: u32) -> vec2<f16> {
-    return vec2<f16>(unpack2x16float(v));
+// A loaded vector of 8 f16 as its quad `i` (exact: unpack2x16float widens f16 bit patterns,
+// and naga has no bitcast from u32 to f16 vectors).
+fn quad(v: vec4<u32>, i: u32) -> vec4<f16> {
+    return vec4<f16>(vec2<f16>(unpack2x16float(v[2u * i])), vec2<f16>(unpack2x16float(v[2u * i + 1u])));
 }
 
-fn store_pairs_a(at: u32, j: u32) {
-    let v = a_next[j];
-    a_tile[at] = pairs(v.x);
-    a_tile[at + 1u] = pairs(v.y);
-    a_tile[at + 2u] = pairs(v.z);
-    a_tile[at + 3u] = pairs(v.w);
+fn store_quads_a(at: u32, j: u32) {
+    a_tile[at] = quad(a_next[j], 0u);
+    a_tile[at + 1u] = quad(a_next[j], 1u);
 #ifdef F16X3
-    let l = a_next_lo[j];
-    a_lo_tile[at] = pairs(l.x);
-    a_lo_tile[at + 1u] = pairs(l.y);
-    a_lo_tile[at + 2u] = pairs(l.z);
-    a_lo_tile[at + 3u] = pairs(l.w);
+    a_lo_tile[at] = quad(a_next_lo[j], 0u);
+    a_lo_tile[at + 1u] = quad(a_next_lo[j], 1u);
 #endif
 }
 
-fn store_pairs_b(at: u32, j: u32) {
-    let v = b_next[j];
-    b_tile[at] = pairs(v.x);
-    b_tile[at + 1u] = pairs(v.y);
-    b_tile[at + 2u] = pairs(v.z);
-    b_tile[at + 3u] = pairs(v.w);
+fn store_quads_b(at: u32, j: u32) {
+    b_tile[at] = quad(b_next[j], 0u);
+    b_tile[at + 1u] = quad(b_next[j], 1u);
 #ifdef F16X3
-    let l = b_next_lo[j];
-    b_lo_tile[at] = pairs(l.x);
-    b_lo_tile[at + 1u] = pairs(l.y);
-    b_lo_tile[at + 2u] = pairs(l.z);
-    b_lo_tile[at + 3u] = pairs(l.w);
+    b_lo_tile[at] = quad(b_next_lo[j], 0u);
+    b_lo_tile[at + 1u] = quad(b_next_lo[j], 1u);
 #endif
 }
 
@@ -402,12 +394,12 @@ fn stash(buf: u32, t: u32) {
 #endif
 #endif
         let row = t / BK8 + j * (WG / BK8);
-        store_pairs_a((buf * BM + row) * A_PSTRIDE + (t % BK8) * 4u, j);
+        store_quads_a((buf * BM + row) * A_QSTRIDE + (t % BK8) * 2u, j);
     }
     for (var j = 0u; j < B_VECS; j++) {
         let e = t + j * WG;
         if (e < B_ROWS * BN8) {
-            store_pairs_b((buf * B_ROWS + e / BN8) * B_PSTRIDE + (e % BN8) * 4u, j);
+            store_quads_b((buf * B_ROWS + e / BN8) * B_QSTRIDE + (e % BN8) * 2u, j);
         }
     }
 }
@@ -419,14 +411,14 @@ fn multiply(buf: u32, who: vec2<u32>) {
 #ifdef DIAGONAL
     // The warp's columns wn0 + 16·j take A's channels wn0 + 16·j (the step's K is the
     // block's channels at one tap) against B's diagonal block j.
-    let a_at = (buf * BM + wm0) * A_PSTRIDE + wn0 / 2u;
-    let b_at = buf * B_ROWS * B_PSTRIDE + wn0 / 2u;
+    let a_at = (buf * BM + wm0) * A_QSTRIDE + wn0 / 4u;
+    let b_at = buf * B_ROWS * B_QSTRIDE + wn0 / 4u;
     #import fragment_mma
 #else
     for (var kk = 0u; kk < BK; kk += FRAG) {
         // A (m × k) and B (k × n) fragments, both row-major in their tiles.
-        let a_at = (buf * BM + wm0) * A_PSTRIDE + kk / 2u;
-        let b_at = (buf * BK + kk) * B_PSTRIDE + wn0 / 2u;
+        let a_at = (buf * BM + wm0) * A_QSTRIDE + kk / 4u;
+        let b_at = (buf * BK + kk) * B_QSTRIDE + wn0 / 4u;
         #import fragment_mma
     }
 #endif
