@@ -46,8 +46,8 @@
 //! Occupancy is `resident · invocations / max_invocations_per_sm` (NVIDIA's "theoretical
 //! occupancy", resident warps over the maximum). Profiles: NVIDIA (vendor 0x10DE): 65 536
 //! registers, allocated 8 per invocation (256 per warp), at most 255 per invocation,
-//! 52 KiB of workgroup memory per SM with 1 KiB reserved per block (the SM has 228 KiB, but
-//! NVIDIA's Vulkan driver 580 left about 52 KiB of it to resident workgroups on an H100; a
+//! 51 KiB of workgroup memory per SM with 1 KiB reserved per block (the SM has 228 KiB, but
+//! NVIDIA's Vulkan driver 580 left about 51 KiB of it to resident workgroups on an H100 and an H200; a
 //! Vulkan workgroup may use 48 KiB: the device limit, checked by
 //! [`crate::Kernel::check_limits`]), 2048 invocations, 32 blocks per SM. Generic (every other adapter, CPU
 //! adapters such as lavapipe included): 65 536 registers in units of 4, at most 255 per
@@ -65,7 +65,7 @@
 //!
 //! Example (NVIDIA profile): the seed m32n64k32-t4x4-w4-s2 needs ≈72 registers (room for 7
 //! workgroups), but its 25.5 KiB of workgroup memory (+1 KiB reserved) leave room for one
-//! resident workgroup in 52 KiB → 6.2 %; w2 (t4x8, ≈116 registers) is one
+//! resident workgroup in 51 KiB → 6.2 %; w2 (t4x8, ≈116 registers) is one
 //! workgroup of half the invocations → 3.1 %: not suggested; w8 has no register tile (8
 //! outputs per invocation). So the seed's stage has two candidates (s2, s3) and reports the
 //! two warp neighbours as skipped, while the anchor's m64n64k16-t4x8-w4-s3 (6.2 % → w8
@@ -218,16 +218,18 @@ pub struct OccupancyProfile {
 
 impl OccupancyProfile {
     /// NVIDIA Ampere/Ada/Hopper-class SM as NVIDIA's Vulkan driver runs compute on it. The
-    /// SM has up to 228 KiB of shared memory, but with driver 580 on the H100 only about
-    /// 52 KiB of it held resident workgroups: an unused workgroup array of 1-16 KiB added to
-    /// the kernels cut their resident workgroups exactly as a 50-53 KiB budget predicts, so
-    /// that is the budget here.
+    /// SM has up to 228 KiB of shared memory, but with driver 580 only about 51 KiB of it
+    /// held resident workgroups: an unused workgroup array of 1-16 KiB added to the kernels
+    /// cut their resident workgroups as a 50-53 KiB budget predicts on an H100, and in steps
+    /// of 256 bytes on an H200 three workgroups fit at 16.0 KiB each and not at 16.25, two at
+    /// 23.25 KiB and not at 25.25 (BENCHMARKS, "Workgroup memory: 16-byte granules and a
+    /// budget per multiprocessor"): 51 to 51.75 KiB with the 1 KiB each reserves.
     pub const NVIDIA: OccupancyProfile = OccupancyProfile {
         name: ProfileName::Nvidia,
         regs_per_sm: 65536,
         reg_alloc_unit: 8,
         max_regs_per_invocation: 255,
-        smem_per_sm: 52 * 1024,
+        smem_per_sm: 51 * 1024,
         smem_reserved_per_workgroup: 1024,
         max_invocations_per_sm: 2048,
         max_workgroups_per_sm: 32,
@@ -1529,7 +1531,7 @@ mod tests {
         let seed = kernel("tiled:m32n64k32-t4x4-w4-s2");
         assert_eq!(estimate_registers(&seed), 72);
         let occ = estimate_occupancy(&seed, &OccupancyProfile::NVIDIA);
-        // 25.5 KiB of workgroup memory (+1 KiB reserved) in 52 KiB: one workgroup.
+        // 25.5 KiB of workgroup memory (+1 KiB reserved) in 51 KiB: one workgroup.
         assert_eq!((occ.by_registers, occ.resident, occ.limiter.as_str()), (7, 1, "storage"));
         let set = candidates(&seed, &OccupancyProfile::NVIDIA);
         let changes: Vec<&str> = set.candidates.iter().map(|c| c.change.as_str()).collect();

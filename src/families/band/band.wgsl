@@ -24,7 +24,7 @@
 // compile-time count (CHUNKS): with one chunk, as for AlexNet, the accumulators are not
 // live while the band is staged (145 → 130 registers). Still one workgroup per SM:
 // the band, weight stages and scratch take ~45 KiB, and NVIDIA's Vulkan driver leaves
-// about 52 KiB per SM to resident workgroups, so the staging of one workgroup is
+// about 51 KiB per SM to resident workgroups, so the staging of one workgroup is
 // never hidden behind another's multiply. That, more than the gather it avoids, is why
 // this kernel is slower than coop/coop.wgsl here.
 //
