@@ -441,9 +441,9 @@ fn occupancy_estimate_of_the_seed_on_nvidia() {
     assert_eq!(o.by_registers, 65536 / (72 * 128));
     let bytes = TileConfig::seed().workgroup_bytes();
     assert_eq!(o.workgroup_bytes, bytes);
-    // 52 KiB of workgroup memory per SM under NVIDIA's Vulkan driver (measured on the H100):
-    // the seed's 25.5 KiB (+1 KiB reserved) leave room for one workgroup.
-    assert_eq!(o.by_storage as u64, (52 * 1024) / (bytes + 1024));
+    // 51 KiB of workgroup memory per SM under NVIDIA's Vulkan driver (measured on the H100
+    // and the H200): the seed's 25.5 KiB (+1 KiB reserved) leave room for one workgroup.
+    assert_eq!(o.by_storage as u64, (51 * 1024) / (bytes + 1024));
     assert_eq!(o.by_invocations, 16);
     assert_eq!((o.resident, o.limiter.as_str()), (1, "storage"));
     assert!((o.occupancy - 128.0 / 2048.0).abs() < 1e-12);
