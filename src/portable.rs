@@ -90,7 +90,7 @@ fn check_workgroup_granules(module: &naga::Module) -> std::result::Result<(), St
             continue;
         }
         let size = module.types[var.ty].inner.size(module.to_ctx());
-        if size % WORKGROUP_GRANULE != 0 {
+        if !size.is_multiple_of(WORKGROUP_GRANULE) {
             let name = var.name.as_deref().unwrap_or("(unnamed)");
             return Err(format!(
                 "workgroup variable `{name}` is {size} bytes, not a multiple of {WORKGROUP_GRANULE}: \
