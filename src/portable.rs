@@ -127,6 +127,24 @@ mod tests {
     fn cooperative_kernels_keep_workgroup_variables_in_granules() {
         let err = check_workgroup_granules(&module("u32")).unwrap_err();
         assert!(err.contains("`flag` is 4 bytes"), "{err}");
+        let err = check_workgroup_granules(&module("vec2<u32>")).unwrap_err();
+        assert!(err.contains("`flag` is 8 bytes"), "{err}");
         assert!(check_workgroup_granules(&module("vec4<u32>")).is_ok());
+        assert!(check_workgroup_granules(&module("array<vec2<u32>, 6>")).is_ok());
+    }
+
+    /// Kernels without cooperative matrices place their workgroup variables as they like.
+    #[test]
+    fn other_kernels_are_not_held_to_granules() {
+        let src = "var<workgroup> flag: u32;
+var<workgroup> tile: array<f32, 64>;
+                   @compute @workgroup_size(64)
+fn main(@builtin(local_invocation_index) t: u32) {
+                   flag = t;
+tile[t] = f32(flag);
+}
+";
+        let module = naga::front::wgsl::parse_str(src).unwrap();
+        assert!(check_workgroup_granules(&module).is_ok());
     }
 }

@@ -642,7 +642,7 @@ fn channels_last_pads_little(spec: &Conv2dSpec, layout: Layout) -> bool {
 /// The channels-last family's f16 tile configs: each with its rate per padded multiply-add
 /// relative to the reference config's when every multiprocessor is busy, and the workgroups
 /// of it that one multiprocessor runs at once. 128×128 blocks with K steps of 64 on 8 warps
-/// (the reference; its 40 KiB of workgroup memory fill a multiprocessor of NVIDIA's Vulkan
+/// (the reference; its 44.5 KiB of workgroup memory fill a multiprocessor of NVIDIA's Vulkan
 /// driver, which leaves about 51), the same block with K steps of 32 on 4 warps of 4×4
 /// fragments (24 KiB: two per multiprocessor, each stepping through its barriers while the
 /// other multiplies), and blocks of 64 for grids too small to fill the device with them.

@@ -47,8 +47,8 @@
 //! occupancy", resident warps over the maximum). Profiles: NVIDIA (vendor 0x10DE): 65 536
 //! registers, allocated 8 per invocation (256 per warp), at most 255 per invocation,
 //! 51 KiB of workgroup memory per SM with 1 KiB reserved per block (the SM has 228 KiB, but
-//! NVIDIA's Vulkan driver 580 left about 51 KiB of it to resident workgroups on an H100 and an H200; a
-//! Vulkan workgroup may use 48 KiB: the device limit, checked by
+//! NVIDIA's Vulkan driver 580 left about 51 KiB of it to resident workgroups on an H100 and
+//! an H200; a Vulkan workgroup may use 48 KiB: the device limit, checked by
 //! [`crate::Kernel::check_limits`]), 2048 invocations, 32 blocks per SM. Generic (every other adapter, CPU
 //! adapters such as lavapipe included): 65 536 registers in units of 4, at most 255 per
 //! invocation, 64 KiB of workgroup storage, 2048 invocations and 16 workgroups per compute
@@ -220,10 +220,10 @@ impl OccupancyProfile {
     /// NVIDIA Ampere/Ada/Hopper-class SM as NVIDIA's Vulkan driver runs compute on it. The
     /// SM has up to 228 KiB of shared memory, but with driver 580 only about 51 KiB of it
     /// held resident workgroups: an unused workgroup array of 1-16 KiB added to the kernels
-    /// cut their resident workgroups as a 50-53 KiB budget predicts on an H100, and in steps
-    /// of 256 bytes on an H200 three workgroups fit at 16.0 KiB each and not at 16.25, two at
-    /// 23.25 KiB and not at 25.25 (BENCHMARKS, "Workgroup memory: 16-byte granules and a
-    /// budget per multiprocessor"): 51 to 51.75 KiB with the 1 KiB each reserves.
+    /// cut their resident workgroups as a 50-53 KiB budget predicts on an H100; on an H200
+    /// three workgroups fit at 16.0 KiB each and not at 16.25 (steps of 256 bytes), two at
+    /// 24.0 KiB and not at 25.0 (BENCHMARKS, "Workgroup memory: 16-byte granules and a budget
+    /// per multiprocessor"): 51 to 51.75 KiB with the 1 KiB each reserves.
     pub const NVIDIA: OccupancyProfile = OccupancyProfile {
         name: ProfileName::Nvidia,
         regs_per_sm: 65536,

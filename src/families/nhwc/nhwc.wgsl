@@ -130,8 +130,8 @@ const WARP_N: u32 = FN * FRAG;
 // 8-byte stores, where pairs took four 4-byte ones and ran VGG-16's f16 layers of 128 and 256
 // channels 1-2 % slower on the H200); the cooperative loads read them as f16 matrices with
 // their stride counted in quads. Every workgroup variable here is a whole number of 16-byte
-// granules (`portable::check_workgroup_granules`): the driver places them one after another,
-// and one of 4 or 8 bytes moved the tiles off the alignment the cooperative loads need.
+// granules (`portable::check_workgroup_granules`): NVIDIA's driver appears to place them one
+// after another, and one of 4 or 8 bytes made the kernel write wrong results.
 var<workgroup> a_tile: array<vec4<f16>, STAGES * BM * A_QSTRIDE>;
 var<workgroup> b_tile: array<vec4<f16>, STAGES * B_ROWS * B_QSTRIDE>;
 #ifdef F16X3
