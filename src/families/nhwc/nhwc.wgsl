@@ -128,7 +128,7 @@ const WARP_N: u32 = FN * FRAG;
 
 // The tiles hold quads of f16 (each loaded vector of 8 f16 is two neighbouring quads: two
 // 8-byte stores, where pairs took four 4-byte ones and ran VGG-16's f16 layers of 128 and 256
-// channels 1-2 % slower on the H200); the cooperative loads read them as f16 matrices with
+// channels 1-2.5 % slower on the H200); the cooperative loads read them as f16 matrices with
 // their stride counted in quads. Every workgroup variable here is a whole number of 16-byte
 // granules (`portable::check_workgroup_granules`): NVIDIA's driver appears to place them one
 // after another, and one of 4 or 8 bytes made the kernel write wrong results.
